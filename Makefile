@@ -1,0 +1,45 @@
+# seqlake: two commands for a newcomer.
+#   make demo   set up (if needed) and run the main job end to end on the embedded warehouse
+#   make test   set up (if needed) and run the whole test suite (what CI runs)
+# Set-up creates .venv/ and resolves the Spark jars into .jars/ once; later runs reuse both.
+
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+BIN := $(VENV)/bin
+INSTALLED := $(VENV)/.installed
+JARS := .jars/.resolved
+
+.PHONY: demo test setup jars lint clean
+
+demo: setup
+	$(BIN)/seqlake demo
+
+test: setup
+	$(BIN)/ruff check .
+	$(BIN)/pytest
+
+setup: $(INSTALLED) $(JARS)
+
+jars: $(JARS)
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+
+$(INSTALLED): pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet --upgrade pip setuptools wheel
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	touch $@
+
+# Resolved from Maven Central once; Spark loads them with spark.jars and never resolves at start.
+$(JARS): jvm/pom.xml
+	rm -rf .jars
+	mvn --batch-mode --quiet -f jvm/pom.xml dependency:copy-dependencies \
+		-DoutputDirectory=../.jars -DincludeScope=runtime
+	touch $@
+
+lint: setup
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+clean:
+	rm -rf $(VENV) .jars warehouse

@@ -1,0 +1,49 @@
+"""The Iceberg catalog every engine shares: pyiceberg's SqlCatalog here, Iceberg's JdbcCatalog in Spark.
+
+Both speak the same two tables (`iceberg_tables`, `iceberg_namespace_properties`) in one SQL
+database, so a table committed by either engine is visible to the other.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from contextlib import closing
+from pathlib import Path
+
+from pyiceberg.catalog.sql import SqlCatalog
+from pyiceberg.exceptions import NamespaceAlreadyExistsError
+
+from seqlake.config import Config
+
+
+def _use_wal(sqlite_uri: str) -> None:
+    # In WAL mode readers never block a writer's commit: Spark's JDBC connection may hold a read
+    # transaction open while pyiceberg commits, which the default rollback journal turns into
+    # "database is locked". The mode is stored in the file, so every later connection inherits it.
+    path = sqlite_uri[len("sqlite:///") :]
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    with closing(sqlite3.connect(path)) as con:
+        con.execute("PRAGMA journal_mode=WAL")
+
+
+def open_catalog(config: Config) -> SqlCatalog:
+    """Open (and initialise on first use) the configured SQL catalog with its namespace."""
+    if config.warehouse_uri().startswith("file://"):
+        config.warehouse_path().mkdir(parents=True, exist_ok=True)
+    if config.catalog_uri().startswith("sqlite:///"):
+        _use_wal(config.catalog_uri())
+    catalog = SqlCatalog(
+        config.warehouse.catalog_name,
+        uri=config.catalog_uri(),
+        warehouse=config.warehouse_uri(),
+    )
+    try:
+        catalog.create_namespace(config.warehouse.namespace)
+    except NamespaceAlreadyExistsError:
+        pass
+    return catalog
+
+
+def table_identifier(config: Config, table: str) -> str:
+    """`namespace.table` for pyiceberg."""
+    return f"{config.warehouse.namespace}.{table}"

@@ -1,0 +1,70 @@
+"""The `seqlake` command line: one subcommand per job, each with its own --help."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+
+from seqlake.errors import SeqlakeError
+
+
+def _generate(argv: list[str]) -> int:
+    from jobs.generate import main
+
+    return main(argv)
+
+
+def _demo(argv: list[str]) -> int:
+    from jobs.demo import main
+
+    return main(argv)
+
+
+COMMANDS: dict[str, tuple[Callable[[list[str]], int], str]] = {
+    "generate": (_generate, "write a deterministic synthetic event stream (raw source records)"),
+    "demo": (_demo, "run the main job end to end on the configured warehouse and print its report"),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    lines = "\n".join(f"  {name:<10} {help_}" for name, (_, help_) in COMMANDS.items())
+    return argparse.ArgumentParser(
+        prog="seqlake",
+        description="seqlake: sorted, compacted, versioned storage for long user-interaction histories.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=f"commands:\n{lines}\n\nRun `seqlake COMMAND --help` for a command's options.",
+        usage="seqlake [-h] [--version] COMMAND [ARGS...]",
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    if not argv or argv[0] in ("-h", "--help"):
+        parser.print_help()
+        return 0 if argv else 2
+    if argv[0] == "--version":
+        from seqlake import __version__
+
+        print(f"seqlake {__version__}")
+        return 0
+    command, rest = argv[0], argv[1:]
+    if command not in COMMANDS:
+        parser.error(f"unknown command {command!r} (choose from {', '.join(COMMANDS)})")
+    try:
+        return COMMANDS[command][0](rest)
+    except SeqlakeError as error:
+        print(f"seqlake {command}: error: {error}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"seqlake {command}: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        sys.stderr.close()
+        return 1
+
+
+
+if __name__ == "__main__":
+    sys.exit(main())

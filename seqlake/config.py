@@ -1,0 +1,235 @@
+"""Typed, validated configuration loaded from YAML (`conf/seqlake.yaml` by default).
+
+Every model is frozen and forbids unknown keys, so a typo fails at load with the key's path and value
+instead of being silently ignored. Two environment variables override the storage location:
+``SEQLAKE_WAREHOUSE`` (a folder or URI) and ``SEQLAKE_CATALOG_URI`` (an SQLAlchemy URI).
+"""
+
+from __future__ import annotations
+
+import os
+from datetime import datetime
+from pathlib import Path
+from typing import Annotated, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from seqlake.errors import ConfigError
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_CONFIG_PATH = PROJECT_ROOT / "conf" / "seqlake.yaml"
+ENV_CONFIG = "SEQLAKE_CONFIG"
+ENV_WAREHOUSE = "SEQLAKE_WAREHOUSE"
+ENV_CATALOG_URI = "SEQLAKE_CATALOG_URI"
+
+ColumnType = Literal["bool", "int8", "int16", "int32", "int64", "float32", "float64", "string"]
+MergeOp = Literal["max", "min", "sum", "count", "bit_or", "first", "last"]
+Identifier = Annotated[str, Field(pattern=r"^[a-z][a-z0-9_]{0,62}$")]
+
+# Columns every event carries whatever its feature group; user columns may not reuse these names.
+RESERVED_COLUMNS = frozenset(
+    {"user_id", "feature_group", "event_ts", "lsn", "source_partition", "event_id", "window_id"}
+)
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class ColumnSpec(_Frozen):
+    type: ColumnType
+    merge: MergeOp = "last"
+    max_length: int | None = Field(default=None, gt=0)
+
+    @model_validator(mode="after")
+    def _max_length_only_for_strings(self) -> ColumnSpec:
+        if self.max_length is not None and self.type != "string":
+            raise ValueError(f"max_length applies to string columns, not {self.type}")
+        if self.merge == "bit_or" and not self.type.startswith("int"):
+            raise ValueError(f"merge 'bit_or' needs an integer column, not {self.type}")
+        if self.merge == "sum" and self.type in ("string", "bool"):
+            raise ValueError(f"merge 'sum' needs a numeric column, not {self.type}")
+        return self
+
+
+class FeatureGroupSpec(_Frozen):
+    item_column: Identifier
+    columns: dict[Identifier, ColumnSpec]
+
+    @model_validator(mode="after")
+    def _item_column_declared(self) -> FeatureGroupSpec:
+        if self.item_column not in self.columns:
+            raise ValueError(f"item_column {self.item_column!r} is not one of its columns")
+        reserved = RESERVED_COLUMNS.intersection(self.columns)
+        if reserved:
+            raise ValueError(f"columns {sorted(reserved)} are reserved by seqlake")
+        return self
+
+
+class TenantSpec(_Frozen):
+    feature_groups: list[Identifier] = Field(min_length=1)
+    columns: list[Identifier] | Literal["all"]
+    max_length: int = Field(gt=0)
+
+
+class WarehouseSpec(_Frozen):
+    path: str = "warehouse"
+    catalog_uri: str | None = None
+    catalog_name: Identifier = "seqlake"
+    namespace: Identifier = "seqlake"
+
+
+class LayoutSpec(_Frozen):
+    bucket_count: int = Field(default=8, ge=1, le=4096)
+    window_seconds: int = Field(default=3600, ge=60)
+
+
+class GeneratorSpec(_Frozen):
+    seed: int = 7
+    users: int = Field(default=2000, ge=1)
+    heavy_users: int = Field(default=2, ge=0)
+    min_events: int = Field(default=5, ge=1)
+    max_events: int = Field(default=100_000, ge=1)
+    length_alpha: float = Field(default=1.1, gt=0)
+    windows: int = Field(default=12, ge=1)
+    source_partitions: int = Field(default=4, ge=1, le=1024)
+    items: int = Field(default=50_000, ge=1)
+    late_share: float = Field(default=0.05, ge=0, le=1)
+    very_late_share: float = Field(default=0.02, ge=0, le=1)
+    duplicate_share: float = Field(default=0.01, ge=0, le=1)
+    malformed_share: float = Field(default=0.002, ge=0, le=1)
+    start_ts: datetime = datetime.fromisoformat("2026-01-05T00:00:00+00:00")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> GeneratorSpec:
+        if self.min_events > self.max_events:
+            raise ValueError(f"min_events {self.min_events} exceeds max_events {self.max_events}")
+        if self.heavy_users > self.users:
+            raise ValueError(f"heavy_users {self.heavy_users} exceeds users {self.users}")
+        if self.late_share + self.very_late_share > 1:
+            raise ValueError("late_share + very_late_share exceeds 1")
+        return self
+
+    @field_validator("start_ts")
+    @classmethod
+    def _aware(cls, value: datetime) -> datetime:
+        if value.tzinfo is None:
+            raise ValueError("start_ts needs a time zone, e.g. 2026-01-05T00:00:00Z")
+        return value
+
+
+class Config(_Frozen):
+    warehouse: WarehouseSpec = WarehouseSpec()
+    layout: LayoutSpec = LayoutSpec()
+    feature_groups: dict[Identifier, FeatureGroupSpec] = Field(min_length=1)
+    tenants: dict[Identifier, TenantSpec] = {}
+    generator: GeneratorSpec = GeneratorSpec()
+
+    @model_validator(mode="after")
+    def _cross_checks(self) -> Config:
+        owners: dict[str, tuple[str, str]] = {}
+        for group, spec in self.feature_groups.items():
+            for column, col in spec.columns.items():
+                seen = owners.setdefault(column, (group, col.type))
+                if seen[1] != col.type:
+                    raise ValueError(
+                        f"column {column!r} is {col.type} in {group!r} but {seen[1]} in {seen[0]!r}"
+                    )
+        for name, tenant in self.tenants.items():
+            for group in tenant.feature_groups:
+                if group not in self.feature_groups:
+                    raise ValueError(f"tenant {name!r} names unknown feature group {group!r}")
+            if tenant.columns != "all":
+                known = {c for g in tenant.feature_groups for c in self.feature_groups[g].columns}
+                for column in tenant.columns:
+                    if column not in known:
+                        raise ValueError(
+                            f"tenant {name!r} names column {column!r}, "
+                            f"not in its feature groups {tenant.feature_groups}"
+                        )
+        return self
+
+    # -- derived views -------------------------------------------------------------------------
+
+    def column_types(self) -> dict[str, str]:
+        """Every attribute column across feature groups with its type, in declaration order."""
+        out: dict[str, str] = {}
+        for spec in self.feature_groups.values():
+            for column, col in spec.columns.items():
+                out.setdefault(column, col.type)
+        return out
+
+    def tenant_columns(self, tenant: str) -> list[str]:
+        spec = self.tenants[tenant]
+        if spec.columns != "all":
+            return list(spec.columns)
+        seen: dict[str, None] = {}
+        for group in spec.feature_groups:
+            seen.update(dict.fromkeys(self.feature_groups[group].columns))
+        return list(seen)
+
+    def warehouse_uri(self) -> str:
+        """The warehouse as a URI: a local folder becomes file://<absolute path>."""
+        location = self.warehouse.path
+        if "://" in location:
+            return location.rstrip("/")
+        path = Path(location)
+        if not path.is_absolute():
+            path = PROJECT_ROOT / path
+        return path.resolve().as_uri()
+
+    def warehouse_path(self) -> Path:
+        """The local warehouse folder; an error for a remote warehouse."""
+        uri = self.warehouse_uri()
+        if not uri.startswith("file://"):
+            raise ConfigError(f"warehouse.path {uri!r} is not a local folder")
+        return Path(uri[len("file://") :])
+
+    def catalog_uri(self) -> str:
+        """SQLAlchemy URI of the Iceberg SQL catalog (SQLite file in the warehouse by default)."""
+        if self.warehouse.catalog_uri:
+            return self.warehouse.catalog_uri
+        return f"sqlite:///{self.warehouse_path() / 'catalog.db'}"
+
+
+def _format_validation_error(error: ValidationError, source: str) -> str:
+    lines = []
+    for item in error.errors():
+        key = ".".join(str(part) for part in item["loc"]) or "<root>"
+        value = item.get("input")
+        shown = repr(value) if not isinstance(value, dict) else "{...}"
+        lines.append(f"  {key} = {shown}: {item['msg']}")
+    return f"invalid configuration in {source}:\n" + "\n".join(lines)
+
+
+def parse_config(data: dict, source: str = "<dict>") -> Config:
+    """Validate a configuration mapping; raise ConfigError naming each bad key and value."""
+    if not isinstance(data, dict):
+        raise ConfigError(f"invalid configuration in {source}: expected a mapping at the top level")
+    data = dict(data)
+    overrides = {}
+    if os.environ.get(ENV_WAREHOUSE):
+        overrides["path"] = os.environ[ENV_WAREHOUSE]
+    if os.environ.get(ENV_CATALOG_URI):
+        overrides["catalog_uri"] = os.environ[ENV_CATALOG_URI]
+    if overrides:
+        data["warehouse"] = {**(data.get("warehouse") or {}), **overrides}
+    try:
+        return Config.model_validate(data)
+    except ValidationError as error:
+        raise ConfigError(_format_validation_error(error, source)) from None
+
+
+def load_config(path: str | Path | None = None) -> Config:
+    """Load the YAML configuration at ``path`` (default: $SEQLAKE_CONFIG or conf/seqlake.yaml)."""
+    path = Path(path or os.environ.get(ENV_CONFIG) or DEFAULT_CONFIG_PATH)
+    try:
+        text = path.read_text()
+    except OSError as error:
+        raise ConfigError(f"cannot read configuration {path}: {error.strerror}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        raise ConfigError(f"configuration {path} is not valid YAML: {error}") from None
+    return parse_config(data or {}, str(path))

@@ -1,0 +1,46 @@
+"""DuckDB connections with extensions loaded from the installed `duckdb-extension-*` wheels.
+
+Auto-install and auto-load are switched off: DuckDB never downloads an extension at run time.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import duckdb
+
+from seqlake.errors import SetupError
+
+# Load order matters: iceberg reads Avro manifests through the avro extension.
+DEFAULT_EXTENSIONS = ("avro", "iceberg", "delta")
+
+
+def extension_path(name: str) -> Path:
+    """Path of `<name>.duckdb_extension` shipped by the PyPI wheel `duckdb-extension-<name>`."""
+    spec = importlib.util.find_spec(f"duckdb_extension_{name}")
+    if spec is None or spec.origin is None:
+        raise SetupError(f"DuckDB extension {name!r} is not installed: pip install duckdb-extension-{name}")
+    folder = Path(spec.origin).parent / "extensions" / f"v{duckdb.__version__}"
+    path = folder / f"{name}.duckdb_extension"
+    if not path.exists():
+        raise SetupError(
+            f"duckdb-extension-{name} does not ship a build for duckdb {duckdb.__version__} "
+            f"(looked for {path}); pin both to the same version"
+        )
+    return path
+
+
+def connect(
+    database: str = ":memory:", extensions: tuple[str, ...] = DEFAULT_EXTENSIONS, read_only: bool = False
+) -> duckdb.DuckDBPyConnection:
+    """A DuckDB connection with the given extensions loaded from local files."""
+    con = duckdb.connect(
+        database,
+        read_only=read_only,
+        config={"autoinstall_known_extensions": False, "autoload_known_extensions": False},
+    )
+    for name in extensions:
+        quoted = str(extension_path(name)).replace("'", "''")
+        con.execute(f"LOAD '{quoted}'")
+    return con

@@ -1,0 +1,44 @@
+"""The job report: named sections of key/value facts, printed for people and saved as JSON."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+
+class Report:
+    def __init__(self, title: str) -> None:
+        self.title = title
+        self.sections: dict[str, dict[str, Any]] = {}
+
+    def section(self, name: str) -> dict[str, Any]:
+        return self.sections.setdefault(name, {})
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"title": self.title, **self.sections}
+
+    def write_json(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(self.to_dict(), indent=2, sort_keys=False, default=str) + "\n")
+
+    def render(self) -> str:
+        lines = [self.title, "=" * len(self.title)]
+        for name, facts in self.sections.items():
+            lines.append(f"\n[{name}]")
+            width = max((len(k) for k in facts), default=0)
+            for key, value in facts.items():
+                lines.append(f"  {key.ljust(width)}  {_format(value)}")
+        return "\n".join(lines)
+
+
+def _format(value: Any) -> str:
+    if isinstance(value, bool):
+        return "yes" if value else "NO"
+    if isinstance(value, int):
+        return f"{value:,}"
+    if isinstance(value, float):
+        return f"{value:,.3f}"
+    if isinstance(value, dict):
+        return ", ".join(f"{k}={_format(v)}" for k, v in value.items()) or "-"
+    return str(value)

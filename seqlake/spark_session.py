@@ -1,0 +1,109 @@
+"""Build a SparkSession wired to seqlake's lakehouse: Iceberg catalog, Delta Lake, local jars only.
+
+Jars come from `.jars/` (filled once by `make jars` from jvm/pom.xml); Spark never resolves packages
+at start, so it runs on machines without network access.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
+
+from seqlake.config import PROJECT_ROOT, Config
+from seqlake.errors import ConfigError, SetupError
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+ENV_JARS_DIR = "SEQLAKE_JARS_DIR"
+REQUIRED_JARS = ("iceberg-spark-runtime", "delta-spark", "delta-storage", "sqlite-jdbc")
+
+
+def jars_dir() -> Path:
+    return Path(os.environ.get(ENV_JARS_DIR) or PROJECT_ROOT / ".jars")
+
+
+def spark_jars() -> list[Path]:
+    """The resolved jars; a SetupError that says how to get them when one is missing."""
+    folder = jars_dir()
+    jars = sorted(folder.glob("*.jar"))
+    missing = [name for name in REQUIRED_JARS if not any(j.name.startswith(name) for j in jars)]
+    if missing:
+        raise SetupError(
+            f"missing Spark jars {missing} in {folder}: run `make jars` once (resolves them "
+            "from Maven Central as declared in jvm/pom.xml)"
+        )
+    return jars
+
+
+def jdbc_catalog_options(catalog_uri: str) -> dict[str, str]:
+    """Translate the SQLAlchemy URI pyiceberg uses into the JDBC options Iceberg's JdbcCatalog uses."""
+    if catalog_uri.startswith("sqlite:///"):
+        return {"uri": "jdbc:sqlite:" + catalog_uri[len("sqlite:///") :]}
+    parts = urlsplit(catalog_uri)
+    if parts.scheme.split("+")[0] in ("postgresql", "postgres"):
+        options = {"uri": f"jdbc:postgresql://{parts.hostname}:{parts.port or 5432}{parts.path}"}
+        if parts.username:
+            options["jdbc.user"] = parts.username
+        if parts.password:
+            options["jdbc.password"] = parts.password
+        return options
+    raise ConfigError(
+        f"warehouse.catalog_uri = {catalog_uri!r}: Spark supports sqlite:/// and postgresql:// catalogs"
+    )
+
+
+def spark_conf(config: Config, master: str = "local[2]") -> dict[str, str]:
+    """Every setting of a seqlake Spark session, as plain key/values (also usable by spark-submit)."""
+    catalog = f"spark.sql.catalog.{config.warehouse.catalog_name}"
+    conf = {
+        "spark.master": master,
+        "spark.jars": ",".join(str(j) for j in spark_jars()),
+        "spark.sql.extensions": ",".join(
+            [
+                "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions",
+                "io.delta.sql.DeltaSparkSessionExtension",
+            ]
+        ),
+        "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+        catalog: "org.apache.iceberg.spark.SparkCatalog",
+        f"{catalog}.catalog-impl": "org.apache.iceberg.jdbc.JdbcCatalog",
+        f"{catalog}.warehouse": config.warehouse_uri(),
+        # pyiceberg creates the catalog tables (open_catalog). Iceberg's own creation check leaves
+        # a SQLite read open on a pooled connection, which then never sees pyiceberg's commits.
+        f"{catalog}.jdbc.init-catalog-tables": "false",
+        "spark.sql.session.timeZone": "UTC",
+        "spark.sql.shuffle.partitions": str(max(2, config.layout.bucket_count)),
+        "spark.default.parallelism": "2",
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.databricks.delta.snapshotPartitions": "2",
+        "spark.sql.adaptive.enabled": "true",
+        # Storage-partitioned joins over bucket(N, user_id) need these on.
+        "spark.sql.sources.v2.bucketing.enabled": "true",
+        "spark.sql.iceberg.planning.preserve-data-grouping": "true",
+    }
+    for key, value in jdbc_catalog_options(config.catalog_uri()).items():
+        conf[f"{catalog}.{key}"] = value
+    return conf
+
+
+def spark_session(
+    config: Config, app_name: str = "seqlake", master: str | None = None, **extra: str
+) -> SparkSession:
+    """Start (or reuse) the SparkSession for this configuration."""
+    from pyspark.sql import SparkSession
+
+    from seqlake.catalog import open_catalog
+
+    open_catalog(config)  # creates the catalog tables and namespace Spark expects
+    builder = SparkSession.builder.appName(app_name)
+    settings = spark_conf(config, master or os.environ.get("SEQLAKE_SPARK_MASTER", "local[2]"))
+    settings.update(extra)
+    for key, value in settings.items():
+        builder = builder.config(key, value)
+    session = builder.getOrCreate()
+    session.sparkContext.setLogLevel("ERROR")
+    return session

@@ -1,0 +1,1 @@
+"""The history file format: spec, writer, reader and catalog registration (no Spark in here)."""

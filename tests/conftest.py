@@ -1,0 +1,48 @@
+"""Shared fixtures: one small configuration on a temporary warehouse, one Spark session for all tests."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from seqlake.config import DEFAULT_CONFIG_PATH, Config, parse_config
+
+SMALL_GENERATOR = {
+    "users": 120,
+    "heavy_users": 1,
+    "max_events": 3000,
+    "windows": 4,
+    "malformed_share": 0.01,
+}
+
+
+def make_config(warehouse: Path, **generator: object) -> Config:
+    """The default configuration on `warehouse`, with a small generator unless overridden."""
+    data = yaml.safe_load(DEFAULT_CONFIG_PATH.read_text())
+    data["warehouse"] = {**data["warehouse"], "path": str(warehouse), "catalog_uri": None}
+    data["generator"] = {**data["generator"], **SMALL_GENERATOR, **generator}
+    return parse_config(data, "test")
+
+
+@pytest.fixture(autouse=True)
+def _no_env_overrides(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A developer's SEQLAKE_* variables must not redirect the tests' warehouse.
+    for name in ("SEQLAKE_WAREHOUSE", "SEQLAKE_CATALOG_URI", "SEQLAKE_CONFIG"):
+        monkeypatch.delenv(name, raising=False)
+
+
+@pytest.fixture(scope="session")
+def lake_config(tmp_path_factory: pytest.TempPathFactory) -> Config:
+    """The configuration the shared Spark session is bound to (one warehouse per test run)."""
+    return make_config(tmp_path_factory.mktemp("lake") / "warehouse")
+
+
+@pytest.fixture(scope="session")
+def spark(lake_config: Config):
+    from seqlake.spark_session import spark_session
+
+    session = spark_session(lake_config, "seqlake-tests", "local[2]")
+    yield session
+    session.stop()

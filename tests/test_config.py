@@ -1,0 +1,74 @@
+from pathlib import Path
+
+import pytest
+import yaml
+
+from seqlake.config import DEFAULT_CONFIG_PATH, load_config, parse_config
+from seqlake.errors import ConfigError
+
+
+def default_data() -> dict:
+    return yaml.safe_load(DEFAULT_CONFIG_PATH.read_text())
+
+
+def test_default_config_loads_with_feature_groups_and_tenants():
+    config = load_config()
+    assert set(config.feature_groups) == {"engagement", "search", "purchase"}
+    assert len(config.feature_groups["engagement"].columns) == 15
+    assert config.tenant_columns("retrieval") == ["item_id", "action_flags", "watch_time_ms"]
+    assert "currency" in config.tenant_columns("ranking")
+    assert config.catalog_uri().startswith("sqlite:///") and config.catalog_uri().endswith("catalog.db")
+
+
+@pytest.mark.parametrize(
+    ("edit", "expected"),
+    [
+        (lambda d: d["layout"].update(bucket_count=0), "layout.bucket_count = 0"),
+        (
+            lambda d: d["feature_groups"]["search"]["columns"]["click_count"].update(merge="avg"),
+            "feature_groups.search.columns.click_count.merge = 'avg'",
+        ),
+        (lambda d: d["generator"].update(late_share=1.5), "generator.late_share = 1.5"),
+        (lambda d: d["layout"].update(window_secs=60), "layout.window_secs = 60"),
+        (
+            lambda d: d["tenants"]["retrieval"].update(feature_groups=["clicks"]),
+            "unknown feature group 'clicks'",
+        ),
+        (
+            lambda d: d["feature_groups"]["search"]["columns"]["item_id"].update(type="int32"),
+            "column 'item_id' is int32 in 'search' but int64 in 'engagement'",
+        ),
+        (lambda d: d["feature_groups"]["search"].update(item_column="sku"), "item_column 'sku'"),
+    ],
+)
+def test_invalid_config_names_key_and_value(edit, expected):
+    data = default_data()
+    edit(data)
+    with pytest.raises(ConfigError) as error:
+        parse_config(data, "seqlake.yaml")
+    assert expected in str(error.value)
+    assert "seqlake.yaml" in str(error.value)
+
+
+def test_bit_or_on_a_string_column_is_rejected():
+    data = default_data()
+    data["feature_groups"]["engagement"]["columns"]["surface"]["merge"] = "bit_or"
+    with pytest.raises(ConfigError, match="feature_groups.engagement.columns.surface"):
+        parse_config(data)
+
+
+def test_environment_overrides_warehouse_and_catalog(monkeypatch, tmp_path):
+    monkeypatch.setenv("SEQLAKE_WAREHOUSE", str(tmp_path / "wh"))
+    monkeypatch.setenv("SEQLAKE_CATALOG_URI", f"sqlite:///{tmp_path}/other.db")
+    config = load_config()
+    assert config.warehouse_path() == tmp_path / "wh"
+    assert config.catalog_uri() == f"sqlite:///{tmp_path}/other.db"
+
+
+def test_unreadable_and_non_yaml_files_fail_clearly(tmp_path: Path):
+    with pytest.raises(ConfigError, match="cannot read configuration"):
+        load_config(tmp_path / "missing.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("layout: [unclosed\n")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_config(bad)
