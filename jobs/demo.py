@@ -10,6 +10,7 @@ import argparse
 import sys
 import time
 
+from pipelines.raw_landing import create_raw_table, land_raw_records
 from seqlake.catalog import open_catalog, table_identifier
 from seqlake.config import Config, load_config
 from seqlake.duckdb_session import connect as duckdb_connect
@@ -17,7 +18,6 @@ from seqlake.generator import EventGenerator
 from seqlake.progress import Progress
 from seqlake.report import Report
 from seqlake.spark_session import spark_session
-from pipelines.raw_landing import create_raw_table, land_raw_records
 
 RAW_TABLE = "raw_events"
 

@@ -7,7 +7,7 @@ database, so a table committed by either engine is visible to the other.
 from __future__ import annotations
 
 import sqlite3
-from contextlib import closing
+from contextlib import closing, suppress
 from pathlib import Path
 
 from pyiceberg.catalog.sql import SqlCatalog
@@ -37,10 +37,8 @@ def open_catalog(config: Config) -> SqlCatalog:
         uri=config.catalog_uri(),
         warehouse=config.warehouse_uri(),
     )
-    try:
+    with suppress(NamespaceAlreadyExistsError):
         catalog.create_namespace(config.warehouse.namespace)
-    except NamespaceAlreadyExistsError:
-        pass
     return catalog
 
 

@@ -65,6 +65,5 @@ def main(argv: list[str] | None = None) -> int:
         return 1
 
 
-
 if __name__ == "__main__":
     sys.exit(main())

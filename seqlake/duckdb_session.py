@@ -20,7 +20,9 @@ def extension_path(name: str) -> Path:
     """Path of `<name>.duckdb_extension` shipped by the PyPI wheel `duckdb-extension-<name>`."""
     spec = importlib.util.find_spec(f"duckdb_extension_{name}")
     if spec is None or spec.origin is None:
-        raise SetupError(f"DuckDB extension {name!r} is not installed: pip install duckdb-extension-{name}")
+        raise SetupError(
+            f"DuckDB extension {name!r} is not installed: pip install duckdb-extension-{name}"
+        )
     folder = Path(spec.origin).parent / "extensions" / f"v{duckdb.__version__}"
     path = folder / f"{name}.duckdb_extension"
     if not path.exists():
@@ -32,7 +34,9 @@ def extension_path(name: str) -> Path:
 
 
 def connect(
-    database: str = ":memory:", extensions: tuple[str, ...] = DEFAULT_EXTENSIONS, read_only: bool = False
+    database: str = ":memory:",
+    extensions: tuple[str, ...] = DEFAULT_EXTENSIONS,
+    read_only: bool = False,
 ) -> duckdb.DuckDBPyConnection:
     """A DuckDB connection with the given extensions loaded from local files."""
     con = duckdb.connect(

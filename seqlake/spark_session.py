@@ -74,6 +74,8 @@ def spark_conf(config: Config, master: str = "local[2]") -> dict[str, str]:
         # pyiceberg creates the catalog tables (open_catalog). Iceberg's own creation check leaves
         # a SQLite read open on a pooled connection, which then never sees pyiceberg's commits.
         f"{catalog}.jdbc.init-catalog-tables": "false",
+        # pyiceberg commits outside Spark; a cached table would serve a stale snapshot.
+        f"{catalog}.cache-enabled": "false",
         "spark.sql.session.timeZone": "UTC",
         "spark.sql.shuffle.partitions": str(max(2, config.layout.bucket_count)),
         "spark.default.parallelism": "2",

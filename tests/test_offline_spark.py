@@ -25,13 +25,13 @@ SCRIPT = textwrap.dedent(
     spark = spark_session(config, "offline-check")
     assert not spark.conf.get("spark.jars.packages", ""), "spark.jars.packages must stay unset"
     name = f"{config.warehouse.catalog_name}.{config.warehouse.namespace}.offline"
-    spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {config.warehouse.catalog_name}.{config.warehouse.namespace}")
     spark.sql(f"CREATE TABLE {name} (id BIGINT) USING iceberg")
     spark.sql(f"INSERT INTO {name} VALUES (1), (2)")
     delta = sys.argv[1] + "/delta_offline"
     spark.sql(f"CREATE TABLE delta.`{delta}` (id BIGINT) USING delta")
     spark.sql(f"INSERT INTO delta.`{delta}` VALUES (3)")
-    total = spark.sql(f"SELECT (SELECT sum(id) FROM {name}) + (SELECT sum(id) FROM delta.`{delta}`)").first()[0]
+    iceberg_sum = spark.sql(f"SELECT sum(id) FROM {name}").first()[0]
+    total = iceberg_sum + spark.sql(f"SELECT sum(id) FROM delta.`{delta}`").first()[0]
     print("OFFLINE-OK", total)
     """
 )
@@ -51,7 +51,7 @@ def test_spark_runs_iceberg_and_delta_without_network(tmp_path):
     # A fresh network namespace has only a loopback device: no route to any registry.
     command = (
         "ip link set lo up && "
-        "test -z \"$(ip route show default)\" && "
+        'test -z "$(ip route show default)" && '
         f'exec "{sys.executable}" -c "$0" "$1"'
     )
     result = subprocess.run(

@@ -1,0 +1,129 @@
+"""Validation of one raw payload: the reference semantics every ingest path must reproduce.
+
+A payload is a JSON object with the keys in ``events.PAYLOAD_KEYS`` plus the columns of its feature
+group. ``validate_payload`` returns the typed event or the first reason it is malformed, checked in
+the order of ``REASONS`` so that a payload with several defects always gets the same reason.
+
+Strict by design: ``user_id`` and ``event_ts`` must be JSON integers (a numeric string is rejected),
+integers must fit the declared width, floats must be finite, strings must be JSON strings. A missing
+or non-string ``event_id`` counts as ``wrong_type``. Attribute columns may be absent or null.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+from seqlake.config import Config
+from seqlake.events import MAX_EVENT_TS_MS, MIN_EVENT_TS_MS
+
+# Reasons in priority order: the first that applies is the one reported.
+REASONS = (
+    "invalid_json",
+    "missing_user_id",
+    "bad_user_id",
+    "unknown_feature_group",
+    "missing_event_ts",
+    "event_ts_out_of_range",
+    "wrong_type",
+    "oversize_value",
+    "unknown_column",
+)
+
+# A payload larger than this (UTF-8 bytes) is rejected as oversize_value, whatever its columns.
+MAX_PAYLOAD_BYTES = 64 * 1024
+
+INT_RANGES: dict[str, tuple[int, int]] = {
+    "int8": (-(2**7), 2**7 - 1),
+    "int16": (-(2**15), 2**15 - 1),
+    "int32": (-(2**31), 2**31 - 1),
+    "int64": (-(2**63), 2**63 - 1),
+}
+_FLOAT32_MAX = 3.4028234663852886e38
+
+
+def _reject_constant(name: str) -> float:
+    # NaN and Infinity are not JSON; Python's parser accepts them unless told otherwise.
+    raise ValueError(f"non-standard JSON constant {name}")
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _typed(value: Any, kind: str) -> tuple[bool, Any]:
+    """(ok, python value) for one attribute value of declared type ``kind``."""
+    if kind in INT_RANGES:
+        low, high = INT_RANGES[kind]
+        return (_is_int(value) and low <= value <= high), value
+    if kind in ("float32", "float64"):
+        if not (_is_int(value) or isinstance(value, float)):
+            return False, None
+        number = float(value)
+        limit = _FLOAT32_MAX if kind == "float32" else math.inf
+        return (math.isfinite(number) and abs(number) <= limit), number
+    if kind == "bool":
+        return isinstance(value, bool), value
+    return isinstance(value, str), value  # string
+
+
+def validate_payload(payload: str, config: Config) -> tuple[dict | None, str | None]:
+    """Return (event dict with typed python values, None) or (None, reason).
+
+    The event dict has ``event_id``, ``user_id``, ``feature_group``, ``event_ts`` (epoch ms) and
+    every column of the feature group (None when absent).
+    """
+    try:
+        data = json.loads(payload, parse_constant=_reject_constant)
+    except (ValueError, RecursionError):
+        return None, "invalid_json"
+    if not isinstance(data, dict):
+        return None, "invalid_json"
+
+    user_id = data.get("user_id")
+    if user_id is None:
+        return None, "missing_user_id"
+    if not _is_int(user_id) or not 0 <= user_id <= INT_RANGES["int64"][1]:
+        return None, "bad_user_id"
+
+    group = data.get("feature_group")
+    if not isinstance(group, str) or group not in config.feature_groups:
+        return None, "unknown_feature_group"
+    columns = config.feature_groups[group].columns
+
+    event_ts = data.get("event_ts")
+    if event_ts is None:
+        return None, "missing_event_ts"
+    if not _is_int(event_ts):
+        return None, "wrong_type"
+    if not MIN_EVENT_TS_MS <= event_ts <= MAX_EVENT_TS_MS:
+        return None, "event_ts_out_of_range"
+
+    event_id = data.get("event_id")
+    if not isinstance(event_id, str):
+        return None, "wrong_type"
+    event: dict[str, Any] = {
+        "event_id": event_id,
+        "user_id": user_id,
+        "feature_group": group,
+        "event_ts": event_ts,
+    }
+    for name, spec in columns.items():
+        value = data.get(name)
+        if value is not None:
+            ok, value = _typed(value, spec.type)
+            if not ok:
+                return None, "wrong_type"
+        event[name] = value
+
+    if len(payload) > MAX_PAYLOAD_BYTES // 4 and len(payload.encode("utf-8")) > MAX_PAYLOAD_BYTES:
+        return None, "oversize_value"
+    for name, spec in columns.items():
+        value = event[name]
+        if spec.max_length is not None and value is not None and len(value) > spec.max_length:
+            return None, "oversize_value"
+
+    if any(key not in event for key in data):
+        return None, "unknown_column"
+    return event, None
