@@ -20,9 +20,7 @@ def extension_path(name: str) -> Path:
     """Path of `<name>.duckdb_extension` shipped by the PyPI wheel `duckdb-extension-<name>`."""
     spec = importlib.util.find_spec(f"duckdb_extension_{name}")
     if spec is None or spec.origin is None:
-        raise SetupError(
-            f"DuckDB extension {name!r} is not installed: pip install duckdb-extension-{name}"
-        )
+        raise SetupError(f"DuckDB extension {name!r} is not installed: pip install duckdb-extension-{name}")
     folder = Path(spec.origin).parent / "extensions" / f"v{duckdb.__version__}"
     path = folder / f"{name}.duckdb_extension"
     if not path.exists():

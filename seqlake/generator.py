@@ -245,9 +245,7 @@ class EventGenerator:
             parked = events.take(np.sort(chosen))
             delivery = np.minimum(window + rng.integers(1, 4, len(parked)), self.spec.windows - 1)
             parked.arrival = (
-                self._start_ms
-                + delivery * self._window_ms
-                + rng.integers(0, self._window_ms, len(parked))
+                self._start_ms + delivery * self._window_ms + rng.integers(0, self._window_ms, len(parked))
             )
             for target_window in np.unique(delivery).tolist():
                 pending[target_window].append(parked.take(delivery == target_window))
@@ -435,9 +433,7 @@ class EventGenerator:
             )
         elif reason == "event_ts_out_of_range":
             # Seconds or microseconds sent as milliseconds: 1970 or far beyond 2100.
-            row["event_ts"] = (
-                row["event_ts"] // 1000 if rng.random() < 0.5 else row["event_ts"] * 1000
-            )
+            row["event_ts"] = row["event_ts"] // 1000 if rng.random() < 0.5 else row["event_ts"] * 1000
         elif reason == "wrong_type":
             name = list(spec.columns)[int(rng.integers(0, len(spec.columns)))]
             row[name] = _wrong_value(spec.columns[name])

@@ -17,9 +17,7 @@ def test_default_config_loads_with_feature_groups_and_tenants():
     assert len(config.feature_groups["engagement"].columns) == 15
     assert config.tenant_columns("retrieval") == ["item_id", "action_flags", "watch_time_ms"]
     assert "currency" in config.tenant_columns("ranking")
-    assert config.catalog_uri().startswith("sqlite:///") and config.catalog_uri().endswith(
-        "catalog.db"
-    )
+    assert config.catalog_uri().startswith("sqlite:///") and config.catalog_uri().endswith("catalog.db")
 
 
 @pytest.mark.parametrize(

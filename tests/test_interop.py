@@ -25,9 +25,9 @@ def test_spark_written_iceberg_table_reads_the_same_in_pyiceberg_and_duckdb(spar
         f"CREATE TABLE {name} (user_id BIGINT, feature_group STRING, lsn BIGINT, score DOUBLE) "
         "USING iceberg PARTITIONED BY (bucket(4, user_id))"
     )
-    spark.createDataFrame(
-        ROWS, "user_id BIGINT, feature_group STRING, lsn BIGINT, score DOUBLE"
-    ).writeTo(name).append()
+    spark.createDataFrame(ROWS, "user_id BIGINT, feature_group STRING, lsn BIGINT, score DOUBLE").writeTo(
+        name
+    ).append()
 
     table = catalog.load_table(table_identifier(lake_config, "interop_from_spark"))
     assert str(table.spec().fields[0].transform) == "bucket[4]"
@@ -64,9 +64,7 @@ def test_pyiceberg_written_table_reads_in_spark_with_appends_and_time_travel(spa
 
 def test_spark_written_delta_table_reads_in_duckdb(spark, lake_config, tmp_path):
     path = str(tmp_path / "landing_delta")
-    df = spark.createDataFrame(
-        ROWS, "user_id BIGINT, feature_group STRING, lsn BIGINT, score DOUBLE"
-    )
+    df = spark.createDataFrame(ROWS, "user_id BIGINT, feature_group STRING, lsn BIGINT, score DOUBLE")
     df.write.format("delta").mode("overwrite").save(path)
     df.limit(1).write.format("delta").mode("append").save(path)
     history = spark.sql(f"DESCRIBE HISTORY delta.`{path}`").collect()

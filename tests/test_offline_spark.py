@@ -50,9 +50,7 @@ def test_spark_runs_iceberg_and_delta_without_network(tmp_path):
     make_config(warehouse)  # validates before the subprocess runs
     # A fresh network namespace has only a loopback device: no route to any registry.
     command = (
-        "ip link set lo up && "
-        'test -z "$(ip route show default)" && '
-        f'exec "{sys.executable}" -c "$0" "$1"'
+        f'ip link set lo up && test -z "$(ip route show default)" && exec "{sys.executable}" -c "$0" "$1"'
     )
     result = subprocess.run(
         ["unshare", "--net", "bash", "-c", command, SCRIPT, str(warehouse)],
