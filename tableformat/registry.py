@@ -1,0 +1,159 @@
+"""Register history files in Iceberg: the table, its data files with exact metrics, and its sorted runs.
+
+Files are written by seqlake's own writer (from Python or from Spark tasks) and then committed here.
+Each commit adds whole sorted runs (and, for a merge, removes the runs it replaces) in one Iceberg
+snapshot, together with the table property `seqlake.runs` that lists the live runs: a reader never
+sees half a run, and every engine can ignore the property safely.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+
+import pyarrow.parquet as pq
+from pyiceberg.catalog import Catalog
+from pyiceberg.io.pyarrow import (
+    compute_statistics_plan,
+    data_file_statistics_from_parquet_metadata,
+    parquet_path_to_id_mapping,
+)
+from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
+from pyiceberg.table import Table
+from pyiceberg.typedef import Record
+
+from seqlake.config import Config
+from seqlake.errors import SeqlakeError
+from tableformat.layout import STATISTICS_COLUMNS
+from tableformat.schema import (
+    FORMAT_VERSION,
+    history_iceberg_schema,
+    history_partition_spec,
+    history_sort_order,
+)
+from tableformat.writer import WrittenFile, open_output
+
+RUNS_PROPERTY = "seqlake.runs"
+FORMAT_PROPERTY = "seqlake.format-version"
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    run_id: str
+    kind: str  # "window": one closed window; "merge": runs merged by capacity
+    windows: list[int]  # [first, last] processing windows covered
+    files: int
+    rows: int
+
+
+def create_history_table(catalog: Catalog, identifier: str, config: Config, replace: bool = False) -> Table:
+    """Create the history table (bucket(N, user_id), sorted by the key) unless it exists."""
+    if replace and catalog.table_exists(identifier):
+        catalog.purge_table(identifier)
+    if catalog.table_exists(identifier):
+        return catalog.load_table(identifier)
+    schema = history_iceberg_schema(config)
+    return catalog.create_table(
+        identifier,
+        schema=schema,
+        partition_spec=history_partition_spec(schema, config.layout.bucket_count),
+        sort_order=history_sort_order(schema),
+        properties={
+            FORMAT_PROPERTY: FORMAT_VERSION,
+            RUNS_PROPERTY: "{}",
+            "write.parquet.compression-codec": "zstd",
+            # Manifests keep bounds for the key columns (what planners prune on), counts elsewhere.
+            "write.metadata.metrics.default": "counts",
+            **{f"write.metadata.metrics.column.{c}": "full" for c in STATISTICS_COLUMNS},
+        },
+    )
+
+
+def live_runs(table: Table) -> dict[str, RunRecord]:
+    """The sorted runs of the table's current snapshot, oldest first."""
+    raw = json.loads(table.metadata.properties.get(RUNS_PROPERTY, "{}"))
+    return {run_id: RunRecord(**record) for run_id, record in raw.items()}
+
+
+def data_file_for(table: Table, written: WrittenFile) -> DataFile:
+    """An Iceberg DataFile for a written history file, with metrics read from its footer."""
+    fs, path = open_output(written.uri)
+    with fs.open_input_file(path) as handle:
+        metadata = pq.read_metadata(handle)
+    schema = table.schema()
+    statistics = data_file_statistics_from_parquet_metadata(
+        parquet_metadata=metadata,
+        stats_columns=compute_statistics_plan(schema, table.metadata.properties),
+        parquet_column_mapping=parquet_path_to_id_mapping(schema),
+    )
+    return DataFile.from_args(
+        content=DataFileContent.DATA,
+        file_path=written.uri,
+        file_format=FileFormat.PARQUET,
+        # One file holds one bucket: the partition is known, not inferred from bounds.
+        partition=Record(written.facts.bucket),
+        file_size_in_bytes=written.file_size,
+        sort_order_id=table.sort_order().order_id,
+        spec_id=table.spec().spec_id,
+        equality_ids=None,
+        key_metadata=None,
+        **statistics.to_serialized_dict(),
+    )
+
+
+def commit_runs(
+    table: Table,
+    new_runs: Sequence[tuple[RunRecord, Sequence[WrittenFile]]],
+    *,
+    replaces: Sequence[str] = (),
+    snapshot_properties: dict[str, str] | None = None,
+) -> int:
+    """Add runs (and drop the runs in `replaces`) in one snapshot; return its id."""
+    runs = live_runs(table)
+    missing = [r for r in replaces if r not in runs]
+    if missing:
+        raise SeqlakeError(f"cannot replace runs {missing}: not live in {table.name()}")
+    for record, _ in new_runs:
+        if record.run_id in runs:
+            raise SeqlakeError(f"run {record.run_id} is already published in {table.name()}")
+    for run_id in replaces:
+        del runs[run_id]
+    for record, _ in new_runs:
+        runs[record.run_id] = record
+    properties = {
+        "seqlake.operation": "merge-runs" if replaces else "publish-runs",
+        "seqlake.added-runs": ",".join(r.run_id for r, _ in new_runs),
+        **(snapshot_properties or {}),
+    }
+    if replaces:
+        properties["seqlake.replaced-runs"] = ",".join(replaces)
+    removed = _files_of_runs(table, set(replaces)) if replaces else []
+    with table.transaction() as tx:
+        tx.set_properties({RUNS_PROPERTY: json.dumps({k: asdict(v) for k, v in runs.items()})})
+        update = tx.update_snapshot(snapshot_properties=properties)
+        producer = update.overwrite() if replaces else update.fast_append()
+        with producer as files:
+            for data_file in removed:
+                files.delete_data_file(data_file)
+            for _, written in new_runs:
+                for item in written:
+                    files.append_data_file(data_file_for(table, item))
+    table.refresh()
+    return table.current_snapshot().snapshot_id
+
+
+def run_id_of_path(path: str) -> str:
+    """History file names start with `r<run_id>-`: the run is readable from the path alone."""
+    name = path.rsplit("/", 1)[-1]
+    if not name.startswith("r") or "-b" not in name:
+        raise SeqlakeError(f"{path} is not a seqlake history file name")
+    return name[1 : name.index("-b")]
+
+
+def history_file_uri(table: Table, run_id: str, bucket: int, sequence: int = 0) -> str:
+    return f"{table.location()}/data/user_id_bucket={bucket}/r{run_id}-b{bucket:04d}-{sequence:05d}.parquet"
+
+
+def _files_of_runs(table: Table, run_ids: set[str]) -> list[DataFile]:
+    return [task.file for task in table.scan().plan_files() if run_id_of_path(task.file.file_path) in run_ids]
