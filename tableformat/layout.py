@@ -66,5 +66,5 @@ def parquet_writer_options(schema: pa.Schema, policy: LayoutPolicy, expected_use
         "bloom_filter_options": {
             "user_id": {"ndv": max(1024, expected_users), "fpp": policy.bloom_filter_fpp}
         },
-        "store_schema": True,
+        "store_schema": False,  # the Parquet schema (with field ids) is enough; keeps footers small
     }

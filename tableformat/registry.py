@@ -36,6 +36,7 @@ from tableformat.writer import WrittenFile, open_output
 
 RUNS_PROPERTY = "seqlake.runs"
 FORMAT_PROPERTY = "seqlake.format-version"
+GROUPS_PROPERTY = "seqlake.feature-groups"
 
 
 @dataclass(frozen=True)
@@ -61,6 +62,7 @@ def create_history_table(catalog: Catalog, identifier: str, config: Config, repl
         sort_order=history_sort_order(schema),
         properties={
             FORMAT_PROPERTY: FORMAT_VERSION,
+            GROUPS_PROPERTY: ",".join(config.feature_groups),
             RUNS_PROPERTY: "{}",
             "write.parquet.compression-codec": "zstd",
             # Manifests keep bounds for the key columns (what planners prune on), counts elsewhere.

@@ -7,7 +7,7 @@ import pyarrow as pa
 
 from seqlake.config import Config
 from tableformat.bucketing import bucket_of
-from tableformat.schema import history_arrow_schema
+from tableformat.schema import KEY_COLUMNS, history_arrow_schema
 
 BASE_TS_US = 1_767_571_200_000_000  # 2026-01-05T00:00:00Z
 
@@ -52,6 +52,6 @@ def synthetic_history(config: Config, lengths: dict[int, int], seed: int = 1) ->
     table = pa.concat_tables(parts)
     table = table.append_column("_bucket", pa.array(bucket_of(table["user_id"], config.layout.bucket_count)))
     table = table.sort_by(
-        [("_bucket", "ascending")] + [(k, "ascending") for k in ("user_id", "feature_group", "event_ts", "lsn")]
+        [("_bucket", "ascending")] + [(k, "ascending") for k in KEY_COLUMNS]
     )
     return table.drop_columns(["_bucket"]).cast(schema)
