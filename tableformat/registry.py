@@ -130,7 +130,7 @@ def commit_runs(
     }
     if replaces:
         properties["seqlake.replaced-runs"] = ",".join(replaces)
-    removed = _files_of_runs(table, set(replaces)) if replaces else []
+    removed = files_of_runs(table, set(replaces)) if replaces else []
     with table.transaction() as tx:
         tx.set_properties({RUNS_PROPERTY: json.dumps({k: asdict(v) for k, v in runs.items()})})
         update = tx.update_snapshot(snapshot_properties=properties)
@@ -157,5 +157,5 @@ def history_file_uri(table: Table, run_id: str, bucket: int, sequence: int = 0) 
     return f"{table.location()}/data/user_id_bucket={bucket}/r{run_id}-b{bucket:04d}-{sequence:05d}.parquet"
 
 
-def _files_of_runs(table: Table, run_ids: set[str]) -> list[DataFile]:
+def files_of_runs(table: Table, run_ids: set[str]) -> list[DataFile]:
     return [task.file for task in table.scan().plan_files() if run_id_of_path(task.file.file_path) in run_ids]

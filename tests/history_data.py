@@ -51,7 +51,33 @@ def synthetic_history(config: Config, lengths: dict[int, int], seed: int = 1) ->
         parts.append(pa.table(columns))
     table = pa.concat_tables(parts)
     table = table.append_column("_bucket", pa.array(bucket_of(table["user_id"], config.layout.bucket_count)))
-    table = table.sort_by(
-        [("_bucket", "ascending")] + [(k, "ascending") for k in KEY_COLUMNS]
-    )
+    table = table.sort_by([("_bucket", "ascending")] + [(k, "ascending") for k in KEY_COLUMNS])
     return table.drop_columns(["_bucket"]).cast(schema)
+
+
+def publish_run(table, config: Config, data: pa.Table, run_id: str, batch_rows: int = 4096, policy=None):
+    """Write `data` (bucket-ordered) as sorted run `run_id` and commit it; return the written files."""
+    from tableformat.layout import DEFAULT_POLICY
+    from tableformat.registry import RunRecord, commit_runs, history_file_uri
+    from tableformat.run_writer import write_run
+
+    files = write_run(
+        data.to_batches(max_chunksize=batch_rows),
+        file_uri=lambda bucket: history_file_uri(table, run_id, bucket),
+        schema=history_arrow_schema(config),
+        run_id=run_id,
+        bucket_count=config.layout.bucket_count,
+        group_order=list(config.feature_groups),
+        policy=policy or DEFAULT_POLICY,
+    )
+    windows = pa.compute.min_max(data["window_id"]).values()
+    record = RunRecord(run_id, "window", [w.as_py() for w in windows], len(files), data.num_rows)
+    commit_runs(table, [(record, files)])
+    return files
+
+
+def history_table(config: Config, name: str = "history"):
+    from seqlake.catalog import open_catalog, table_identifier
+    from tableformat.registry import create_history_table
+
+    return create_history_table(open_catalog(config), table_identifier(config, name), config, replace=True)

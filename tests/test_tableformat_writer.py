@@ -1,0 +1,149 @@
+"""The history file layout as any Parquet reader sees it."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from seqlake.duckdb_session import connect
+from tableformat.checksum import table_checksum
+from tableformat.footer import FileFacts
+from tableformat.layout import LayoutPolicy
+from tableformat.schema import history_arrow_schema
+from tableformat.writer import HistoryFileWriter, UnsortedInputError
+from tests.conftest import make_config
+from tests.history_data import synthetic_history
+
+POLICY = LayoutPolicy(dedicated_user_rows=500, packed_row_group_rows=2000, max_row_group_rows=4000)
+
+
+@pytest.fixture(scope="module")
+def config(tmp_path_factory):
+    return make_config(tmp_path_factory.mktemp("wh"))
+
+
+def one_bucket(config, lengths: dict[int, int]) -> pa.Table:
+    # A single file holds one bucket; for layout tests, sort users of any bucket together.
+    data = synthetic_history(config, lengths)
+    return data.sort_by([(k, "ascending") for k in ("user_id", "feature_group", "event_ts", "lsn")])
+
+
+def write(config, data: pa.Table, path, batch_rows: int = 700, policy: LayoutPolicy = POLICY):
+    writer = HistoryFileWriter(
+        str(path),
+        history_arrow_schema(config),
+        run_id="w7",
+        bucket=0,
+        group_order=list(config.feature_groups),
+        policy=policy,
+    )
+    for batch in data.to_batches(max_chunksize=batch_rows):
+        writer.write(batch)
+    return writer.close()
+
+
+def test_row_groups_follow_users(config, tmp_path):
+    lengths = {10 + i: 50 + 13 * i for i in range(30)} | {100: 9_000, 101: 600}
+    data = one_bucket(config, lengths)
+    written = write(config, data, tmp_path / "f.parquet")
+    meta = pq.read_metadata(tmp_path / "f.parquet")
+    assert written.row_groups == meta.num_row_groups
+    users_by_group = [
+        set(
+            pq.ParquetFile(tmp_path / "f.parquet")
+            .read_row_group(g, columns=["user_id"])["user_id"]
+            .to_pylist()
+        )
+        for g in range(meta.num_row_groups)
+    ]
+    for user, n in lengths.items():
+        groups = [g for g, users in enumerate(users_by_group) if user in users]
+        if n >= POLICY.dedicated_user_rows:
+            # Long histories own their row groups, cut at the maximum size.
+            assert all(users_by_group[g] == {user} for g in groups)
+            assert len(groups) == -(-n // POLICY.max_row_group_rows)
+        else:
+            assert len(groups) == 1  # a short history is never split
+    for g in range(meta.num_row_groups):
+        assert meta.row_group(g).num_rows <= POLICY.max_row_group_rows
+
+
+def test_footer_facts_describe_the_file(config, tmp_path):
+    data = one_bucket(config, {5: 300, 6: 40, 9: 1200})
+    written = write(config, data, tmp_path / "f.parquet")
+    facts = FileFacts.from_metadata(pq.read_metadata(tmp_path / "f.parquet").metadata)
+    assert facts == written.facts
+    assert facts.row_count == data.num_rows and facts.run_id == "w7"
+    assert facts.key_min[0] == 5 and facts.key_max[0] == 9
+    assert facts.checksum == table_checksum(data, history_arrow_schema(config))
+    assert set(facts.lsn_ranges) == {str(p) for p in set(data["source_partition"].to_pylist())}
+    assert facts.windows == [min(data["window_id"].to_pylist()), max(data["window_id"].to_pylist())]
+
+
+def test_checksum_does_not_depend_on_batching(config, tmp_path):
+    data = one_bucket(config, {1: 800, 2: 30})
+    a = write(config, data, tmp_path / "a.parquet", batch_rows=97)
+    b = write(config, data, tmp_path / "b.parquet", batch_rows=5000)
+    assert a.facts.checksum == b.facts.checksum
+    changed = data.set_column(
+        data.schema.get_field_index("watch_time_ms"),
+        "watch_time_ms",
+        pa.array([7] + data["watch_time_ms"].to_pylist()[1:], pa.int32()),
+    )
+    c = write(config, changed, tmp_path / "c.parquet")
+    assert c.facts.checksum != a.facts.checksum
+
+
+def test_encodings_statistics_bloom_filter_and_page_index(config, tmp_path):
+    data = one_bucket(config, {1: 3000, 2: 100})
+    write(config, data, tmp_path / "f.parquet")
+    meta = pq.read_metadata(tmp_path / "f.parquet")
+    names = meta.schema.to_arrow_schema().names
+    column = meta.row_group(0).column
+    assert "DELTA_BINARY_PACKED" in column(names.index("event_ts")).encodings
+    assert "DELTA_BINARY_PACKED" in column(names.index("lsn")).encodings
+    assert "RLE_DICTIONARY" in column(names.index("surface")).encodings
+    assert column(names.index("user_id")).bloom_filter_offset is not None
+    assert column(names.index("user_id")).has_column_index
+    assert column(names.index("user_id")).statistics.has_min_max
+    assert column(names.index("item_id")).compression == "ZSTD"
+    assert meta.row_group(0).sorting_columns[0].column_index == names.index("user_id")
+
+
+def test_any_parquet_reader_reads_the_file_unchanged(config, tmp_path):
+    data = one_bucket(config, {3: 200, 4: 20})
+    write(config, data, tmp_path / "f.parquet")
+    with connect() as con:
+        rows = con.execute(
+            "SELECT user_id, lsn, item_id, surface FROM read_parquet(?) ORDER BY user_id, feature_group, "
+            "event_ts, lsn",
+            [str(tmp_path / "f.parquet")],
+        ).fetchall()
+    expected = data.select(["user_id", "lsn", "item_id", "surface"]).to_pylist()
+    assert [tuple(r.values()) for r in expected] == rows
+
+
+def test_unsorted_or_repeated_keys_are_refused_and_leave_no_file(config, tmp_path):
+    data = one_bucket(config, {1: 50, 2: 50})
+    swapped = pa.concat_tables([data.slice(50), data.slice(0, 50)])
+    path = tmp_path / "bad.parquet"
+    with (
+        pytest.raises(UnsortedInputError, match=r"does not follow"),
+        HistoryFileWriter(
+            str(path),
+            history_arrow_schema(config),
+            run_id="w1",
+            bucket=0,
+            group_order=list(config.feature_groups),
+        ) as writer,
+    ):
+        writer.write(swapped)
+    assert not path.exists()
+    with pytest.raises(UnsortedInputError):
+        write(config, pa.concat_tables([data.slice(0, 10), data.slice(9, 5)]), tmp_path / "dup.parquet")
+
+
+def test_policy_validates_itself():
+    with pytest.raises(ValueError, match="bloom_filter_fpp must be between 0 and 1"):
+        LayoutPolicy(bloom_filter_fpp=1.5)
