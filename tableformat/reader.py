@@ -34,7 +34,7 @@ class HistoryReader:
         unknown = [c for c in wanted if c not in self.columns]
         if unknown:
             raise SchemaError(f"unknown columns {unknown}; the history table has {self.columns}")
-        parts = [self._read_file(uri, int(user_id), wanted) for uri in self.files_for_user(user_id)]
+        parts = [self.read_user_in_file(uri, int(user_id), wanted) for uri in self.files_for_user(user_id)]
         parts = [p for p in parts if p.num_rows]
         if not parts:
             schema = self.table.schema().as_arrow()
@@ -44,7 +44,8 @@ class HistoryReader:
             result = result.sort_by([(k, "ascending") for k in KEY_COLUMNS if k in result.column_names])
         return result
 
-    def _read_file(self, uri: str, user_id: int, wanted: list[str]) -> pa.Table:
+    def read_user_in_file(self, uri: str, user_id: int, wanted: list[str]) -> pa.Table:
+        """The user's rows in one data file: row groups chosen by user_id statistics."""
         with self.fs.open_input_file(uri) as handle:
             meta = self.footers.get(uri)
             if meta is None:

@@ -46,3 +46,19 @@ def spark(lake_config: Config):
     session = spark_session(lake_config, "seqlake-tests", "local[2]")
     yield session
     session.stop()
+
+
+_MEASUREMENTS: list[str] = []
+
+
+@pytest.fixture
+def measurement():
+    """Record a measured line; all of them are printed in the test run's summary."""
+    return _MEASUREMENTS.append
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    if _MEASUREMENTS:
+        terminalreporter.section("seqlake measurements")
+        for line in _MEASUREMENTS:
+            terminalreporter.write_line(line)

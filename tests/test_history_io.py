@@ -1,0 +1,77 @@
+"""Real I/O of point lookups, counted through an instrumented filesystem (not estimated)."""
+
+from __future__ import annotations
+
+import pyarrow.parquet as pq
+import pytest
+
+from tableformat.io import CountingFileSystem, FooterCache
+from tableformat.reader import HistoryReader
+from tests.conftest import make_config
+from tests.history_data import history_table, publish_run, synthetic_history
+
+USER = 1_000_003
+COLUMNS = ["event_ts", "item_id"]
+
+
+@pytest.fixture(scope="module")
+def table(tmp_path_factory):
+    config = make_config(tmp_path_factory.mktemp("io") / "wh")
+    table = history_table(config)
+    lengths = {1_000_000 + i: 20 + (i * 37) % 400 for i in range(2000)} | {USER: 10_000}
+    publish_run(table, config, synthetic_history(config, lengths, seed=5), "w1", batch_rows=8192)
+    publish_run(table, config, synthetic_history(config, {USER: 300, 1_000_004: 50}, seed=6), "w2")
+    publish_run(table, config, synthetic_history(config, {USER: 40, 1_000_010: 50}, seed=7), "w3")
+    return table
+
+
+def compressed_size(uri: str, user: int, columns: list[str]) -> int:
+    """Compressed bytes of `columns` in the row groups that hold only `user`."""
+    meta = pq.read_metadata(uri.removeprefix("file://"))
+    names = meta.schema.to_arrow_schema().names
+    total = 0
+    for g in range(meta.num_row_groups):
+        group = meta.row_group(g)
+        stats = group.column(names.index("user_id")).statistics
+        if stats.min == stats.max == user:
+            total += sum(group.column(names.index(c)).total_compressed_size for c in columns)
+    return total
+
+
+def test_ten_thousand_event_lookup_reads_little_more_than_its_two_columns(table, measurement):
+    run_file = next(u for u in HistoryReader(table).files_for_user(USER) if "/rw1-" in u)
+    target = compressed_size(run_file, USER, COLUMNS)
+    fs = CountingFileSystem()
+    reader = HistoryReader(table, fs, FooterCache())
+    cold = reader.read_user_in_file(run_file, USER, COLUMNS)
+    cold_io = fs.stats.snapshot()
+    warm = reader.read_user_in_file(run_file, USER, COLUMNS)
+    warm_io = fs.stats.since(cold_io)
+
+    assert cold.num_rows == warm.num_rows == 10_000
+    assert cold_io.opens == 1
+    assert cold_io.bytes_read <= 1.5 * target
+    assert warm_io.bytes_read <= 1.05 * target
+    measurement(
+        f"I/O, 10K-event user, 2 columns ({target:,} B compressed): cold {cold_io.bytes_read:,} B "
+        f"({cold_io.bytes_read / target:.2f}x, footer included) in {cold_io.reads} reads; "
+        f"footer cached {warm_io.bytes_read:,} B ({warm_io.bytes_read / target:.2f}x)"
+    )
+
+
+def test_lookup_opens_one_file_per_sorted_run(table, measurement):
+    fs = CountingFileSystem()
+    reader = HistoryReader(table, fs)
+    history = reader.read_user(USER, COLUMNS)
+    assert history.num_rows == 10_000 + 300 + 40
+    assert fs.stats.opens == 3  # runs w1, w2, w3: one file each
+    keys = list(zip(history["event_ts"].to_pylist(), strict=True))
+    assert keys == sorted(keys)
+
+    # A user of runs w1 and w3 only: the w2 file of its bucket is pruned by its user bounds.
+    other = CountingFileSystem()
+    assert HistoryReader(table, other).read_user(1_000_010, COLUMNS).num_rows == (20 + 10 * 37 % 400) + 50
+    assert other.stats.opens == 2
+    measurement(
+        f"files opened for a user present in 3 runs: {fs.stats.opens}; other user: {other.stats.opens}"
+    )
