@@ -7,6 +7,7 @@ at start, so it runs on machines without network access.
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
@@ -77,6 +78,9 @@ def spark_conf(config: Config, master: str = "local[2]") -> dict[str, str]:
         # pyiceberg commits outside Spark; a cached table would serve a stale snapshot.
         f"{catalog}.cache-enabled": "false",
         "spark.sql.session.timeZone": "UTC",
+        # Python workers run seqlake's own code (mapInArrow writers): the same interpreter as here.
+        "spark.pyspark.python": os.environ.get("PYSPARK_PYTHON", sys.executable),
+        "spark.pyspark.driver.python": sys.executable,
         "spark.sql.shuffle.partitions": str(max(2, config.layout.bucket_count)),
         "spark.default.parallelism": "2",
         "spark.ui.enabled": "false",
@@ -101,6 +105,8 @@ def spark_session(
     from seqlake.catalog import open_catalog
 
     open_catalog(config)  # creates the catalog tables and namespace Spark expects
+    # PySpark picks the workers' interpreter from the environment, not from spark.pyspark.python.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = SparkSession.builder.appName(app_name)
     settings = spark_conf(config, master or os.environ.get("SEQLAKE_SPARK_MASTER", "local[2]"))
     settings.update(extra)

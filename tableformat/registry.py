@@ -9,7 +9,9 @@ sees half a run, and every engine can ignore the property safely.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+import logging
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 
 import pyarrow.parquet as pq
@@ -84,11 +86,12 @@ def data_file_for(table: Table, written: WrittenFile) -> DataFile:
     with fs.open_input_file(path) as handle:
         metadata = pq.read_metadata(handle)
     schema = table.schema()
-    statistics = data_file_statistics_from_parquet_metadata(
-        parquet_metadata=metadata,
-        stats_columns=compute_statistics_plan(schema, table.metadata.properties),
-        parquet_column_mapping=parquet_path_to_id_mapping(schema),
-    )
+    with _quiet_missing_statistics():
+        statistics = data_file_statistics_from_parquet_metadata(
+            parquet_metadata=metadata,
+            stats_columns=compute_statistics_plan(schema, table.metadata.properties),
+            parquet_column_mapping=parquet_path_to_id_mapping(schema),
+        )
     return DataFile.from_args(
         content=DataFileContent.DATA,
         file_path=written.uri,
@@ -102,6 +105,22 @@ def data_file_for(table: Table, written: WrittenFile) -> DataFile:
         key_metadata=None,
         **statistics.to_serialized_dict(),
     )
+
+
+@contextmanager
+def _quiet_missing_statistics() -> Iterator[None]:
+    # Only key columns carry Parquet statistics (small footers, SPEC.md); pyiceberg warns once per
+    # other column and file, which says nothing here.
+    log = logging.getLogger("pyiceberg.io.pyarrow")
+
+    def keep(record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("PyArrow statistics missing")
+
+    log.addFilter(keep)
+    try:
+        yield
+    finally:
+        log.removeFilter(keep)
 
 
 def commit_runs(

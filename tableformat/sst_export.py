@@ -71,7 +71,10 @@ class UnknownRunError(SeqlakeError):
 
 def _flip(value: int) -> bytes:
     # Adding 2**63 flips the sign bit; struct rejects values outside int64 instead of wrapping them.
-    return _INT64.pack(value + _SIGN_INT)
+    try:
+        return _INT64.pack(value + _SIGN_INT)
+    except struct.error:
+        raise ValueError(f"{value} is not an int64") from None
 
 
 def _unflip(raw: bytes) -> int:
@@ -148,7 +151,7 @@ class SstFileInfo:
 @dataclass(frozen=True)
 class SstExportSummary:
     run_id: str
-    snapshot_id: int
+    snapshot_id: int | None
     columns: tuple[str, ...]
     files: tuple[SstFileInfo, ...]
     keys: int
@@ -199,8 +202,8 @@ def export_run_sst(
         raise UnknownRunError(
             f"run {run_id!r} is not live in {_name(table)}; live runs: {', '.join(runs) or 'none'}"
         )
-    arrow_schema = table.schema().as_arrow()
-    value_columns = _value_columns(arrow_schema, columns)
+    iceberg_schema = table.schema()
+    value_columns = _value_columns([f.name for f in iceberg_schema.fields], columns)
     snapshot = table.current_snapshot()
     tasks = [t for t in table.scan().plan_files() if run_id_of_path(t.file.file_path) == run_id]
     if any(t.delete_files for t in tasks):
@@ -220,7 +223,8 @@ def export_run_sst(
         sink.close()
         if sink.keys != expected_rows:
             raise SeqlakeError(f"exported {sink.keys} keys but run {run_id} holds {expected_rows} rows")
-        types = {name: str(arrow_schema.field(name).type) for name in value_columns}
+        # Iceberg type names: the table's contract, whatever Arrow type a reader maps them to.
+        types = {name: str(iceberg_schema.find_field(name).field_type) for name in value_columns}
         manifest = {
             "format": "seqlake-sst-export",
             "table": _name(table),
@@ -236,6 +240,7 @@ def export_run_sst(
             "value": {
                 "format_version": VALUE_FORMAT_VERSION,
                 "encoding": "1 version byte, then a compact UTF-8 JSON array of `columns` (null for null)",
+                "types_are": "iceberg",
                 "columns": value_columns,
                 "types": types,
             },
@@ -270,16 +275,16 @@ def _name(table: Table) -> str:
     return ".".join(table.name())
 
 
-def _value_columns(schema: pa.Schema, columns: Sequence[str] | None) -> list[str]:
+def _value_columns(names: list[str], columns: Sequence[str] | None) -> list[str]:
     if columns is None:
         skip = set(KEY_COLUMNS) | set(BOOKKEEPING_COLUMNS)
-        return [name for name in schema.names if name not in skip]
+        return [name for name in names if name not in skip]
     out: list[str] = []
     for name in columns:
         if name in KEY_COLUMNS:
             raise SchemaError(f"column {name!r} is part of the key; choose value columns only")
-        if name not in schema.names:
-            raise SchemaError(f"unknown column {name!r}; the table has {', '.join(schema.names)}")
+        if name not in names:
+            raise SchemaError(f"unknown column {name!r}; the table has {', '.join(names)}")
         if name not in out:
             out.append(name)
     return out
@@ -319,13 +324,14 @@ def _stream_sorted(
     with connect(extensions=()) as con:
         try:
             con.execute(f"SET temp_directory = '{str(spill).replace(chr(39), chr(39) * 2)}'")
-            reader = con.execute(sql, {"paths": paths}).fetch_record_batch(batch_rows)
+            reader = con.execute(sql, {"paths": paths}).to_arrow_reader(batch_rows)
             reported = 0
             for batch in reader:
                 sink.write(batch)
                 if progress is not None:
                     done = sink.bytes_so_far()
-                    progress.add(rows=batch.num_rows, nbytes=done - reported, note=f"{len(sink.files)} files")
+                    note = f"writing {sink.current_name()}"
+                    progress.add(rows=batch.num_rows, nbytes=done - reported, note=note)
                     reported = done
         except duckdb.Error as error:
             raise SeqlakeError(f"reading the run's files failed: {error}") from error
@@ -360,7 +366,7 @@ class _SstSink:
         tails = np.empty((n, 2), dtype=">u8")
         tails[:, 0] = batch.column(2).to_numpy().view(np.uint64) ^ _SIGN
         tails[:, 1] = batch.column(3).to_numpy().view(np.uint64) ^ _SIGN
-        tail_bytes = tails.tobytes()
+        tail = tails.tobytes()
         groups = pc.dictionary_encode(batch.column(1))
         group_keys = [encode_group(g) for g in groups.dictionary.to_pylist()]
         group_ids = groups.indices.to_numpy()
@@ -376,15 +382,22 @@ class _SstSink:
                     self._open(user)
                 self._last_user = user
             writer = self._writer
-            for i in range(start, end):
-                key = heads[8 * i : 8 * i + 8] + group_keys[group_ids[i]] + tail_bytes[16 * i : 16 * i + 16]
-                writer[key] = _VALUE_PREFIX + encode(rows[i]).encode("utf-8")
+            key = b""
+            try:
+                for i in range(start, end):
+                    key = heads[8 * i : 8 * i + 8] + group_keys[group_ids[i]] + tail[16 * i : 16 * i + 16]
+                    writer[key] = _VALUE_PREFIX + encode(rows[i]).encode("utf-8")
+            except Exception as error:  # rocksdict raises plain Exception, e.g. for a repeated key
+                raise SeqlakeError(f"cannot write key {decode_key(key)} to {self._name}: {error}") from error
             if self._file_keys == 0:
                 self._first_key = heads[8 * start : 8 * start + 8] + group_keys[group_ids[start]]
-                self._first_key += tail_bytes[16 * start : 16 * start + 16]
+                self._first_key += tail[16 * start : 16 * start + 16]
             self._file_keys += end - start
             self._last_key = key
         self.keys += n
+
+    def current_name(self) -> str:
+        return self._name if self._writer is not None else "-"
 
     def bytes_so_far(self) -> int:
         current = self._writer.file_size() if self._writer is not None else 0

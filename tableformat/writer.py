@@ -69,8 +69,10 @@ class KeyOrder:
             g = np.concatenate([[self.last[1]], g])
             t = np.concatenate([[self.last[2]], t])
             s = np.concatenate([[self.last[3]], s])
-        du, dg, dt, ds = (np.diff(x) for x in (u, g, t, s))
-        increasing = (du > 0) | ((du == 0) & ((dg > 0) | ((dg == 0) & ((dt > 0) | ((dt == 0) & (ds > 0))))))
+        # Element-wise comparisons, not np.diff: differences of int64 keys can overflow.
+        gt = [x[1:] > x[:-1] for x in (u, g, t, s)]
+        eq = [x[1:] == x[:-1] for x in (u, g, t, s)]
+        increasing = gt[0] | (eq[0] & (gt[1] | (eq[1] & (gt[2] | (eq[2] & gt[3])))))
         if not increasing.all():
             i = int(np.argmin(increasing))
             raise UnsortedInputError(
