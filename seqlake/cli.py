@@ -3,27 +3,29 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 from collections.abc import Callable
 
 from seqlake.errors import SeqlakeError
 
 
-def _generate(argv: list[str]) -> int:
-    from jobs.generate import main
+def _job(module: str) -> Callable[[list[str]], int]:
+    # Jobs import their engines lazily: `seqlake --help` stays fast.
+    def run(argv: list[str]) -> int:
+        return importlib.import_module(module).main(argv)
 
-    return main(argv)
-
-
-def _demo(argv: list[str]) -> int:
-    from jobs.demo import main
-
-    return main(argv)
+    return run
 
 
 COMMANDS: dict[str, tuple[Callable[[list[str]], int], str]] = {
-    "generate": (_generate, "write a deterministic synthetic event stream (raw source records)"),
-    "demo": (_demo, "run the main job end to end on the configured warehouse and print its report"),
+    "demo": (
+        _job("jobs.demo"),
+        "run the main job end to end on the configured warehouse and print its report",
+    ),
+    "generate": (_job("jobs.generate"), "write a deterministic synthetic event stream (raw source records)"),
+    "fsck": (_job("jobs.fsck"), "check every invariant of the history table's files and runs"),
+    "export-sst": (_job("jobs.export_sst"), "export a sorted run as RocksDB SST files for bulk loading"),
 }
 
 

@@ -1,0 +1,42 @@
+"""Check every invariant of the history table; exit 1 with a precise message on the first broken file."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from seqlake.catalog import open_catalog, table_identifier
+from seqlake.config import load_config
+from seqlake.errors import SchemaError
+from tableformat.fsck import FsckError, fsck_table
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="seqlake fsck", description=__doc__)
+    parser.add_argument("--config", help="configuration YAML (default: conf/seqlake.yaml)")
+    parser.add_argument("--table", default="history", help="history table name (default: history)")
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="metadata and footers only: skip re-reading rows (order, checksum)",
+    )
+    args = parser.parse_args(argv)
+    config = load_config(args.config)
+    catalog = open_catalog(config)
+    identifier = table_identifier(config, args.table)
+    if not catalog.table_exists(identifier):
+        raise SchemaError(f"no table {identifier} in the catalog at {config.catalog_uri()}")
+    try:
+        report = fsck_table(catalog.load_table(identifier), full=not args.quick)
+    except FsckError as error:
+        print(f"seqlake fsck: BROKEN: {error}", file=sys.stderr)
+        return 1
+    print(
+        f"{identifier}: OK: {report.runs} runs, {report.files} files, {report.rows:,} rows, "
+        f"{report.bytes / 2**20:,.1f} MiB"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
