@@ -26,9 +26,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--config", help="configuration YAML (default: conf/seqlake.yaml)")
     parser.add_argument("--table", default="history", help="history table name (default: history)")
-    parser.add_argument(
-        "--run", dest="run_id", metavar="RUN_ID", help="run to export (default: newest live run)"
-    )
+    parser.add_argument("--run", dest="run_id", metavar="RUN_ID", help="run to export (default: newest live run)")
     parser.add_argument("--out", required=True, metavar="DIR", help="output directory (new or empty)")
     parser.add_argument(
         "--columns",

@@ -10,6 +10,7 @@ which commits the run to Iceberg.
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import Iterator
 
 import pyarrow as pa
@@ -20,6 +21,7 @@ from pyspark.sql import functions as F
 from seqlake.config import Config
 from tableformat.footer import FileFacts
 from tableformat.layout import DEFAULT_POLICY, LayoutPolicy
+from tableformat.registry import history_file_uri
 from tableformat.run_writer import check_run_id, write_run
 from tableformat.schema import KEY_COLUMNS, history_arrow_schema
 from tableformat.writer import WrittenFile
@@ -54,6 +56,7 @@ def write_run_with_spark(
     check_run_id(run_id)
     schema = history_arrow_schema(config)
     location = table.location()
+    attempt = uuid.uuid4().hex[:12]
     bucket_count = config.layout.bucket_count
     groups = list(config.feature_groups)
     names = schema.names
@@ -62,7 +65,7 @@ def write_run_with_spark(
         stripped = (b.select(names) for b in batches)  # drop the bucket column, keep storage order
         written = write_run(
             stripped,
-            file_uri=lambda b: f"{location}/data/user_id_bucket={b}/r{run_id}-b{b:04d}-00000.parquet",
+            file_uri=lambda b: history_file_uri(location, run_id, b, attempt),
             schema=schema,
             run_id=run_id,
             bucket_count=bucket_count,

@@ -24,6 +24,8 @@ COMMANDS: dict[str, tuple[Callable[[list[str]], int], str]] = {
         "run the main job end to end on the configured warehouse and print its report",
     ),
     "generate": (_job("jobs.generate"), "write a deterministic synthetic event stream (raw source records)"),
+    "ingest": (_job("jobs.ingest"), "ingest the raw source into the landing tier (Delta), quarantining bad records"),
+    "compact": (_job("jobs.compact"), "publish closed windows as sorted runs of the history table; merge runs"),
     "fsck": (_job("jobs.fsck"), "check every invariant of the history table's files and runs"),
     "export-sst": (_job("jobs.export_sst"), "export a sorted run as RocksDB SST files for bulk loading"),
 }

@@ -16,6 +16,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from seqlake.errors import ConfigError
+from seqlake.operators import get_operator
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_CONFIG_PATH = PROJECT_ROOT / "conf" / "seqlake.yaml"
@@ -24,7 +25,6 @@ ENV_WAREHOUSE = "SEQLAKE_WAREHOUSE"
 ENV_CATALOG_URI = "SEQLAKE_CATALOG_URI"
 
 ColumnType = Literal["bool", "int8", "int16", "int32", "int64", "float32", "float64", "string"]
-MergeOp = Literal["max", "min", "sum", "count", "bit_or", "first", "last"]
 Identifier = Annotated[str, Field(pattern=r"^[a-z][a-z0-9_]{0,62}$")]
 
 # Columns every event carries whatever its feature group; user columns may not reuse these names.
@@ -39,17 +39,19 @@ class _Frozen(BaseModel):
 
 class ColumnSpec(_Frozen):
     type: ColumnType
-    merge: MergeOp = "last"
+    merge: str = "last"
     max_length: int | None = Field(default=None, gt=0)
 
     @model_validator(mode="after")
     def _max_length_only_for_strings(self) -> ColumnSpec:
         if self.max_length is not None and self.type != "string":
             raise ValueError(f"max_length applies to string columns, not {self.type}")
-        if self.merge == "bit_or" and not self.type.startswith("int"):
-            raise ValueError(f"merge 'bit_or' needs an integer column, not {self.type}")
-        if self.merge == "sum" and self.type in ("string", "bool"):
-            raise ValueError(f"merge 'sum' needs a numeric column, not {self.type}")
+        try:
+            operator = get_operator(self.merge)
+        except ConfigError as error:
+            raise ValueError(str(error)) from None
+        if operator.types is not None and self.type not in operator.types:
+            raise ValueError(f"merge {self.merge!r} does not apply to a {self.type} column")
         return self
 
 
@@ -83,6 +85,10 @@ class WarehouseSpec(_Frozen):
 class LayoutSpec(_Frozen):
     bucket_count: int = Field(default=8, ge=1, le=4096)
     window_seconds: int = Field(default=3600, ge=60)
+    # A capacity merge rewrites a table's runs into one when it holds more than this many.
+    max_runs: int = Field(default=4, ge=1)
+    # Closed windows whose original events stay in the detail table (to rebuild older versions).
+    detail_retention_windows: int = Field(default=168, ge=1)
 
 
 class GeneratorSpec(_Frozen):
@@ -133,9 +139,7 @@ class Config(_Frozen):
             for column, col in spec.columns.items():
                 seen = owners.setdefault(column, (group, col.type))
                 if seen[1] != col.type:
-                    raise ValueError(
-                        f"column {column!r} is {col.type} in {group!r} but {seen[1]} in {seen[0]!r}"
-                    )
+                    raise ValueError(f"column {column!r} is {col.type} in {group!r} but {seen[1]} in {seen[0]!r}")
         for name, tenant in self.tenants.items():
             for group in tenant.feature_groups:
                 if group not in self.feature_groups:

@@ -148,17 +148,13 @@ class EventGenerator:
         self._group_p = group_weights(len(self._groups))
         self.history_lengths = sample_history_lengths(self.spec)
         windows = self.spec.windows
-        self._counts = rng_for(self.spec.seed, 1).multinomial(
-            self.history_lengths, np.full(windows, 1.0 / windows)
-        )
+        self._counts = rng_for(self.spec.seed, 1).multinomial(self.history_lengths, np.full(windows, 1.0 / windows))
         self._user_ids = user_id_of(np.arange(self.spec.users))
         self._partitions = partition_of(self._user_ids, self.spec.source_partitions)
         per_window = self._counts.sum(axis=0)
         total, before_last = int(per_window.sum()), int(per_window[:-1].sum())
         # Only windows before the last can deliver later, so they carry the whole very-late share.
-        self._very_late_rate = (
-            min(1.0, self.spec.very_late_share * total / before_last) if before_last else 0.0
-        )
+        self._very_late_rate = min(1.0, self.spec.very_late_share * total / before_last) if before_last else 0.0
         share = self.spec.malformed_share
         if share >= 1:
             raise ConfigError("generator.malformed_share = 1: malformed records are extra records")
@@ -244,9 +240,7 @@ class EventGenerator:
             self._very_late += len(chosen)
             parked = events.take(np.sort(chosen))
             delivery = np.minimum(window + rng.integers(1, 4, len(parked)), self.spec.windows - 1)
-            parked.arrival = (
-                self._start_ms + delivery * self._window_ms + rng.integers(0, self._window_ms, len(parked))
-            )
+            parked.arrival = self._start_ms + delivery * self._window_ms + rng.integers(0, self._window_ms, len(parked))
             for target_window in np.unique(delivery).tolist():
                 pending[target_window].append(parked.take(delivery == target_window))
         events = events.take(~very_late)
@@ -290,9 +284,7 @@ class EventGenerator:
         arrival[late] = np.minimum(late_arrival, end - 1)
         return arrival
 
-    def _duplicates(
-        self, window: int, delivered: _Records, rng: np.random.Generator, pending: dict
-    ) -> _Records:
+    def _duplicates(self, window: int, delivered: _Records, rng: np.random.Generator, pending: dict) -> _Records:
         """Retransmit a share of this window's first deliveries; later-window copies go pending."""
         firsts = np.flatnonzero(delivered.kind == 0)  # copies parked earlier are not copied again
         self._originals += len(firsts)
@@ -391,9 +383,7 @@ class EventGenerator:
             )
             columns = {
                 name: fit_column(
-                    items
-                    if name == spec.item_column
-                    else column_values(name, col, users, ts[sel], items, rng, cache),
+                    items if name == spec.item_column else column_values(name, col, users, ts[sel], items, rng, cache),
                     col,
                 )
                 for name, col in spec.columns.items()

@@ -51,9 +51,7 @@ def jdbc_catalog_options(catalog_uri: str) -> dict[str, str]:
         if parts.password:
             options["jdbc.password"] = parts.password
         return options
-    raise ConfigError(
-        f"warehouse.catalog_uri = {catalog_uri!r}: Spark supports sqlite:/// and postgresql:// catalogs"
-    )
+    raise ConfigError(f"warehouse.catalog_uri = {catalog_uri!r}: Spark supports sqlite:/// and postgresql:// catalogs")
 
 
 def spark_conf(config: Config, master: str = "local[2]") -> dict[str, str]:
@@ -96,9 +94,7 @@ def spark_conf(config: Config, master: str = "local[2]") -> dict[str, str]:
     return conf
 
 
-def spark_session(
-    config: Config, app_name: str = "seqlake", master: str | None = None, **extra: str
-) -> SparkSession:
+def spark_session(config: Config, app_name: str = "seqlake", master: str | None = None, **extra: str) -> SparkSession:
     """Start (or reuse) the SparkSession for this configuration."""
     from pyspark.sql import SparkSession
 

@@ -112,9 +112,7 @@ def _check_content(path: str, parquet: pq.ParquetFile, facts: FileFacts, group_o
     if facts.row_count and (first, last) != (facts.key_min, facts.key_max):
         _fail(path, f"key range {first}..{last} differs from footer {facts.key_min}..{facts.key_max}")
     if checksum.hexdigest() != facts.checksum:
-        _fail(
-            path, f"content checksum {checksum.hexdigest()[:16]}… differs from footer {facts.checksum[:16]}…"
-        )
+        _fail(path, f"content checksum {checksum.hexdigest()[:16]}… differs from footer {facts.checksum[:16]}…")
 
 
 def fsck_table(table: Table, full: bool = True) -> FsckReport:

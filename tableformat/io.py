@@ -23,9 +23,7 @@ class IOStats:
         return IOStats(self.opens, self.reads, self.bytes_read)
 
     def since(self, earlier: IOStats) -> IOStats:
-        return IOStats(
-            self.opens - earlier.opens, self.reads - earlier.reads, self.bytes_read - earlier.bytes_read
-        )
+        return IOStats(self.opens - earlier.opens, self.reads - earlier.reads, self.bytes_read - earlier.bytes_read)
 
 
 class _CountingReader(io.RawIOBase):

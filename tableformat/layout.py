@@ -63,8 +63,6 @@ def parquet_writer_options(schema: pa.Schema, policy: LayoutPolicy, expected_use
         "write_page_index": True,
         "data_page_size": policy.data_page_size,
         "sorting_columns": [pq.SortingColumn(schema.get_field_index(c)) for c in KEY_COLUMNS],
-        "bloom_filter_options": {
-            "user_id": {"ndv": max(1024, expected_users), "fpp": policy.bloom_filter_fpp}
-        },
+        "bloom_filter_options": {"user_id": {"ndv": max(1024, expected_users), "fpp": policy.bloom_filter_fpp}},
         "store_schema": False,  # the Parquet schema (with field ids) is enough; keeps footers small
     }

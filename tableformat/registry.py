@@ -172,8 +172,10 @@ def run_id_of_path(path: str) -> str:
     return name[1 : name.index("-b")]
 
 
-def history_file_uri(table: Table, run_id: str, bucket: int, sequence: int = 0) -> str:
-    return f"{table.location()}/data/user_id_bucket={bucket}/r{run_id}-b{bucket:04d}-{sequence:05d}.parquet"
+def history_file_uri(location: str, run_id: str, bucket: int, attempt: str = "0") -> str:
+    """Where a run's file for one bucket goes. `attempt` keeps racing or retried writers of the same
+    run from writing to the same path; only the committed attempt's files become live."""
+    return f"{location}/data/user_id_bucket={bucket}/r{run_id}-b{bucket:04d}-{attempt}.parquet"
 
 
 def files_of_runs(table: Table, run_ids: set[str]) -> list[DataFile]:

@@ -54,9 +54,7 @@ def write_run(
                         written.append(writer.close())
                         done.add(writer.bucket)
                     if bucket in done:
-                        raise UnsortedInputError(
-                            f"bucket {bucket} appears twice: input is not bucket-ordered"
-                        )
+                        raise UnsortedInputError(f"bucket {bucket} appears twice: input is not bucket-ordered")
                     writer = HistoryFileWriter(
                         file_uri(bucket),
                         schema,

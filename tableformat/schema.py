@@ -32,7 +32,7 @@ BOOKKEEPING = [
 ]
 
 
-def _with_ids(fields: list[pa.Field]) -> pa.Schema:
+def with_field_ids(fields: list[pa.Field] | pa.Schema) -> pa.Schema:
     # Field ids in the Parquet files let every Iceberg reader resolve columns by id, not by name.
     return pa.schema([f.with_metadata({FIELD_ID: str(i).encode()}) for i, f in enumerate(fields, start=1)])
 
@@ -47,7 +47,7 @@ def history_arrow_schema(config: Config) -> pa.Schema:
         *BOOKKEEPING,
     ]
     fields += [pa.field(name, ARROW_TYPES[kind]) for name, kind in config.column_types().items()]
-    return _with_ids(fields)
+    return with_field_ids(fields)
 
 
 def history_iceberg_schema(config: Config) -> Schema:

@@ -199,9 +199,7 @@ def export_run_sst(
             raise UnknownRunError(f"{_name(table)} has no live runs to export")
         run_id = list(runs)[-1]  # live_runs lists oldest first
     elif run_id not in runs:
-        raise UnknownRunError(
-            f"run {run_id!r} is not live in {_name(table)}; live runs: {', '.join(runs) or 'none'}"
-        )
+        raise UnknownRunError(f"run {run_id!r} is not live in {_name(table)}; live runs: {', '.join(runs) or 'none'}")
     iceberg_schema = table.schema()
     value_columns = _value_columns([f.name for f in iceberg_schema.fields], columns)
     snapshot = table.current_snapshot()
@@ -313,8 +311,7 @@ def _stream_sorted(
     # Files are sorted but one per bucket, so user ranges overlap across files: DuckDB merges them
     # with an out-of-core sort and streams the result in bounded batches.
     select = ", ".join(
-        ["user_id", "feature_group", "epoch_us(event_ts) AS event_ts_us", "lsn"]
-        + [_quote(c) for c in value_columns]
+        ["user_id", "feature_group", "epoch_us(event_ts) AS event_ts_us", "lsn"] + [_quote(c) for c in value_columns]
     )
     sql = (
         f"SELECT {select} FROM read_parquet($paths) "

@@ -104,9 +104,7 @@ class HistoryFileWriter:
         self._fs, self._path = open_output(uri)
         self._fs.create_dir(self._path.rsplit("/", 1)[0], recursive=True)
         self._sink = self._fs.open_output_stream(self._path)
-        self._writer = pq.ParquetWriter(
-            self._sink, schema, **parquet_writer_options(schema, policy, expected_users)
-        )
+        self._writer = pq.ParquetWriter(self._sink, schema, **parquet_writer_options(schema, policy, expected_users))
         self._order = KeyOrder(group_order)
         self._checksum = ContentChecksum(schema)
         self._pending: list[pa.Table] = []  # packed short histories awaiting a row group
@@ -206,18 +204,14 @@ class HistoryFileWriter:
             self._first_key = key(0)
         self._last_key = key(batch.num_rows - 1)
         grouped = (
-            pa.Table.from_batches([batch])
-            .group_by("source_partition")
-            .aggregate([("min_lsn", "min"), ("lsn", "max")])
+            pa.Table.from_batches([batch]).group_by("source_partition").aggregate([("min_lsn", "min"), ("lsn", "max")])
         )
         for part, low, high in zip(*(grouped.column(i).to_pylist() for i in range(3)), strict=True):
             seen = self._lsn_ranges.setdefault(part, [low, high])
             seen[0], seen[1] = min(seen[0], low), max(seen[1], high)
         low, high = pc.min_max(batch.column("window_id")).values()
         low, high = low.as_py(), high.as_py()
-        self._windows = (
-            [min(self._windows[0], low), max(self._windows[1], high)] if self._windows else [low, high]
-        )
+        self._windows = [min(self._windows[0], low), max(self._windows[1], high)] if self._windows else [low, high]
 
     def close(self) -> WrittenFile:
         """Finish the file and return its facts. Closing twice is an error."""

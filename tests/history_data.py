@@ -63,7 +63,7 @@ def publish_run(table, config: Config, data: pa.Table, run_id: str, batch_rows: 
 
     files = write_run(
         data.to_batches(max_chunksize=batch_rows),
-        file_uri=lambda bucket: history_file_uri(table, run_id, bucket),
+        file_uri=lambda bucket: history_file_uri(table.location(), run_id, bucket),
         schema=history_arrow_schema(config),
         run_id=run_id,
         bucket_count=config.layout.bucket_count,

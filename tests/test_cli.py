@@ -12,9 +12,7 @@ from seqlake.events import RAW_SCHEMA
 
 
 def run_cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "seqlake.cli", *args], capture_output=True, text=True, env=env
-    )
+    return subprocess.run([sys.executable, "-m", "seqlake.cli", *args], capture_output=True, text=True, env=env)
 
 
 def test_help_lists_every_command(capsys):

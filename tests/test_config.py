@@ -26,7 +26,7 @@ def test_default_config_loads_with_feature_groups_and_tenants():
         (lambda d: d["layout"].update(bucket_count=0), "layout.bucket_count = 0"),
         (
             lambda d: d["feature_groups"]["search"]["columns"]["click_count"].update(merge="avg"),
-            "feature_groups.search.columns.click_count.merge = 'avg'",
+            "unknown merge operator 'avg'",
         ),
         (lambda d: d["generator"].update(late_share=1.5), "generator.late_share = 1.5"),
         (lambda d: d["layout"].update(window_secs=60), "layout.window_secs = 60"),
@@ -53,8 +53,20 @@ def test_invalid_config_names_key_and_value(edit, expected):
 def test_bit_or_on_a_string_column_is_rejected():
     data = default_data()
     data["feature_groups"]["engagement"]["columns"]["surface"]["merge"] = "bit_or"
-    with pytest.raises(ConfigError, match="feature_groups.engagement.columns.surface"):
+    with pytest.raises(ConfigError, match="feature_groups.engagement.columns.surface") as error:
         parse_config(data)
+    assert "merge 'bit_or' does not apply to a string column" in str(error.value)
+
+
+def test_a_registered_operator_becomes_valid():
+    from seqlake.operators import NUMERIC_TYPES, register_operator
+
+    data = default_data()
+    data["feature_groups"]["search"]["columns"]["click_count"]["merge"] = "avg_clicks"
+    with pytest.raises(ConfigError, match="unknown merge operator 'avg_clicks'"):
+        parse_config(data)
+    register_operator("avg_clicks", "avg({col})", NUMERIC_TYPES)
+    assert parse_config(data).feature_groups["search"].columns["click_count"].merge == "avg_clicks"
 
 
 def test_environment_overrides_warehouse_and_catalog(monkeypatch, tmp_path):

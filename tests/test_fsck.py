@@ -54,16 +54,12 @@ def rewrite(uri: str, transform=lambda t: t, bloom: bool = True, facts=None) -> 
         del options["bloom_filter_options"]
     with pq.ParquetWriter(path, original.schema_arrow, **options) as writer:
         writer.write_table(rows)
-        writer.add_key_value_metadata(
-            facts or {k.decode(): v.decode() for k, v in original.metadata.metadata.items()}
-        )
+        writer.add_key_value_metadata(facts or {k.decode(): v.decode() for k, v in original.metadata.metadata.items()})
 
 
 def written_file(uri: str) -> WrittenFile:
     path = uri.removeprefix("file://")
-    return WrittenFile(
-        uri, FileFacts.from_metadata(pq.read_metadata(path).metadata), os.path.getsize(path), 1
-    )
+    return WrittenFile(uri, FileFacts.from_metadata(pq.read_metadata(path).metadata), os.path.getsize(path), 1)
 
 
 def reregister(table, uri: str) -> None:
@@ -117,7 +113,7 @@ def test_wrong_checksum_is_found(table):
 def test_overlapping_ranges_in_one_run_are_found(table):
     # A second file for an already covered bucket of run w1, holding users that file holds too.
     uri = next(t.file.file_path for t in table.scan().plan_files() if "/rw1-" in t.file.file_path)
-    copy = uri.replace("-00000.parquet", "-00001.parquet")
+    copy = uri.replace(".parquet", "-copy.parquet")
     shutil.copy(uri.removeprefix("file://"), copy.removeprefix("file://"))
     with table.transaction() as tx, tx.update_snapshot().fast_append() as files:
         files.append_data_file(data_file_for(table, written_file(copy)))
@@ -131,7 +127,7 @@ def test_file_outside_any_recorded_run_is_found(table):
     data = synthetic_history(config, {2_000_000: 10})
     files = write_run(
         data.to_batches(),
-        file_uri=lambda b: history_file_uri(table, "w9", b),
+        file_uri=lambda b: history_file_uri(table.location(), "w9", b),
         schema=history_arrow_schema(config),
         run_id="w9",
         bucket_count=config.layout.bucket_count,

@@ -203,9 +203,7 @@ def test_feature_groups_and_values(config: Config, small) -> None:
 
 
 def test_repeated_items_within_a_window(small) -> None:
-    keys = Counter(
-        (e["user_id"], e["feature_group"], e["item_id"], e["window"]) for e in small[2].events.values()
-    )
+    keys = Counter((e["user_id"], e["feature_group"], e["item_id"], e["window"]) for e in small[2].events.values())
     repeated = sum(1 for n in keys.values() if n > 1)
     assert repeated / len(keys) > 0.1
     assert sum(n for n in keys.values() if n > 1) / sum(keys.values()) > 0.5

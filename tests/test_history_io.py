@@ -72,6 +72,4 @@ def test_lookup_opens_one_file_per_sorted_run(table, measurement):
     other = CountingFileSystem()
     assert HistoryReader(table, other).read_user(1_000_010, COLUMNS).num_rows == (20 + 10 * 37 % 400) + 50
     assert other.stats.opens == 2
-    measurement(
-        f"files opened for a user present in 3 runs: {fs.stats.opens}; other user: {other.stats.opens}"
-    )
+    measurement(f"files opened for a user present in 3 runs: {fs.stats.opens}; other user: {other.stats.opens}")

@@ -25,9 +25,7 @@ def test_spark_written_iceberg_table_reads_the_same_in_pyiceberg_and_duckdb(spar
         f"CREATE TABLE {name} (user_id BIGINT, feature_group STRING, lsn BIGINT, score DOUBLE) "
         "USING iceberg PARTITIONED BY (bucket(4, user_id))"
     )
-    spark.createDataFrame(ROWS, "user_id BIGINT, feature_group STRING, lsn BIGINT, score DOUBLE").writeTo(
-        name
-    ).append()
+    spark.createDataFrame(ROWS, "user_id BIGINT, feature_group STRING, lsn BIGINT, score DOUBLE").writeTo(name).append()
 
     table = catalog.load_table(table_identifier(lake_config, "interop_from_spark"))
     assert str(table.spec().fields[0].transform) == "bucket[4]"

@@ -49,9 +49,7 @@ def test_spark_runs_iceberg_and_delta_without_network(tmp_path):
     warehouse = tmp_path / "wh"
     make_config(warehouse)  # validates before the subprocess runs
     # A fresh network namespace has only a loopback device: no route to any registry.
-    command = (
-        f'ip link set lo up && test -z "$(ip route show default)" && exec "{sys.executable}" -c "$0" "$1"'
-    )
+    command = f'ip link set lo up && test -z "$(ip route show default)" && exec "{sys.executable}" -c "$0" "$1"'
     result = subprocess.run(
         ["unshare", "--net", "bash", "-c", command, SCRIPT, str(warehouse)],
         capture_output=True,

@@ -30,10 +30,7 @@ def test_spark_bucket_function_matches_seqlake_bucketing(spark, lake_config):
     ids = [0, 1, -1, 34, 1_000_000, 2**40 + 7, -(2**63)]
     df = spark.createDataFrame([(i,) for i in ids], "user_id bigint")
     spark_buckets = [r[BUCKET] for r in with_bucket(df, lake_config).orderBy("user_id").collect()]
-    assert (
-        spark_buckets
-        == bucket_of(pa.array(sorted(ids), pa.int64()), lake_config.layout.bucket_count).tolist()
-    )
+    assert spark_buckets == bucket_of(pa.array(sorted(ids), pa.int64()), lake_config.layout.bucket_count).tolist()
 
 
 def test_spark_written_run_equals_python_written_run(spark, lake_config, data):
@@ -43,9 +40,7 @@ def test_spark_written_run_equals_python_written_run(spark, lake_config, data):
     spark_table = history_table(lake_config, "history_spark")
     shuffled = spark.createDataFrame(data.take(np.random.default_rng(3).permutation(data.num_rows)))
     spark_files = write_run_with_spark(shuffled, spark_table, lake_config, "w1")
-    commit_runs(
-        spark_table, [(RunRecord("w1", "window", [0, 0], len(spark_files), data.num_rows), spark_files)]
-    )
+    commit_runs(spark_table, [(RunRecord("w1", "window", [0, 0], len(spark_files), data.num_rows), spark_files)])
 
     # Same buckets, same rows, same key ranges and the same content checksum per file.
     def strip(files):

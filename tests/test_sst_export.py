@@ -67,7 +67,7 @@ def lake(tmp_path_factory: pytest.TempPathFactory) -> Lake:
             data = synthetic_history(config, lengths, seed=seed)
             files = write_run(
                 data.to_batches(max_chunksize=2000),
-                file_uri=lambda b, run=run: history_file_uri(table, run, b),
+                file_uri=lambda b, run=run: history_file_uri(table.location(), run, b),
                 schema=history_arrow_schema(config),
                 run_id=run,
                 bucket_count=config.layout.bucket_count,
@@ -151,9 +151,7 @@ def test_ingested_users_read_back_exactly_as_iceberg_returns_them(exported, db, 
     lower, upper = user_key_range(-5)
     bounds = ReadOptions()
     bounds.set_iterate_upper_bound(upper)
-    assert [decode_key(k) for k in db.keys(from_key=lower, read_opt=bounds)] == [
-        key for key, _ in prefix_scan(db, -5)
-    ]
+    assert [decode_key(k) for k in db.keys(from_key=lower, read_opt=bounds)] == [key for key, _ in prefix_scan(db, -5)]
 
     # The whole store, in RocksDB's order, is the whole run in key order.
     everything = [(decode_key(k), decode_value(v)) for k, v in db.items()]
@@ -184,9 +182,7 @@ def test_unknown_run_and_columns_are_clear_errors(lake: Lake, tmp_path: Path):
     assert not list(tmp_path.rglob("*.sst"))
 
 
-def test_cli_exports_the_newest_run_and_refuses_a_used_directory(
-    lake: Lake, tmp_path: Path, monkeypatch, capsys
-):
+def test_cli_exports_the_newest_run_and_refuses_a_used_directory(lake: Lake, tmp_path: Path, monkeypatch, capsys):
     monkeypatch.setenv("SEQLAKE_WAREHOUSE", str(lake.config.warehouse_path()))
     out = tmp_path / "cli"
     assert main(["--out", str(out), "--columns", "item_id,surface", "--target-file-mb", "1"]) == 0

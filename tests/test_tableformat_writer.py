@@ -50,11 +50,7 @@ def test_row_groups_follow_users(config, tmp_path):
     meta = pq.read_metadata(tmp_path / "f.parquet")
     assert written.row_groups == meta.num_row_groups
     users_by_group = [
-        set(
-            pq.ParquetFile(tmp_path / "f.parquet")
-            .read_row_group(g, columns=["user_id"])["user_id"]
-            .to_pylist()
-        )
+        set(pq.ParquetFile(tmp_path / "f.parquet").read_row_group(g, columns=["user_id"])["user_id"].to_pylist())
         for g in range(meta.num_row_groups)
     ]
     for user, n in lengths.items():
@@ -116,8 +112,7 @@ def test_any_parquet_reader_reads_the_file_unchanged(config, tmp_path):
     write(config, data, tmp_path / "f.parquet")
     with connect() as con:
         rows = con.execute(
-            "SELECT user_id, lsn, item_id, surface FROM read_parquet(?) ORDER BY user_id, feature_group, "
-            "event_ts, lsn",
+            "SELECT user_id, lsn, item_id, surface FROM read_parquet(?) ORDER BY user_id, feature_group, event_ts, lsn",
             [str(tmp_path / "f.parquet")],
         ).fetchall()
     expected = data.select(["user_id", "lsn", "item_id", "surface"]).to_pylist()
