@@ -15,7 +15,7 @@ from tableformat.schema import KEY_COLUMNS
 class LayoutPolicy:
     # Users with at least this many rows get row groups of their own, so a lookup of a long history
     # reads only that user's column chunks.
-    dedicated_user_rows: int = 1024
+    dedicated_user_rows: int = 4096
     # Short histories are packed together up to this many rows per row group.
     packed_row_group_rows: int = 16_384
     # A very long history is cut into row groups of at most this many rows (Top-K reads the last).

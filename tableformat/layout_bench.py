@@ -5,7 +5,7 @@ users at `heavy_rows`). Byte metrics are counted exactly (CountingFileSystem); t
 are reported as ratios to the default layout, measured in the same run with the variants interleaved,
 so machine noise and drift hit every variant alike. Never read the absolute times as thresholds.
 
-Variants change one dimension of the default (zstd-3, dedicated 1024, packed 16384, key-only
+Variants change one dimension of the default (zstd-3, dedicated 4096, packed 16384, key-only
 statistics, 64 KiB pages):
   control      the default again (A/A)       its time ratios are the run's noise floor
   codec        zstd-1/9, lz4, snappy, none   writer options; row groups copied from the default file
@@ -31,8 +31,9 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from seqlake.config import Config, load_config
-from tableformat.io import CountingFileSystem, FooterCache, PlainFileSystem, read_footer
+from tableformat.io import CountingFileSystem, FooterCache, PlainFileSystem
 from tableformat.layout import DEFAULT_POLICY, LayoutPolicy, parquet_writer_options
+from tableformat.reader import read_user_from_file
 from tableformat.schema import history_arrow_schema
 from tableformat.writer import HistoryFileWriter
 
@@ -216,38 +217,10 @@ def _write_variant(
 # -- reading -------------------------------------------------------------------------------------
 
 
-def lookup_user(fs, footers: FooterCache, path: str, user_id: int, columns: list[str]) -> pa.Table:
-    """One user's rows in one file, the steps of HistoryReader.read_user_in_file: footer (cached),
-    row groups chosen by user_id statistics, projected read, filter only if a row group is shared."""
-    with fs.open_input_file(path) as handle:
-        meta = footers.get(path)
-        if meta is None:
-            meta = read_footer(handle)
-            footers.put(path, meta)
-        parquet = pq.ParquetFile(handle, metadata=meta, pre_buffer=False)
-        user_col = parquet.schema_arrow.get_field_index("user_id")
-        groups, shared = [], False
-        for rg in range(meta.num_row_groups):
-            stats = meta.row_group(rg).column(user_col).statistics
-            if stats is None or not stats.has_min_max:
-                groups.append(rg)
-                shared = True
-            elif stats.min <= user_id <= stats.max:
-                groups.append(rg)
-                shared = shared or stats.min != stats.max
-        if not groups:
-            return pa.table({c: pa.array([], parquet.schema_arrow.field(c).type) for c in columns})
-        read_cols = list(dict.fromkeys(columns + (["user_id"] if shared else [])))
-        table = parquet.read_row_groups(groups, columns=read_cols)
-    if shared:
-        table = table.filter(pc.equal(table["user_id"], user_id))
-    return table.select(columns)
-
-
 def _cold_lookup(path: str, user_id: int) -> tuple[int, pa.Table]:
     """Bytes a lookup reads with nothing cached (footer included), and its result."""
     fs = CountingFileSystem()
-    result = lookup_user(fs, FooterCache(), path, user_id, LOOKUP_COLUMNS)
+    result = read_user_from_file(fs, FooterCache(), path, user_id, LOOKUP_COLUMNS)
     return fs.stats.bytes_read, result
 
 
@@ -256,7 +229,7 @@ def _warm_lookup_bytes(path: str, users: list[int]) -> float:
     fs, footers = CountingFileSystem(), FooterCache()
     footers.put(path, pq.read_metadata(path))
     for user in users:
-        lookup_user(fs, footers, path, user, LOOKUP_COLUMNS)
+        read_user_from_file(fs, footers, path, user, LOOKUP_COLUMNS)
     return fs.stats.bytes_read / len(users)
 
 
@@ -289,11 +262,11 @@ def _measure(
 ) -> tuple[dict[str, float], int]:
     """One timing sample of each timed metric, and the rows the timed lookups returned."""
     fs, footers = PlainFileSystem(), FooterCache()
-    lookup_user(fs, footers, path, users[0], LOOKUP_COLUMNS)  # the footer is cached from here on
+    read_user_from_file(fs, footers, path, users[0], LOOKUP_COLUMNS)  # the footer is cached from here on
     times, rows = [], 0
     for user in users:
         start = time.perf_counter()
-        rows += lookup_user(fs, footers, path, user, LOOKUP_COLUMNS).num_rows
+        rows += read_user_from_file(fs, footers, path, user, LOOKUP_COLUMNS).num_rows
         times.append(time.perf_counter() - start)
     options, sizes = _options(data.schema, variant), _row_group_sizes(meta)
     return {

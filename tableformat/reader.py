@@ -45,28 +45,35 @@ class HistoryReader:
         return result
 
     def read_user_in_file(self, uri: str, user_id: int, wanted: list[str]) -> pa.Table:
-        """The user's rows in one data file: row groups chosen by user_id statistics."""
-        with self.fs.open_input_file(uri) as handle:
-            meta = self.footers.get(uri)
-            if meta is None:
-                meta = read_footer(handle)
-                self.footers.put(uri, meta)
-            parquet = pq.ParquetFile(handle, metadata=meta, pre_buffer=False)
-            user_col = parquet.schema_arrow.get_field_index("user_id")
-            groups, shared = [], False
-            for rg in range(meta.num_row_groups):
-                stats = meta.row_group(rg).column(user_col).statistics
-                if stats is None or not stats.has_min_max:
-                    groups.append(rg)
-                    shared = True
-                elif stats.min <= user_id <= stats.max:
-                    groups.append(rg)
-                    shared = shared or stats.min != stats.max
-            if not groups:
-                return pa.table({})
-            # Row groups that hold only this user need no user_id column to filter on.
-            read_cols = list(dict.fromkeys(wanted + (["user_id"] if shared else [])))
-            table = parquet.read_row_groups(groups, columns=read_cols)
-        if shared:
-            table = table.filter(pc.equal(table["user_id"], user_id))
-        return table.select(list(dict.fromkeys(wanted)))
+        """The user's rows in one data file."""
+        return read_user_from_file(self.fs, self.footers, uri, user_id, wanted)
+
+
+def read_user_from_file(fs, footers: FooterCache, uri: str, user_id: int, columns: list[str]) -> pa.Table:
+    """One user's rows in one history file: footer (cached), row groups chosen by user_id statistics,
+    a projected read, and a filter only when a chosen row group is shared with other users."""
+    columns = list(dict.fromkeys(columns))
+    with fs.open_input_file(uri) as handle:
+        meta = footers.get(uri)
+        if meta is None:
+            meta = read_footer(handle)
+            footers.put(uri, meta)
+        parquet = pq.ParquetFile(handle, metadata=meta, pre_buffer=False)
+        user_col = parquet.schema_arrow.get_field_index("user_id")
+        groups, shared = [], False
+        for rg in range(meta.num_row_groups):
+            stats = meta.row_group(rg).column(user_col).statistics
+            if stats is None or not stats.has_min_max:
+                groups.append(rg)
+                shared = True
+            elif stats.min <= user_id <= stats.max:
+                groups.append(rg)
+                shared = shared or stats.min != stats.max
+        if not groups:
+            return pa.table({c: pa.array([], parquet.schema_arrow.field(c).type) for c in columns})
+        # Row groups that hold only this user need no user_id column to filter on.
+        read_cols = list(dict.fromkeys(columns + (["user_id"] if shared else [])))
+        table = parquet.read_row_groups(groups, columns=read_cols)
+    if shared:
+        table = table.filter(pc.equal(table["user_id"], user_id))
+    return table.select(columns)
