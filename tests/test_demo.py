@@ -21,6 +21,21 @@ def test_demo_lands_every_record_and_all_engines_agree(spark, lake_config):
     assert generated["max_history_length"] == lake_config.generator.max_events
     assert sum(generated["malformed_records"].values()) > 0
 
+    # Every valid record lands, every malformed one is quarantined with its reason.
+    ingest = facts["ingest"]
+    assert ingest["records"] == generated["records"]
+    assert ingest["events_landed"] == generated["events"] + generated["duplicate_records"]
+    assert ingest["quarantined"] == generated["malformed_records"]
+
+    # Each event is counted exactly once in history, duplicates and late arrivals included.
+    compaction = facts["compaction"]
+    assert compaction["windows_published"] == lake_config.generator.windows
+    assert compaction["events_compacted"] == generated["events"]
+    assert compaction["detail_events"] == generated["events"]
+    assert 0 < compaction["history_rows"] < generated["events"]  # repeated items merged
+    assert compaction["runs_per_bucket"] <= lake_config.layout.max_runs
+    assert facts["fsck"]["ok"] is True and facts["fsck"]["rows"] == compaction["history_rows"]
+
     # Running it again replaces the demo's tables: same counts, nothing appended twice.
     again = run_demo(lake_config).to_dict()
     assert again["raw_landing"]["rows_spark"] == landed["records"]
