@@ -1,6 +1,6 @@
 """Measure candidate Parquet layouts of a history file side by side and print a markdown table.
 
-Every metric is also given as a ratio to the default layout (zstd-3, dedicated 1024, packed 16384,
+Every metric is also given as a ratio to the default layout (tableformat.layout.DEFAULT_POLICY with
 key-only statistics, 64 KiB pages). Bytes are counted exactly; times are medians of interleaved
 repeats on a possibly shared machine: compare the ratios, not the absolute times.
 """

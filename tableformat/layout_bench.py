@@ -5,7 +5,7 @@ users at `heavy_rows`). Byte metrics are counted exactly (CountingFileSystem); t
 are reported as ratios to the default layout, measured in the same run with the variants interleaved,
 so machine noise and drift hit every variant alike. Never read the absolute times as thresholds.
 
-Variants change one dimension of the default (zstd-3, dedicated 4096, packed 16384, key-only
+Variants change one dimension of the default (tableformat.layout.DEFAULT_POLICY, key-only
 statistics, 64 KiB pages):
   control      the default again (A/A)       its time ratios are the run's noise floor
   codec        zstd-1/9, lz4, snappy, none   writer options; row groups copied from the default file
@@ -376,8 +376,7 @@ def format_table(rows: list[dict]) -> str:
         first = rows[0]
         lines.append("")
         lines.append(
-            f"{first['rows']:,} rows in one bucket file. ×: ratio to the default (zstd-3, dedicated 1024, "
-            f"packed 16384, key-only statistics, 64 KiB pages). Lookups project {LOOKUP_COLUMNS}: cold = "
+            f"{first['rows']:,} rows in one bucket file. ×: ratio to the default ({_describe_default()}). Lookups project {LOOKUP_COLUMNS}: cold = "
             f"bytes counted with no footer cached (heavy user: {first['heavy_rows']:,} rows, light user: "
             f"{first['light_rows']:,} rows); mean and p50 are over {first['lookups']} random users "
             "(uniform, so mostly short histories) with the footer cached and the OS cache warm. Bytes are "
@@ -386,3 +385,11 @@ def format_table(rows: list[dict]) -> str:
             "not absolute values."
         )
     return "\n".join(lines)
+
+
+def _describe_default() -> str:
+    p = DEFAULT_POLICY
+    return (
+        f"{p.compression}-{p.compression_level}, dedicated {p.dedicated_user_rows}, packed {p.packed_row_group_rows}, "
+        f"key-only statistics, {p.data_page_size // 1024} KiB pages"
+    )
