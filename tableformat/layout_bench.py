@@ -376,7 +376,8 @@ def format_table(rows: list[dict]) -> str:
         first = rows[0]
         lines.append("")
         lines.append(
-            f"{first['rows']:,} rows in one bucket file. ×: ratio to the default ({_describe_default()}). Lookups project {LOOKUP_COLUMNS}: cold = "
+            f"{first['rows']:,} rows in one bucket file. ×: ratio to the default ({_describe_default()}). "
+            f"Lookups project {LOOKUP_COLUMNS}: cold = "
             f"bytes counted with no footer cached (heavy user: {first['heavy_rows']:,} rows, light user: "
             f"{first['light_rows']:,} rows); mean and p50 are over {first['lookups']} random users "
             "(uniform, so mostly short histories) with the footer cached and the OS cache warm. Bytes are "

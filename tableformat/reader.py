@@ -1,19 +1,54 @@
-"""Read one user's history from the history table: Iceberg prunes to one file per sorted run, Parquet
-row-group statistics to the row groups holding the user, projection to the columns asked for."""
+"""Read users' histories from the history table with every selection pushed down to storage.
+
+Iceberg prunes files (bucket partition, then `user_id`, `event_ts` and `lsn` bounds in the
+manifests) to at most one per sorted run; the footer's statistics prune row groups (user, feature
+group, event time, LSN, and for Top-K the newest row groups); projection reads only the columns asked
+for plus the keys a filter needs. Rows come back in sequence order: (event_ts, lsn), oldest first
+unless `newest_first`.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-from pyiceberg.expressions import EqualTo
+from pyiceberg.expressions import And, BooleanExpression, EqualTo, GreaterThanOrEqual, LessThan, LessThanOrEqual
 from pyiceberg.table import Table
 
 from seqlake.errors import SchemaError
 from tableformat.io import FooterCache, PlainFileSystem, read_footer
 from tableformat.schema import KEY_COLUMNS
+
+SEQUENCE_ORDER = ("event_ts", "lsn")
+
+
+@dataclass(frozen=True)
+class Selection:
+    """What to read of a user's history. Times are event times, `start` inclusive, `end` exclusive."""
+
+    feature_groups: tuple[str, ...] | None = None
+    columns: tuple[str, ...] | None = None
+    start: datetime | None = None
+    end: datetime | None = None
+    as_of_lsn: int | None = None  # rows whose LSN is at most this
+    top_k: int | None = None  # the newest K rows of the selection
+    newest_first: bool = False
+
+    def __post_init__(self) -> None:
+        if self.top_k is not None and self.top_k < 0:
+            raise ValueError(f"top_k must be >= 0, got {self.top_k}")
+        for name in ("start", "end"):
+            value = getattr(self, name)
+            if value is not None and value.tzinfo is None:
+                raise ValueError(f"{name} needs a time zone, got {value!r}")
+
+
+def _micros(moment: datetime) -> int:
+    return int(moment.timestamp() * 1_000_000)
 
 
 class HistoryReader:
@@ -22,36 +57,79 @@ class HistoryReader:
         self.fs = filesystem or PlainFileSystem()
         self.footers = footer_cache if footer_cache is not None else FooterCache()
         self.columns = [f.name for f in table.schema().fields]
+        self.groups = table.metadata.properties.get("seqlake.feature-groups", "").split(",")
 
-    def files_for_user(self, user_id: int) -> list[str]:
-        """Data files that may hold the user: bucket partition and user_id bounds prune the rest."""
-        scan = self.table.scan(row_filter=EqualTo("user_id", int(user_id)))
-        return [task.file.file_path for task in scan.plan_files()]
-
-    def read_user(self, user_id: int, columns: Sequence[str] | None = None) -> pa.Table:
-        """The user's rows, key-ordered, with the key columns plus `columns` (default: all)."""
-        wanted = list(columns) if columns is not None else self.columns
-        unknown = [c for c in wanted if c not in self.columns]
+    def check(self, selection: Selection) -> None:
+        """Identifiers from users are checked against the schema, never pasted anywhere."""
+        unknown = [c for c in selection.columns or () if c not in self.columns]
         if unknown:
             raise SchemaError(f"unknown columns {unknown}; the history table has {self.columns}")
-        parts = [self.read_user_in_file(uri, int(user_id), wanted) for uri in self.files_for_user(user_id)]
-        parts = [p for p in parts if p.num_rows]
-        if not parts:
-            schema = self.table.schema().as_arrow()
-            return schema.empty_table().select(list(dict.fromkeys(wanted)))
-        result = pa.concat_tables(parts)
-        if len(parts) > 1:
-            result = result.sort_by([(k, "ascending") for k in KEY_COLUMNS if k in result.column_names])
-        return result
+        groups = [g for g in selection.feature_groups or () if g not in self.groups]
+        if groups:
+            raise SchemaError(f"unknown feature groups {groups}; the history table has {self.groups}")
+
+    def files_for_user(self, user_id: int, selection: Selection = Selection()) -> list[str]:
+        """Data files that may hold the user's selected rows: manifests prune the rest."""
+        condition: BooleanExpression = EqualTo("user_id", int(user_id))
+        if selection.start is not None:
+            condition = And(condition, GreaterThanOrEqual("event_ts", selection.start.isoformat()))
+        if selection.end is not None:
+            condition = And(condition, LessThan("event_ts", selection.end.isoformat()))
+        if selection.as_of_lsn is not None:
+            condition = And(condition, LessThanOrEqual("lsn", int(selection.as_of_lsn)))
+        return [task.file.file_path for task in self.table.scan(row_filter=condition).plan_files()]
+
+    def read_user(
+        self, user_id: int, columns: Sequence[str] | None = None, selection: Selection | None = None
+    ) -> pa.Table:
+        """The user's selected rows in sequence order, with `columns` (default: all)."""
+        selection = selection or Selection(columns=tuple(columns) if columns is not None else None)
+        self.check(selection)
+        wanted = list(dict.fromkeys(selection.columns or self.columns))
+        parts = [
+            read_user_from_file(self.fs, self.footers, uri, int(user_id), wanted, selection)
+            for uri in self.files_for_user(user_id, selection)
+        ]
+        return finish(parts, wanted, selection, self.table.schema().as_arrow())
 
     def read_user_in_file(self, uri: str, user_id: int, wanted: list[str]) -> pa.Table:
         """The user's rows in one data file."""
         return read_user_from_file(self.fs, self.footers, uri, user_id, wanted)
 
 
-def read_user_from_file(fs, footers: FooterCache, uri: str, user_id: int, columns: list[str]) -> pa.Table:
-    """One user's rows in one history file: footer (cached), row groups chosen by user_id statistics,
-    a projected read, and a filter only when a chosen row group is shared with other users."""
+def finish(parts: list[pa.Table], wanted: list[str], selection: Selection, schema: pa.Schema) -> pa.Table:
+    """Merge per-file parts into the final sequence: order, Top-K, projection."""
+    parts = [p for p in parts if p.num_rows]
+    if not parts:
+        return schema.empty_table().select(wanted)
+    table = pa.concat_tables(parts)
+    table = table.sort_by([(k, "ascending") for k in SEQUENCE_ORDER])
+    if selection.top_k is not None:
+        table = table.slice(max(0, table.num_rows - selection.top_k))
+    if selection.newest_first:
+        table = table.take(pa.array(range(table.num_rows - 1, -1, -1), pa.int64()))
+    return table.select(wanted)
+
+
+def _overlaps(stats, low, high, high_exclusive: bool = False) -> bool:
+    """Whether a row group's [min, max] can hold a value in [low, high] (None: unbounded)."""
+    if stats is None or not stats.has_min_max:
+        return True
+    if low is not None and stats.max < low:
+        return False
+    if high is None:
+        return True
+    return stats.min < high if high_exclusive else stats.min <= high
+
+
+def read_user_from_file(
+    fs, footers: FooterCache, uri: str, user_id: int, columns: list[str], selection: Selection = Selection()
+) -> pa.Table:
+    """One user's selected rows in one history file, with `columns` plus the sequence keys.
+
+    Row groups are chosen from footer statistics; the user_id and the other key columns are read only
+    when a chosen row group also holds rows the selection excludes.
+    """
     columns = list(dict.fromkeys(columns))
     with fs.open_input_file(uri) as handle:
         meta = footers.get(uri)
@@ -59,21 +137,94 @@ def read_user_from_file(fs, footers: FooterCache, uri: str, user_id: int, column
             meta = read_footer(handle)
             footers.put(uri, meta)
         parquet = pq.ParquetFile(handle, metadata=meta, pre_buffer=False)
-        user_col = parquet.schema_arrow.get_field_index("user_id")
-        groups, shared = [], False
+        names = parquet.schema_arrow.names
+        index = {name: names.index(name) for name in ("user_id", "feature_group", "event_ts", "lsn")}
+        groups: list[int] = []
+        exact = True  # every chosen row group holds only rows the selection wants
         for rg in range(meta.num_row_groups):
-            stats = meta.row_group(rg).column(user_col).statistics
-            if stats is None or not stats.has_min_max:
-                groups.append(rg)
-                shared = True
-            elif stats.min <= user_id <= stats.max:
-                groups.append(rg)
-                shared = shared or stats.min != stats.max
+            group = meta.row_group(rg)
+            stats = {k: group.column(i).statistics for k, i in index.items()}
+            if not _overlaps(stats["user_id"], user_id, user_id):
+                continue
+            if not _group_overlaps(stats["feature_group"], selection.feature_groups):
+                continue
+            if not _overlaps(stats["event_ts"], selection.start, selection.end, high_exclusive=True):
+                continue
+            if not _overlaps(stats["lsn"], None, selection.as_of_lsn):
+                continue
+            groups.append(rg)
+            exact = exact and _only(stats, user_id, selection)
+        if selection.top_k is not None:
+            groups = _newest_groups(meta, groups, index["event_ts"], selection.top_k)
+        empty = {c: pa.array([], parquet.schema_arrow.field(c).type) for c in columns + list(SEQUENCE_ORDER)}
         if not groups:
-            return pa.table({c: pa.array([], parquet.schema_arrow.field(c).type) for c in columns})
-        # Row groups that hold only this user need no user_id column to filter on.
-        read_cols = list(dict.fromkeys(columns + (["user_id"] if shared else [])))
+            return pa.table(empty)
+        needed = list(SEQUENCE_ORDER) + ([] if exact else list(KEY_COLUMNS))
+        read_cols = list(dict.fromkeys(columns + needed))
         table = parquet.read_row_groups(groups, columns=read_cols)
-    if shared:
-        table = table.filter(pc.equal(table["user_id"], user_id))
-    return table.select(columns)
+    if not exact:
+        table = table.filter(_row_filter(table, user_id, selection))
+    return table.select(list(dict.fromkeys(columns + list(SEQUENCE_ORDER))))
+
+
+def _only(stats: dict, user_id: int, selection: Selection) -> bool:
+    """Whether a row group certainly holds only selected rows (so no filter, no key columns needed)."""
+
+    def known(s) -> bool:
+        return s is not None and s.has_min_max
+
+    if not (known(stats["user_id"]) and stats["user_id"].min == stats["user_id"].max == user_id):
+        return False
+    if selection.feature_groups is not None and not (
+        known(stats["feature_group"])
+        and stats["feature_group"].min == stats["feature_group"].max
+        and stats["feature_group"].min in selection.feature_groups
+    ):
+        return False
+    ts = stats["event_ts"]
+    if selection.start is not None and not (known(ts) and ts.min >= selection.start):
+        return False
+    if selection.end is not None and not (known(ts) and ts.max < selection.end):
+        return False
+    return selection.as_of_lsn is None or (known(stats["lsn"]) and stats["lsn"].max <= selection.as_of_lsn)
+
+
+def _group_overlaps(stats, groups: tuple[str, ...] | None) -> bool:
+    if groups is None or stats is None or not stats.has_min_max:
+        return True
+    return any(stats.min <= g <= stats.max for g in groups)
+
+
+def _newest_groups(meta: pq.FileMetaData, groups: list[int], ts_col: int, k: int) -> list[int]:
+    """The fewest row groups that surely contain the newest `k` rows among `groups`.
+
+    Take row groups by descending newest event time until they hold k rows; any other row group
+    whose newest event is not older than the oldest event of those may still hold a top row."""
+    if k == 0 or not groups:
+        return []
+    stats = {rg: meta.row_group(rg).column(ts_col).statistics for rg in groups}
+    if any(s is None or not s.has_min_max for s in stats.values()):
+        return groups
+    ordered = sorted(groups, key=lambda rg: stats[rg].max, reverse=True)
+    chosen, rows = [], 0
+    for rg in ordered:
+        chosen.append(rg)
+        rows += meta.row_group(rg).num_rows
+        if rows >= k:
+            break
+    floor = min(stats[rg].min for rg in chosen)
+    chosen += [rg for rg in ordered if rg not in chosen and stats[rg].max >= floor]
+    return sorted(chosen)
+
+
+def _row_filter(table: pa.Table, user_id: int, selection: Selection) -> pa.ChunkedArray:
+    mask = pc.equal(table["user_id"], user_id)
+    if selection.feature_groups is not None:
+        mask = pc.and_(mask, pc.is_in(table["feature_group"], pa.array(selection.feature_groups)))
+    if selection.start is not None:
+        mask = pc.and_(mask, pc.greater_equal(table["event_ts"], pa.scalar(selection.start, table["event_ts"].type)))
+    if selection.end is not None:
+        mask = pc.and_(mask, pc.less(table["event_ts"], pa.scalar(selection.end, table["event_ts"].type)))
+    if selection.as_of_lsn is not None:
+        mask = pc.and_(mask, pc.less_equal(table["lsn"], selection.as_of_lsn))
+    return mask

@@ -8,6 +8,7 @@ together, and no user is split across packed row groups. The footer records the 
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -157,7 +158,8 @@ class HistoryFileWriter:
         rows = pa.concat_tables(self._user_parts)
         if self._user_dedicated or self._user_rows >= self.policy.dedicated_user_rows:
             self._flush_pending()
-            self._write_row_groups(rows)
+            for segment in _group_segments(rows):
+                self._write_row_groups(segment)
         else:
             if self._pending_rows + self._user_rows > self.policy.packed_row_group_rows:
                 self._flush_pending()
@@ -167,11 +169,16 @@ class HistoryFileWriter:
 
     def _spill_long_user(self) -> None:
         # Bounded memory for 10^5-row users: write full row groups as soon as they are complete.
+        # A long history's row groups never mix feature groups: their event-time statistics then
+        # let feature-group and Top-K reads skip whole row groups.
         self._flush_pending()
-        rows = pa.concat_tables(self._user_parts)
-        full = (len(rows) // self.policy.max_row_group_rows) * self.policy.max_row_group_rows
-        self._write_row_groups(rows.slice(0, full))
-        rest = rows.slice(full)
+        segments = _group_segments(pa.concat_tables(self._user_parts))
+        for segment in segments[:-1]:
+            self._write_row_groups(segment)
+        last = segments[-1]
+        full = (len(last) // self.policy.max_row_group_rows) * self.policy.max_row_group_rows
+        self._write_row_groups(last.slice(0, full))
+        rest = last.slice(full)
         self._user_parts = [rest] if len(rest) else []
         self._user_rows = len(rest)
         self._user_dedicated = True
@@ -253,3 +260,11 @@ class HistoryFileWriter:
             self.abort()
         elif not self._closed:
             self.close()
+
+
+def _group_segments(rows: pa.Table) -> list[pa.Table]:
+    """One user's key-ordered rows cut where the feature group changes."""
+    groups = rows.column("feature_group").combine_chunks()
+    changed = pc.not_equal(groups.slice(1), groups.slice(0, len(groups) - 1))
+    cuts = [0] + (np.flatnonzero(changed.to_numpy(zero_copy_only=False)) + 1).tolist() + [len(groups)]
+    return [rows.slice(a, b - a) for a, b in itertools.pairwise(cuts)]

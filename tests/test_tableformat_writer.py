@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
@@ -56,9 +57,15 @@ def test_row_groups_follow_users(config, tmp_path):
     for user, n in lengths.items():
         groups = [g for g, users in enumerate(users_by_group) if user in users]
         if n >= POLICY.dedicated_user_rows:
-            # Long histories own their row groups, cut at the maximum size.
+            # Long histories own their row groups, one feature group each, cut at the maximum size.
             assert all(users_by_group[g] == {user} for g in groups)
-            assert len(groups) == -(-n // POLICY.max_row_group_rows)
+            per_group = (
+                data.filter(pc.equal(data["user_id"], user)).group_by("feature_group").aggregate([("lsn", "count")])
+            )
+            expected = sum(-(-count // POLICY.max_row_group_rows) for count in per_group["lsn_count"].to_pylist())
+            assert len(groups) == expected
+            file = pq.ParquetFile(tmp_path / "f.parquet")
+            assert all(len(set(file.read_row_group(g, columns=["feature_group"])[0].to_pylist())) == 1 for g in groups)
         else:
             assert len(groups) == 1  # a short history is never split
     for g in range(meta.num_row_groups):
