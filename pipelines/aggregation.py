@@ -3,6 +3,17 @@
 The SQL is generated in Spark's dialect from the configuration (feature groups, columns, merge
 operators) and transpiled to DuckDB with sqlglot, so both engines run the same definition.
 Identifiers come from the validated configuration only (see seqlake.config.Identifier).
+
+Semantics both engines share (tests/test_merge_operators.py and tests/test_aggregation_properties.py
+hold them to it):
+- `CAST` is ANSI: a value that does not fit the column's type (e.g. a `sum` beyond int32) fails the
+  job in both engines instead of becoming NULL or wrapping around. Spark runs ANSI SQL by default
+  (`spark.sql.ansi.enabled`, true since Spark 4); sqlglot reads Spark's `CAST` as the legacy lenient
+  one and would write `TRY_CAST` for DuckDB, so `_transpile` keeps it a `CAST` (an explicit `TRY_CAST`
+  in an operator's SQL stays one).
+- Each (feature group, column) merges with the operator that group declares, also when several
+  groups share a column; a column a row's group does not declare is NULL (so `count` is 0 only for
+  the groups that own the column).
 """
 
 from __future__ import annotations
@@ -10,6 +21,7 @@ from __future__ import annotations
 from typing import Literal
 
 import sqlglot
+from sqlglot import exp
 
 from seqlake.config import Config
 from seqlake.operators import get_operator
@@ -28,10 +40,20 @@ SPARK_TYPES = {
 }
 
 
+def _ansi_cast(node: exp.Expression) -> exp.Expression:
+    # sqlglot parses Spark's CAST as TryCast (legacy non-ANSI Spark returned NULL on a failed cast);
+    # an explicit TRY_CAST is parsed with safe=True and is left alone.
+    if isinstance(node, exp.TryCast) and not node.args.get("safe"):
+        args = {k: v for k, v in node.args.items() if k not in ("safe", "requires_string")}
+        return exp.Cast(**args)
+    return node
+
+
 def _transpile(sql: str, dialect: Dialect) -> str:
     if dialect == "spark":
         return sql
-    return sqlglot.transpile(sql, read="spark", write=dialect, pretty=True)[0]
+    tree = sqlglot.parse_one(sql, read="spark").transform(_ansi_cast)
+    return tree.sql(dialect=dialect, pretty=True)
 
 
 def dedupe_sql(source: str, dialect: Dialect = "spark") -> str:
@@ -56,21 +78,20 @@ def aggregation_sql(config: Config, source: str, dialect: Dialect = "spark") -> 
         )
         + " END"
     )
-    owners: dict[str, list[str]] = {}
-    for group, spec in config.feature_groups.items():
-        for column in spec.columns:
-            owners.setdefault(column, []).append(group)
     columns = []
     for column, kind in config.column_types().items():
-        # The operator of the first group declaring the column; a column's rows in other groups
+        # Groups declaring the column, bucketed by their operator's aggregate; rows of other groups
         # stay NULL (count would otherwise turn them into 0).
-        group = owners[column][0]
-        operator = get_operator(config.feature_groups[group].columns[column].merge)
-        groups = ", ".join(f"'{g}'" for g in owners[column])
-        aggregate = operator.sql.format(col=column)
-        columns.append(
-            f"CAST(CASE WHEN feature_group IN ({groups}) THEN {aggregate} END AS {SPARK_TYPES[kind]}) AS {column}"
+        by_aggregate: dict[str, list[str]] = {}
+        for group, spec in config.feature_groups.items():
+            if column in spec.columns:
+                aggregate = get_operator(spec.columns[column].merge).sql.format(col=column)
+                by_aggregate.setdefault(aggregate, []).append(group)
+        branches = " ".join(
+            "WHEN feature_group IN (" + ", ".join(f"'{g}'" for g in groups) + f") THEN {aggregate}"
+            for aggregate, groups in by_aggregate.items()
         )
+        columns.append(f"CAST(CASE {branches} END AS {SPARK_TYPES[kind]}) AS {column}")
     sql = f"""
     SELECT
       user_id,

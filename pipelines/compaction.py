@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from pyiceberg.exceptions import CommitFailedException
+from pyiceberg.exceptions import CommitFailedException, TableAlreadyExistsError
 from pyiceberg.io.pyarrow import pyarrow_to_schema
 from pyiceberg.partitioning import PartitionField, PartitionSpec
 from pyiceberg.table import Table
@@ -35,6 +35,7 @@ from tableformat.writer import open_output
 HISTORY = "history"
 DETAIL = "history_detail"
 CRASH_POINTS = ("before_write", "after_write", "after_detail", "after_commit")
+COMMIT_RETRIES = "commit.retry.num-retries"
 
 
 class SimulatedCrash(SeqlakeError):
@@ -62,8 +63,11 @@ def spark_name(config: Config, table: str) -> str:
 def history_tables(config: Config) -> tuple[Table, Table]:
     """The history table and the detail table, created on first use."""
     catalog = open_catalog(config)
-    history = create_history_table(catalog, table_identifier(config, HISTORY), config)
-    detail_id = table_identifier(config, DETAIL)
+    history_id, detail_id = table_identifier(config, HISTORY), table_identifier(config, DETAIL)
+    try:
+        history = _without_commit_retries(create_history_table(catalog, history_id, config))
+    except TableAlreadyExistsError:  # another job created it between the check and the create
+        history = _without_commit_retries(catalog.load_table(history_id))
     if catalog.table_exists(detail_id):
         return history, catalog.load_table(detail_id)
     iceberg_schema = pyarrow_to_schema(with_field_ids(landing_schema(config)))
@@ -75,8 +79,31 @@ def history_tables(config: Config) -> tuple[Table, Table]:
             name="window_id",
         )
     )
-    detail = catalog.create_table(detail_id, schema=iceberg_schema, partition_spec=spec)
+    try:
+        detail = catalog.create_table(detail_id, schema=iceberg_schema, partition_spec=spec)
+    except TableAlreadyExistsError:
+        detail = catalog.load_table(detail_id)
     return history, detail
+
+
+def _without_commit_retries(history: Table) -> Table:
+    """Make a conflicting history commit fail instead of being retried.
+
+    pyiceberg retries a commit that lost a race by re-applying its snapshot on the new base, but
+    replays the `seqlake.runs` property `commit_runs` computed from the old base: the loser of two
+    jobs racing on one window would publish the run a second time (twice the rows), and a window
+    published concurrently could drop out of the run list. With no retries, the loser gets the
+    CommitFailedException that `compact_window` handles.
+    """
+    for _ in range(5):
+        if history.metadata.properties.get(COMMIT_RETRIES) == "0":
+            break
+        try:
+            with history.transaction() as tx:
+                tx.set_properties({COMMIT_RETRIES: "0"})
+        except CommitFailedException:
+            history.refresh()  # another job changed the table meanwhile: look again
+    return history
 
 
 def _crash(point: str, fail_at: str | None) -> None:
