@@ -26,6 +26,7 @@ COMMANDS: dict[str, tuple[Callable[[list[str]], int], str]] = {
     "generate": (_job("jobs.generate"), "write a deterministic synthetic event stream (raw source records)"),
     "ingest": (_job("jobs.ingest"), "ingest the raw source into the landing tier (Delta), quarantining bad records"),
     "compact": (_job("jobs.compact"), "publish closed windows as sorted runs of the history table; merge runs"),
+    "history": (_job("jobs.history"), "print one user's history (feature groups, columns, time range, Top-K, LSN)"),
     "fsck": (_job("jobs.fsck"), "check every invariant of the history table's files and runs"),
     "bench-layout": (_job("jobs.bench_layout"), "measure candidate file layouts side by side (ratios to the default)"),
     "export-sst": (_job("jobs.export_sst"), "export a sorted run as RocksDB SST files for bulk loading"),

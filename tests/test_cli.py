@@ -54,3 +54,24 @@ def test_generate_jsonl_has_one_record_per_line(tmp_path):
     assert result.returncode == 0, result.stderr
     lines = out.read_text().splitlines()
     assert lines and all(line.startswith('{"source_partition":') for line in lines)
+
+
+def test_history_prints_a_users_selected_rows(tmp_path):
+    import json
+    import os
+
+    from tests.conftest import make_config
+    from tests.history_data import history_table, publish_run, synthetic_history
+
+    warehouse = tmp_path / "wh"
+    config = make_config(warehouse)
+    publish_run(history_table(config), config, synthetic_history(config, {7: 40, 8: 5}), "w1")
+    env = {**os.environ, "SEQLAKE_WAREHOUSE": str(warehouse)}
+    result = run_cli("history", "--user", "7", "--columns", "item_id", "--top-k", "3", "--json", env=env)
+    assert result.returncode == 0, result.stderr
+    rows = [json.loads(line) for line in result.stdout.splitlines()]
+    assert len(rows) == 3 and set(rows[0]) == {"feature_group", "event_ts", "lsn", "item_id"}
+    assert [r["event_ts"] for r in rows] == sorted(r["event_ts"] for r in rows)
+
+    bad = run_cli("history", "--user", "7", "--fg", "clicks", env=env)
+    assert bad.returncode == 2 and "unknown feature groups ['clicks']" in bad.stderr

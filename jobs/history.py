@@ -1,0 +1,67 @@
+"""Print one user's history from the history table, with selections pushed down to storage."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from datetime import datetime
+
+from seqlake.catalog import open_catalog, table_identifier
+from seqlake.config import load_config
+from seqlake.errors import SchemaError
+from tableformat.reader import HistoryReader, Selection
+
+
+def _csv(value: str) -> tuple[str, ...]:
+    return tuple(part.strip() for part in value.split(",") if part.strip())
+
+
+def _time(value: str) -> datetime:
+    moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    if moment.tzinfo is None:
+        raise argparse.ArgumentTypeError(f"{value!r} needs a time zone, e.g. 2026-01-05T10:00:00Z")
+    return moment
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="seqlake history", description=__doc__)
+    parser.add_argument("--config", help="configuration YAML (default: conf/seqlake.yaml)")
+    parser.add_argument("--table", default="history", help="history table name (default: history)")
+    parser.add_argument("--user", type=int, required=True, help="user id")
+    parser.add_argument("--fg", type=_csv, help="feature groups, comma-separated (default: all)")
+    parser.add_argument("--columns", type=_csv, help="columns, comma-separated (default: all)")
+    parser.add_argument("--start", type=_time, help="first event time, inclusive (ISO 8601 with zone)")
+    parser.add_argument("--end", type=_time, help="last event time, exclusive (ISO 8601 with zone)")
+    parser.add_argument("--as-of-lsn", type=int, help="only rows known at this LSN")
+    parser.add_argument("--top-k", type=int, help="only the newest K rows")
+    parser.add_argument("--newest-first", action="store_true", help="newest row first")
+    parser.add_argument("--json", action="store_true", help="one JSON object per line, for machines")
+    args = parser.parse_args(argv)
+
+    config = load_config(args.config)
+    catalog = open_catalog(config)
+    identifier = table_identifier(config, args.table)
+    if not catalog.table_exists(identifier):
+        raise SchemaError(f"no table {identifier} in the catalog at {config.catalog_uri()}")
+    selection = Selection(
+        feature_groups=args.fg,
+        columns=(("feature_group", "event_ts", "lsn") + args.columns) if args.columns else None,
+        start=args.start,
+        end=args.end,
+        as_of_lsn=args.as_of_lsn,
+        top_k=args.top_k,
+        newest_first=args.newest_first,
+    )
+    rows = HistoryReader(catalog.load_table(identifier)).read_user(args.user, selection=selection)
+    if args.json:
+        for row in rows.to_pylist():
+            print(json.dumps(row, default=str))
+    else:
+        print(rows.to_pandas().to_string(index=False, max_rows=200) if rows.num_rows else "(no rows)")
+        print(f"{rows.num_rows:,} rows for user {args.user}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
