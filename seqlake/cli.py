@@ -24,6 +24,7 @@ COMMANDS: dict[str, tuple[Callable[[list[str]], int], str]] = {
         "run the main job end to end on the configured warehouse and print its report",
     ),
     "generate": (_job("jobs.generate"), "write a deterministic synthetic event stream (raw source records)"),
+    "import": (_job("jobs.import_events"), "import your own event files (Parquet, CSV, JSON Lines) via a mapping"),
     "ingest": (_job("jobs.ingest"), "ingest the raw source into the landing tier (Delta), quarantining bad records"),
     "compact": (_job("jobs.compact"), "publish closed windows as sorted runs of the history table; merge runs"),
     "history": (_job("jobs.history"), "print one user's history (feature groups, columns, time range, Top-K, LSN)"),
