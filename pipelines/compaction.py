@@ -175,9 +175,11 @@ def compact_window(
         _crash("after_write", fail_at)
         detail.refresh()
         if not _detail_has_window(detail, window_id):
+            # Replace the window's partition, never append: two jobs racing on one window both get
+            # here, and the second must replace the first's (identical) events, not add them again.
             events.writeTo(spark_name(config, DETAIL)).option(
                 "snapshot-property.seqlake.window-id", str(window_id)
-            ).append()
+            ).overwrite(F.col("window_id") == F.lit(window_id))
         _crash("after_detail", fail_at)
         event_count = events.count()
     finally:

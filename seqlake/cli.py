@@ -35,7 +35,8 @@ COMMANDS: dict[str, tuple[Callable[[list[str]], int], str]] = {
 
 
 def build_parser() -> argparse.ArgumentParser:
-    lines = "\n".join(f"  {name:<10} {help_}" for name, (_, help_) in COMMANDS.items())
+    width = max(len(name) for name in COMMANDS)
+    lines = "\n".join(f"  {name:<{width}}  {help_}" for name, (_, help_) in COMMANDS.items())
     return argparse.ArgumentParser(
         prog="seqlake",
         description="seqlake: sorted, compacted, versioned storage for long user-interaction histories.",
