@@ -76,6 +76,8 @@ def spark_conf(config: Config, master: str = "local[2]") -> dict[str, str]:
         # pyiceberg commits outside Spark; a cached table would serve a stale snapshot.
         f"{catalog}.cache-enabled": "false",
         "spark.sql.session.timeZone": "UTC",
+        # Overflowing merges fail loudly on both engines (DuckDB's CAST does too), never wrap.
+        "spark.sql.ansi.enabled": "true",
         # Python workers run seqlake's own code (mapInArrow writers): the same interpreter as here.
         "spark.pyspark.python": os.environ.get("PYSPARK_PYTHON", sys.executable),
         "spark.pyspark.driver.python": sys.executable,
