@@ -65,9 +65,9 @@ def history_tables(config: Config) -> tuple[Table, Table]:
     catalog = open_catalog(config)
     history_id, detail_id = table_identifier(config, HISTORY), table_identifier(config, DETAIL)
     try:
-        history = _without_commit_retries(create_history_table(catalog, history_id, config))
+        history = create_history_table(catalog, history_id, config)
     except TableAlreadyExistsError:  # another job created it between the check and the create
-        history = _without_commit_retries(catalog.load_table(history_id))
+        history = catalog.load_table(history_id)
     if catalog.table_exists(detail_id):
         return history, catalog.load_table(detail_id)
     iceberg_schema = pyarrow_to_schema(with_field_ids(landing_schema(config)))
@@ -86,43 +86,26 @@ def history_tables(config: Config) -> tuple[Table, Table]:
     return history, detail
 
 
-def _without_commit_retries(history: Table) -> Table:
-    """Make a conflicting history commit fail instead of being retried.
-
-    pyiceberg retries a commit that lost a race by re-applying its snapshot on the new base, but
-    replays the `seqlake.runs` property `commit_runs` computed from the old base: the loser of two
-    jobs racing on one window would publish the run a second time (twice the rows), and a window
-    published concurrently could drop out of the run list. With no retries, the loser gets the
-    CommitFailedException that `compact_window` handles.
-    """
-    for _ in range(5):
-        if history.metadata.properties.get(COMMIT_RETRIES) == "0":
-            break
-        try:
-            with history.transaction() as tx:
-                tx.set_properties({COMMIT_RETRIES: "0"})
-        except CommitFailedException:
-            history.refresh()  # another job changed the table meanwhile: look again
-    return history
-
-
 def _crash(point: str, fail_at: str | None) -> None:
     if fail_at == point:
         raise SimulatedCrash(f"simulated crash at {point}")
 
 
 def window_events(spark: SparkSession, config: Config, paths: LandingPaths, window_id: int) -> DataFrame:
-    """The window's events, each once: first arrival wins; ids published by earlier windows drop."""
+    """The window's events, each once: first arrival wins; ids published by other windows drop."""
     landing = spark.read.format("delta").load(paths.events).where(F.col("window_id") == window_id)
-    landing.createOrReplaceTempView("_seqlake_window_landing")
-    events = spark.sql(dedupe_sql("_seqlake_window_landing"))
+    # View names carry the window: windows compacted in parallel threads of one session stay apart.
+    landing.createOrReplaceTempView(f"_seqlake_landing_w{window_id}")
+    events = spark.sql(dedupe_sql(f"_seqlake_landing_w{window_id}"))
     horizon = window_id - config.layout.detail_retention_windows
-    earlier = (
+    # Ids published by any other window drop, not only earlier ones: a window compacted out of order
+    # (say, re-run by hand after a crash) still counts each event once.
+    published = (
         spark.table(spark_name(config, DETAIL))
-        .where((F.col("window_id") < window_id) & (F.col("window_id") >= horizon))
+        .where((F.col("window_id") != window_id) & (F.col("window_id") >= horizon))
         .select("event_id")
     )
-    return events.join(earlier, "event_id", "left_anti").select(*landing_schema(config).names)
+    return events.join(published, "event_id", "left_anti").select(*landing_schema(config).names)
 
 
 def lsn_frontier(spark: SparkSession, paths: LandingPaths, window_id: int) -> dict[str, int]:
@@ -168,8 +151,10 @@ def compact_window(
 
     events = window_events(spark, config, paths, window_id).persist()
     try:
-        events.createOrReplaceTempView("_seqlake_window_events")
-        rows = spark.sql(aggregation_sql(config, "_seqlake_window_events")).select(*history_arrow_schema(config).names)
+        events.createOrReplaceTempView(f"_seqlake_events_w{window_id}")
+        rows = spark.sql(aggregation_sql(config, f"_seqlake_events_w{window_id}")).select(
+            *history_arrow_schema(config).names
+        )
         _crash("before_write", fail_at)
         files = write_run_with_spark(rows, history, config, run_id)
         _crash("after_write", fail_at)

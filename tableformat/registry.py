@@ -39,6 +39,7 @@ from tableformat.writer import WrittenFile, open_output
 RUNS_PROPERTY = "seqlake.runs"
 FORMAT_PROPERTY = "seqlake.format-version"
 GROUPS_PROPERTY = "seqlake.feature-groups"
+COMMIT_RETRIES = "commit.retry.num-retries"
 
 
 @dataclass(frozen=True)
@@ -64,6 +65,10 @@ def create_history_table(catalog: Catalog, identifier: str, config: Config, repl
         sort_order=history_sort_order(schema),
         properties={
             FORMAT_PROPERTY: FORMAT_VERSION,
+            # A commit that lost a race must fail, not be retried: pyiceberg's retry re-applies the
+            # snapshot on the new base but replays `seqlake.runs` computed from the old one, which
+            # would publish a run twice or drop a concurrently published one.
+            COMMIT_RETRIES: "0",
             GROUPS_PROPERTY: ",".join(config.feature_groups),
             RUNS_PROPERTY: "{}",
             "write.parquet.compression-codec": "zstd",
