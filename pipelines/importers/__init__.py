@@ -1,0 +1,39 @@
+"""Import users' own event data: files (Parquet, CSV, JSON lines, `::`-style .dat) and Delta/Iceberg tables.
+
+The seam: user files (`import_file`) or external tables (`consume_external_table`), mapped by an
+`ImportMapping` (`load_mapping`), become raw source records (``events.RAW_SCHEMA``): one JSON payload
+per event, exactly what the standard ingest path validates, quarantines and lands. Nothing downstream
+knows the data was imported.
+
+- `mapping`: the mapping model, loading it from YAML and checking it against the configuration;
+- `payloads`: source rows -> event payloads (typed values, event ids, source partitions);
+- `files`: one file, read in batches, staged and put in arrival order with dense LSNs;
+- `external`: a Delta or Iceberg table, commit by commit, with LSNs ``version << 32 | position``.
+"""
+
+from pipelines.importers.external import consume_external_table
+from pipelines.importers.files import ImportStats, import_file
+from pipelines.importers.mapping import (
+    ColumnMapping,
+    ExplodeSpec,
+    ImportMapping,
+    load_mapping,
+    mapping_digest,
+    parse_mapping,
+    resolve_mapping_path,
+)
+from pipelines.importers.payloads import ImportDataError
+
+__all__ = [
+    "ColumnMapping",
+    "ExplodeSpec",
+    "ImportDataError",
+    "ImportMapping",
+    "ImportStats",
+    "consume_external_table",
+    "import_file",
+    "load_mapping",
+    "mapping_digest",
+    "parse_mapping",
+    "resolve_mapping_path",
+]
