@@ -5,9 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from seqlake.catalog import open_catalog, table_identifier
+from seqlake.catalog import load_existing_table, table_identifier
 from seqlake.config import load_config
-from seqlake.errors import SchemaError
 from tableformat.fsck import FsckError, fsck_table
 
 
@@ -22,12 +21,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     config = load_config(args.config)
-    catalog = open_catalog(config)
+    table = load_existing_table(config, args.table)
     identifier = table_identifier(config, args.table)
-    if not catalog.table_exists(identifier):
-        raise SchemaError(f"no table {identifier} in the catalog at {config.catalog_uri()}")
     try:
-        report = fsck_table(catalog.load_table(identifier), full=not args.quick)
+        report = fsck_table(table, full=not args.quick)
     except FsckError as error:
         print(f"seqlake fsck: BROKEN: {error}", file=sys.stderr)
         return 1

@@ -7,9 +7,8 @@ import json
 import sys
 from datetime import datetime
 
-from seqlake.catalog import open_catalog, table_identifier
+from seqlake.catalog import load_existing_table
 from seqlake.config import load_config
-from seqlake.errors import SchemaError
 from tableformat.reader import HistoryReader, Selection
 
 
@@ -40,10 +39,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     config = load_config(args.config)
-    catalog = open_catalog(config)
-    identifier = table_identifier(config, args.table)
-    if not catalog.table_exists(identifier):
-        raise SchemaError(f"no table {identifier} in the catalog at {config.catalog_uri()}")
+    table = load_existing_table(config, args.table)
     selection = Selection(
         feature_groups=args.fg,
         columns=(("feature_group", "event_ts", "lsn") + args.columns) if args.columns else None,
@@ -53,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
         top_k=args.top_k,
         newest_first=args.newest_first,
     )
-    rows = HistoryReader(catalog.load_table(identifier)).read_user(args.user, selection=selection)
+    rows = HistoryReader(table).read_user(args.user, selection=selection)
     if args.json:
         for row in rows.to_pylist():
             print(json.dumps(row, default=str))

@@ -12,8 +12,10 @@ from pathlib import Path
 
 from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.exceptions import NamespaceAlreadyExistsError
+from pyiceberg.table import Table
 
 from seqlake.config import Config
+from seqlake.errors import SchemaError
 
 
 def _use_wal(sqlite_uri: str) -> None:
@@ -45,3 +47,12 @@ def open_catalog(config: Config) -> SqlCatalog:
 def table_identifier(config: Config, table: str) -> str:
     """`namespace.table` for pyiceberg."""
     return f"{config.warehouse.namespace}.{table}"
+
+
+def load_existing_table(config: Config, table: str) -> Table:
+    """Load `namespace.table`, or fail with a SchemaError that says which catalog was searched."""
+    catalog = open_catalog(config)
+    identifier = table_identifier(config, table)
+    if not catalog.table_exists(identifier):
+        raise SchemaError(f"no table {identifier} in the catalog at {config.catalog_uri()}")
+    return catalog.load_table(identifier)

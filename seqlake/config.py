@@ -197,14 +197,15 @@ class Config(_Frozen):
         return f"sqlite:///{self.warehouse_path() / 'catalog.db'}"
 
 
-def _format_validation_error(error: ValidationError, source: str) -> str:
+def format_validation_error(error: ValidationError, what: str, source: str) -> str:
+    """One line per bad key: its dotted path, the value given and what is wrong with it."""
     lines = []
     for item in error.errors():
         key = ".".join(str(part) for part in item["loc"]) or "<root>"
         value = item.get("input")
         shown = repr(value) if not isinstance(value, dict) else "{...}"
         lines.append(f"  {key} = {shown}: {item['msg']}")
-    return f"invalid configuration in {source}:\n" + "\n".join(lines)
+    return f"invalid {what} in {source}:\n" + "\n".join(lines)
 
 
 def parse_config(data: dict, source: str = "<dict>") -> Config:
@@ -222,7 +223,7 @@ def parse_config(data: dict, source: str = "<dict>") -> Config:
     try:
         return Config.model_validate(data)
     except ValidationError as error:
-        raise ConfigError(_format_validation_error(error, source)) from None
+        raise ConfigError(format_validation_error(error, "configuration", source)) from None
 
 
 def load_config(path: str | Path | None = None) -> Config:

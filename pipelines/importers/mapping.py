@@ -17,7 +17,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from seqlake.config import PROJECT_ROOT, RESERVED_COLUMNS, Config
+from seqlake.config import PROJECT_ROOT, RESERVED_COLUMNS, Config, format_validation_error
 from seqlake.errors import ConfigError
 from seqlake.payload import INT_RANGES
 
@@ -166,16 +166,6 @@ def action_key(value: Any) -> str:
     return str(value)
 
 
-def _format_validation_error(error: ValidationError, source: str) -> str:
-    lines = []
-    for item in error.errors():
-        key = ".".join(str(part) for part in item["loc"]) or "<root>"
-        value = item.get("input")
-        shown = repr(value) if not isinstance(value, dict) else "{...}"
-        lines.append(f"  {key} = {shown}: {item['msg']}")
-    return f"invalid import mapping in {source}:\n" + "\n".join(lines)
-
-
 def parse_mapping(data: Any, source: str = "<dict>") -> ImportMapping:
     """Validate a mapping; raise ConfigError naming each bad key and its value."""
     if not isinstance(data, dict):
@@ -183,7 +173,7 @@ def parse_mapping(data: Any, source: str = "<dict>") -> ImportMapping:
     try:
         return ImportMapping.model_validate(data)
     except ValidationError as error:
-        raise ConfigError(_format_validation_error(error, source)) from None
+        raise ConfigError(format_validation_error(error, "import mapping", source)) from None
 
 
 def resolve_mapping_path(path: str | Path) -> Path:
