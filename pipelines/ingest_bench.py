@@ -53,6 +53,7 @@ from tableformat.checksum import table_checksum
 from tableformat.registry import RunRecord, commit_runs, create_history_table, history_file_uri
 from tableformat.run_writer import write_run
 from tableformat.schema import history_arrow_schema
+from tableformat.synthetic import column_values
 
 RAW = "raw_events"
 HISTORY = "history"
@@ -215,18 +216,6 @@ def _move_users(records: pa.Table, offset: int) -> pa.Table:
     return moved.cast(RAW_SCHEMA)
 
 
-def _column_values(kind: str, spec, n: int, rng: np.random.Generator) -> pa.Array:
-    if kind == "string":
-        width = spec.max_length or 8
-        return pa.array([w[:width] for w in rng.choice(["feed", "search", "profile", "explore"], n).tolist()])
-    if kind == "bool":
-        return pa.array(rng.random(n) < 0.3)
-    if kind.startswith("float"):
-        return pa.array(rng.random(n).astype(kind))
-    high = {"int8": 100, "int16": 1000}.get(kind, 50_000)
-    return pa.array(rng.integers(0, high, n).astype(kind))
-
-
 def synthetic_run(
     config: Config, users: np.ndarray, rows_per_user: int, window_id: int, seed: int, partitions: int
 ) -> pa.Table:
@@ -262,7 +251,7 @@ def synthetic_run(
             specs.setdefault(name, column)
     for name, kind in config.column_types().items():
         owners = [i for i, spec in enumerate(config.feature_groups.values()) if name in spec.columns]
-        values = _column_values(kind, specs[name], n, rng)
+        values = column_values(kind, n, rng, specs[name].max_length)
         columns[name] = pc.if_else(pa.array(~np.isin(group, owners)), pa.nulls(n, values.type), values)
     return pa.table(columns).cast(schema)
 

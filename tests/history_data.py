@@ -8,19 +8,9 @@ import pyarrow as pa
 from seqlake.config import Config
 from tableformat.bucketing import bucket_of
 from tableformat.schema import KEY_COLUMNS, history_arrow_schema
+from tableformat.synthetic import column_values
 
 BASE_TS_US = 1_767_571_200_000_000  # 2026-01-05T00:00:00Z
-
-
-def _values(kind: str, n: int, rng: np.random.Generator) -> pa.Array:
-    if kind == "string":
-        return pa.array(rng.choice(["feed", "search", "profile", "explore"], n))
-    if kind == "bool":
-        return pa.array(rng.random(n) < 0.3)
-    if kind.startswith("float"):
-        return pa.array(rng.random(n).astype(kind))
-    high = {"int8": 100, "int16": 1000}.get(kind, 50_000)
-    return pa.array(rng.integers(0, high, n).astype(kind))
 
 
 def synthetic_history(config: Config, lengths: dict[int, int], seed: int = 1) -> pa.Table:
@@ -44,7 +34,7 @@ def synthetic_history(config: Config, lengths: dict[int, int], seed: int = 1) ->
             "window_id": pa.array((ts - BASE_TS_US) // 3_600_000_000),
         }
         for name, kind in config.column_types().items():
-            values = _values(kind, n, rng)
+            values = column_values(kind, n, rng)
             owners = [g for g, spec in config.feature_groups.items() if name in spec.columns]
             mask = pa.array(~np.isin(group, owners))
             columns[name] = pa.compute.if_else(mask, pa.nulls(n, values.type), values)
