@@ -30,6 +30,7 @@ COMMANDS: dict[str, tuple[Callable[[list[str]], int], str]] = {
     "history": (_job("jobs.history"), "print one user's history (feature groups, columns, time range, Top-K, LSN)"),
     "fsck": (_job("jobs.fsck"), "check every invariant of the history table's files and runs"),
     "bench-layout": (_job("jobs.bench_layout"), "measure candidate file layouts side by side (ratios to the default)"),
+    "bench-ingest": (_job("jobs.bench_ingest"), "measure ingest cost for users with 0 and 10^5 prior events (ratio)"),
     "export-sst": (_job("jobs.export_sst"), "export a sorted run as RocksDB SST files for bulk loading"),
 }
 
