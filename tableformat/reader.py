@@ -137,25 +137,9 @@ def read_user_from_file(
             meta = read_footer(handle)
             footers.put(uri, meta)
         parquet = pq.ParquetFile(handle, metadata=meta, pre_buffer=False)
-        names = parquet.schema_arrow.names
-        index = {name: names.index(name) for name in ("user_id", "feature_group", "event_ts", "lsn")}
-        groups: list[int] = []
-        exact = True  # every chosen row group holds only rows the selection wants
-        for rg in range(meta.num_row_groups):
-            group = meta.row_group(rg)
-            stats = {k: group.column(i).statistics for k, i in index.items()}
-            if not _overlaps(stats["user_id"], user_id, user_id):
-                continue
-            if not _group_overlaps(stats["feature_group"], selection.feature_groups):
-                continue
-            if not _overlaps(stats["event_ts"], selection.start, selection.end, high_exclusive=True):
-                continue
-            if not _overlaps(stats["lsn"], None, selection.as_of_lsn):
-                continue
-            groups.append(rg)
-            exact = exact and _only(stats, user_id, selection)
-        if selection.top_k is not None:
-            groups = _newest_groups(meta, groups, index["event_ts"], selection.top_k)
+        plan = plan_row_groups(meta, user_id, selection)
+        groups = [rg for rg, _ in plan]
+        exact = all(only for _, only in plan)  # every chosen row group holds only wanted rows
         empty = {c: pa.array([], parquet.schema_arrow.field(c).type) for c in columns + list(SEQUENCE_ORDER)}
         if not groups:
             return pa.table(empty)
@@ -165,6 +149,30 @@ def read_user_from_file(
     if not exact:
         table = table.filter(_row_filter(table, user_id, selection))
     return table.select(list(dict.fromkeys(columns + list(SEQUENCE_ORDER))))
+
+
+def plan_row_groups(meta: pq.FileMetaData, user_id: int, selection: Selection) -> list[tuple[int, bool]]:
+    """The row groups that may hold the user's selected rows, from footer statistics alone, each with
+    whether it certainly holds nothing else (then no row filter and no key columns are needed)."""
+    names = meta.schema.to_arrow_schema().names
+    index = {name: names.index(name) for name in ("user_id", "feature_group", "event_ts", "lsn")}
+    plan: list[tuple[int, bool]] = []
+    for rg in range(meta.num_row_groups):
+        group = meta.row_group(rg)
+        stats = {k: group.column(i).statistics for k, i in index.items()}
+        if not _overlaps(stats["user_id"], user_id, user_id):
+            continue
+        if not _group_overlaps(stats["feature_group"], selection.feature_groups):
+            continue
+        if not _overlaps(stats["event_ts"], selection.start, selection.end, high_exclusive=True):
+            continue
+        if not _overlaps(stats["lsn"], None, selection.as_of_lsn):
+            continue
+        plan.append((rg, _only(stats, user_id, selection)))
+    if selection.top_k is not None:
+        keep = set(_newest_groups(meta, [rg for rg, _ in plan], index["event_ts"], selection.top_k))
+        plan = [(rg, only) for rg, only in plan if rg in keep]
+    return plan
 
 
 def _only(stats: dict, user_id: int, selection: Selection) -> bool:
