@@ -147,7 +147,7 @@ def read_user_from_file(
         read_cols = list(dict.fromkeys(columns + needed))
         table = parquet.read_row_groups(groups, columns=read_cols)
     if not exact:
-        table = table.filter(_row_filter(table, user_id, selection))
+        table = table.filter(row_filter(table, user_id, selection))
     return table.select(list(dict.fromkeys(columns + list(SEQUENCE_ORDER))))
 
 
@@ -225,7 +225,7 @@ def _newest_groups(meta: pq.FileMetaData, groups: list[int], ts_col: int, k: int
     return sorted(chosen)
 
 
-def _row_filter(table: pa.Table, user_id: int, selection: Selection) -> pa.ChunkedArray:
+def row_filter(table: pa.Table, user_id: int, selection: Selection) -> pa.ChunkedArray:
     mask = pc.equal(table["user_id"], user_id)
     if selection.feature_groups is not None:
         mask = pc.and_(mask, pc.is_in(table["feature_group"], pa.array(selection.feature_groups)))

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from seqlake.duckdb_session import connect
 from seqlake.errors import SchemaError
+from tableformat.aggregates import history_stats
 from tableformat.io import CountingFileSystem
 from tableformat.layout import LayoutPolicy
 from tableformat.reader import HistoryReader, Selection
@@ -48,7 +49,8 @@ def duckdb_reference(table, user: int, sel: Selection, columns: list[str]) -> li
     if sel.as_of_lsn is not None:
         where.append("lsn <= ?")
         params.append(sel.as_of_lsn)
-    query = f"SELECT {', '.join(columns)}, event_ts, lsn FROM iceberg_scan(?) WHERE {' AND '.join(where)}"
+    selected = ", ".join(dict.fromkeys([*columns, "event_ts", "lsn"]))
+    query = f"SELECT {selected} FROM iceberg_scan(?) WHERE {' AND '.join(where)}"
     query += " ORDER BY event_ts, lsn"
     with connect() as con:
         rows = con.execute(query, [table.metadata_location, *params]).to_arrow_table()
@@ -112,3 +114,31 @@ def test_unknown_identifiers_are_clear_errors(table):
         reader.read_user(1_000_000, selection=Selection(feature_groups=("clicks",)))
     with pytest.raises(ValueError, match="needs a time zone"):
         Selection(start=datetime(2026, 1, 5))
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(user=st.sampled_from(sorted(USERS) + [999]), sel=selections)
+def test_pushed_down_count_and_times_equal_duckdb(table, user, sel):
+    lsn_base = user % 1000 * 1_000_000
+    if sel.as_of_lsn is not None:
+        sel = Selection(**{**sel.__dict__, "as_of_lsn": lsn_base + sel.as_of_lsn})
+    stats = history_stats(HistoryReader(table), user, sel)
+    rows = duckdb_reference(table, user, Selection(**{**sel.__dict__, "newest_first": False}), ["event_ts"])
+    times = [r["event_ts"] for r in rows]
+    assert (stats.count, stats.first_ts, stats.last_ts) == (
+        len(times),
+        min(times, default=None),
+        max(times, default=None),
+    )
+
+
+def test_count_of_a_long_history_comes_from_statistics_alone(table):
+    fs = CountingFileSystem()
+    stats = history_stats(HistoryReader(table, fs), 1_000_007, Selection(feature_groups=("engagement",)))
+    assert stats.row_groups_scanned == 0 and stats.row_groups_from_statistics > 0
+    footers = fs.stats.bytes_read
+    assert (
+        stats.count
+        == HistoryReader(table).read_user(1_000_007, selection=Selection(feature_groups=("engagement",))).num_rows
+    )
+    assert footers < 40_000  # only the footers were read: no column chunk of 8,000+ rows
