@@ -89,3 +89,26 @@ def test_engines_return_identical_rows_for_a_user(spark, lake_config, data):
     assert from_reader == from_pyiceberg
     assert from_duckdb == from_pyiceberg
     assert from_spark == from_pyiceberg
+
+
+def test_spark_reader_applies_the_same_selections(spark, lake_config, data):
+    from datetime import timedelta
+
+    from pipelines.spark_reader import history_df, order_sequence
+    from tableformat.reader import Selection
+    from tests.history_data import BASE_TS_US
+
+    table = history_table(lake_config, "history")
+    publish_run(table, lake_config, data, "w1")
+    base = pa.scalar(BASE_TS_US, pa.timestamp("us", tz="UTC")).as_py()
+    users = [1_000_005, 1_000_010, 1_000_033]
+    for selection in (
+        Selection(columns=("item_id",), feature_groups=("engagement",), top_k=25),
+        Selection(columns=("watch_time_ms", "surface"), start=base + timedelta(hours=5), end=base + timedelta(days=2)),
+        Selection(columns=("item_id",), as_of_lsn=5_000_400, top_k=7),
+    ):
+        rows = order_sequence(history_df(spark, lake_config, selection, users)).collect()
+        for user in users:
+            expected = HistoryReader(table).read_user(user, selection=selection).to_pylist()
+            got = [{c: r[c] for c in selection.columns} for r in rows if r["user_id"] == user]
+            assert got == [{c: e[c] for c in selection.columns} for e in expected]
