@@ -28,9 +28,11 @@ COMMANDS: dict[str, tuple[Callable[[list[str]], int], str]] = {
     "ingest": (_job("jobs.ingest"), "ingest the raw source into the landing tier (Delta), quarantining bad records"),
     "compact": (_job("jobs.compact"), "publish closed windows as sorted runs of the history table; merge runs"),
     "history": (_job("jobs.history"), "print one user's history (feature groups, columns, time range, Top-K, LSN)"),
+    "sql": (_job("jobs.sql"), "DuckDB SQL over the warehouse with seqlake's views and macros loaded (sql/)"),
     "fsck": (_job("jobs.fsck"), "check every invariant of the history table's files and runs"),
     "bench-layout": (_job("jobs.bench_layout"), "measure candidate file layouts side by side (ratios to the default)"),
     "bench-ingest": (_job("jobs.bench_ingest"), "measure ingest cost for users with 0 and 10^5 prior events (ratio)"),
+    "bench-reads": (_job("jobs.bench_reads"), "measure multi-user reads and the read cache side by side (ratios)"),
     "export-sst": (_job("jobs.export_sst"), "export a sorted run as RocksDB SST files for bulk loading"),
 }
 

@@ -170,7 +170,7 @@ def plan_row_groups(meta: pq.FileMetaData, user_id: int, selection: Selection) -
             continue
         plan.append((rg, _only(stats, user_id, selection)))
     if selection.top_k is not None:
-        keep = set(_newest_groups(meta, [rg for rg, _ in plan], index["event_ts"], selection.top_k))
+        keep = set(_newest_groups(meta, plan, index["event_ts"], selection.top_k))
         plan = [(rg, only) for rg, only in plan if rg in keep]
     return plan
 
@@ -203,23 +203,29 @@ def _group_overlaps(stats, groups: tuple[str, ...] | None) -> bool:
     return any(stats.min <= g <= stats.max for g in groups)
 
 
-def _newest_groups(meta: pq.FileMetaData, groups: list[int], ts_col: int, k: int) -> list[int]:
-    """The fewest row groups that surely contain the newest `k` rows among `groups`.
+def _newest_groups(meta: pq.FileMetaData, plan: list[tuple[int, bool]], ts_col: int, k: int) -> list[int]:
+    """The fewest row groups that surely contain the newest `k` selected rows among `plan`.
 
-    Take row groups by descending newest event time until they hold k rows; any other row group
-    whose newest event is not older than the oldest event of those may still hold a top row."""
+    Take row groups by descending newest event time until those that hold only selected rows add up
+    to k rows (a row group that also holds other rows counts for none: how many of its rows are
+    selected is unknown); any other row group whose newest event is not older than the oldest event
+    of those taken may still hold a top row."""
+    groups = [rg for rg, _ in plan]
     if k == 0 or not groups:
         return []
     stats = {rg: meta.row_group(rg).column(ts_col).statistics for rg in groups}
     if any(s is None or not s.has_min_max for s in stats.values()):
         return groups
+    only = dict(plan)
     ordered = sorted(groups, key=lambda rg: stats[rg].max, reverse=True)
     chosen, rows = [], 0
     for rg in ordered:
         chosen.append(rg)
-        rows += meta.row_group(rg).num_rows
+        rows += meta.row_group(rg).num_rows if only[rg] else 0
         if rows >= k:
             break
+    else:
+        return groups  # never sure to hold k selected rows: keep them all
     floor = min(stats[rg].min for rg in chosen)
     chosen += [rg for rg in ordered if rg not in chosen and stats[rg].max >= floor]
     return sorted(chosen)

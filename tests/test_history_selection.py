@@ -142,3 +142,14 @@ def test_count_of_a_long_history_comes_from_statistics_alone(table):
         == HistoryReader(table).read_user(1_000_007, selection=Selection(feature_groups=("engagement",))).num_rows
     )
     assert footers < 40_000  # only the footers were read: no column chunk of 8,000+ rows
+
+
+def test_top_k_with_a_time_window_across_row_groups_keeps_every_selected_row(table):
+    # The window straddles a row-group boundary; only part of each row group is selected, so
+    # neither row group alone can be trusted to hold the newest K selected rows.
+    user, groups = 1_000_007, ("engagement",)
+    rows = HistoryReader(table).read_user(user, selection=Selection(columns=("lsn",), feature_groups=groups))
+    times = rows["event_ts"].to_pylist()
+    window = Selection(columns=("lsn",), feature_groups=groups, start=times[2970], end=times[3030], top_k=100)
+    got = HistoryReader(table).read_user(user, selection=window)
+    assert got["lsn"].to_pylist() == rows["lsn"].to_pylist()[2970:3030]

@@ -1,0 +1,441 @@
+"""DuckDB on the warehouse's tables, with the analyst SQL of sql/ loaded: run a file, a query, or a prompt.
+
+Before sql/ is loaded, `seqlake sql` defines, for the tables this warehouse has:
+
+  history, history_detail, raw_events   views: iceberg_scan of each table's current metadata file
+  landing_events, quarantine            views: delta_scan of the landing tier (pipelines.landing)
+
+and the variables the SQL files read with getvariable():
+
+  <table>_metadata     the Iceberg table's current metadata file (pinned when the session opens)
+  <table>_location     the table's root folder (Iceberg and Delta)
+  seqlake_tables       MAP name -> format (iceberg, delta) of the tables defined above
+  window_seconds       layout.window_seconds
+  tenants              MAP tenant -> {feature_groups, columns, max_length} from the configuration
+
+Then every sql/*.sql file runs in name order, so a file may use what an earlier one defines. Loading
+runs only definitions (CREATE, SET, DROP, ALTER); a file's queries run with `--file`. A definition
+that needs a table this warehouse lacks (or an object skipped for that reason) is skipped with a note.
+
+Values never go into SQL text: `--param uid=1000000` binds `$uid` in the query.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TextIO
+
+import duckdb
+
+from pipelines.landing import landing_paths
+from seqlake.catalog import open_catalog, table_identifier
+from seqlake.config import PROJECT_ROOT, Config, load_config
+from seqlake.duckdb_session import connect
+from seqlake.errors import SeqlakeError
+
+SQL_DIR = PROJECT_ROOT / "sql"
+ICEBERG_TABLES = ("history", "history_detail", "raw_events")
+DELTA_TABLES = ("landing_events", "quarantine")
+# Statements that loading runs; every other statement (queries, COPY, INSERT...) runs only with --file.
+DEFINITIONS = frozenset(
+    {
+        duckdb.StatementType.CREATE,
+        duckdb.StatementType.CREATE_FUNC,
+        duckdb.StatementType.DROP,
+        duckdb.StatementType.ALTER,
+        duckdb.StatementType.SET,
+        duckdb.StatementType.VARIABLE_SET,
+    }
+)
+TENANTS_TYPE = "MAP(VARCHAR, STRUCT(feature_groups VARCHAR[], columns VARCHAR[], max_length BIGINT))"
+_CREATED = re.compile(
+    r"^\s*CREATE\s+(?:OR\s+REPLACE\s+)?(?:TEMP(?:ORARY)?\s+)?(?:VIEW|TABLE|MACRO|FUNCTION)\s+"
+    r"(?:IF\s+NOT\s+EXISTS\s+)?(?:\w+\.)?(\w+)",
+    re.IGNORECASE,
+)
+
+
+class SqlError(SeqlakeError):
+    """A SQL file or statement failed; the message names the file or statement and quotes DuckDB."""
+
+
+@dataclass(frozen=True)
+class WarehouseTable:
+    name: str
+    format: str  # "iceberg" or "delta"
+    location: str
+    metadata_location: str | None = None
+
+
+@dataclass(frozen=True)
+class Result:
+    statement: str
+    columns: list[str]
+    rows: list[tuple]
+
+
+@dataclass
+class SqlSession:
+    """A DuckDB connection with the warehouse's relations and the SQL of sql/ defined."""
+
+    con: duckdb.DuckDBPyConnection
+    config: Config
+    tables: dict[str, WarehouseTable]
+    missing: dict[str, str] = field(default_factory=dict)  # relation or object -> why it is absent
+    notes: list[str] = field(default_factory=list)
+
+    def run(self, text: str, params: dict[str, object] | None = None, source: str = "query") -> list[Result]:
+        """Run every statement of `text`; return the results of those that return rows."""
+        return run_script(self, text, source, params=params)
+
+    def query(self, text: str, **params: object):
+        """One query's result as a pandas DataFrame, with `$name` parameters bound (for notebooks)."""
+        try:
+            return self.con.execute(text, params or None).df()
+        except duckdb.Error as error:
+            raise SqlError(f"{_first_line(text)}: {error}") from None
+
+    def close(self) -> None:
+        self.con.close()
+
+    def __enter__(self) -> SqlSession:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _first_line(text: str) -> str:
+    lines = [line.strip() for line in _strip_comments(text).splitlines() if line.strip()]
+    head = lines[0] if lines else text.strip()
+    return head if len(head) <= 80 else head[:77] + "..."
+
+
+def _strip_comments(text: str) -> str:
+    return re.sub(r"--[^\n]*", "", text)
+
+
+def _note(session: SqlSession, message: str, quiet: bool) -> None:
+    session.notes.append(message)
+    if not quiet:
+        print(f"seqlake sql: {message}", file=sys.stderr)
+
+
+def _local_path(uri: str) -> Path | None:
+    if uri.startswith("file://"):
+        return Path(uri[len("file://") :])
+    if "://" not in uri:
+        return Path(uri)
+    return None
+
+
+def define_relations(session: SqlSession, quiet: bool = False) -> None:
+    """Views and variables for the warehouse's tables (only those that exist)."""
+    con, config = session.con, session.config
+    local = _local_path(config.warehouse_uri())
+    if local is not None and not local.is_dir():
+        # Opening the catalog would create an empty warehouse there: say what is wrong instead.
+        raise SqlError(f"no warehouse at {local} (run `make demo`, or set SEQLAKE_WAREHOUSE)")
+    catalog = open_catalog(config)
+    for name in ICEBERG_TABLES:
+        identifier = table_identifier(config, name)
+        if not catalog.table_exists(identifier):
+            session.missing[name] = f"no Iceberg table {identifier} in the catalog"
+            continue
+        table = catalog.load_table(identifier)
+        session.tables[name] = WarehouseTable(name, "iceberg", table.location(), table.metadata_location)
+    paths = landing_paths(config)
+    for name, location in zip(DELTA_TABLES, (paths.events, paths.quarantine), strict=True):
+        local = _local_path(location)
+        if local is not None and not (local / "_delta_log").is_dir():
+            session.missing[name] = f"no Delta table at {location}"
+            continue
+        session.tables[name] = WarehouseTable(name, "delta", location)
+
+    for table in list(session.tables.values()):
+        try:
+            con.execute(f"SET VARIABLE {table.name}_location = ?", [table.location])
+            if table.format == "iceberg":
+                con.execute(f"SET VARIABLE {table.name}_metadata = ?", [table.metadata_location])
+                scan = f"iceberg_scan(getvariable('{table.name}_metadata'))"
+            else:
+                scan = f"delta_scan(getvariable('{table.name}_location'))"
+            con.execute(f"CREATE OR REPLACE VIEW {table.name} AS SELECT * FROM {scan}")
+        except duckdb.Error as error:
+            del session.tables[table.name]
+            session.missing[table.name] = f"{table.format} table at {table.location} is unreadable: {error}"
+    for name, why in session.missing.items():
+        _note(session, f"{name} is not defined: {why}", quiet)
+
+    formats = [t.format for t in session.tables.values()]
+    con.execute(
+        "SET VARIABLE seqlake_tables = CAST(MAP(?, ?) AS MAP(VARCHAR, VARCHAR))", [list(session.tables), formats]
+    )
+    con.execute("SET VARIABLE window_seconds = ?", [config.layout.window_seconds])
+    names = list(config.tenants)
+    specs = [
+        {
+            "feature_groups": list(config.tenants[t].feature_groups),
+            "columns": config.tenant_columns(t),
+            "max_length": config.tenants[t].max_length,
+        }
+        for t in names
+    ]
+    con.execute(f"SET VARIABLE tenants = CAST(MAP(?, ?) AS {TENANTS_TYPE})", [names, specs])
+
+
+def sql_files(folder: Path = SQL_DIR) -> list[Path]:
+    """The SQL files loaded into every session, in the order they load (by name)."""
+    return sorted(folder.glob("*.sql"), key=lambda p: p.name)
+
+
+def _needs(session: SqlSession, text: str) -> list[str]:
+    """Absent relations or skipped objects that a statement refers to."""
+    words = set(re.findall(r"[A-Za-z_]\w*", _strip_comments(text)))
+    return [
+        name for name in session.missing if name in words or f"{name}_metadata" in words or f"{name}_location" in words
+    ]
+
+
+def run_script(
+    session: SqlSession,
+    text: str,
+    source: str,
+    *,
+    params: dict[str, object] | None = None,
+    definitions_only: bool = False,
+    quiet: bool = False,
+    on_result: Callable[[Result], None] | None = None,
+) -> list[Result]:
+    """Run the statements of `text` in order; a failed statement raises SqlError (nothing after it runs).
+
+    A definition that fails because it needs an absent table is skipped with a note, and the object it
+    would have created counts as absent for the statements after it.
+    """
+    con = session.con
+    params = dict(params or {})
+    try:
+        statements = con.extract_statements(text)
+    except duckdb.Error as error:
+        raise SqlError(f"{source}: {error}") from None
+    used = set().union(*(s.named_parameters for s in statements)) if statements else set()
+    unused = sorted(set(params) - used)
+    if unused:
+        raise SqlError(f"{source}: parameters {unused} are not used (write $name in the SQL to bind one)")
+    results = []
+    for statement in statements:
+        definition = statement.type in DEFINITIONS
+        if definitions_only and not definition:
+            continue
+        bound = {k: params[k] for k in statement.named_parameters if k in params}
+        try:
+            cursor = con.execute(statement.query, bound or None)
+            rows = cursor.fetchall() if not definition and cursor.description else None
+        except duckdb.Error as error:
+            needed = _needs(session, statement.query)
+            if needed and definition:
+                created = _CREATED.match(_strip_comments(statement.query))
+                what = created.group(1) if created else _first_line(statement.query)
+                if created:
+                    session.missing[what] = f"needs {', '.join(needed)}"
+                _note(session, f"{source}: skipped {what}: needs {', '.join(needed)}, not in this warehouse", quiet)
+                continue
+            absent = "; ".join(f"{name}: {session.missing[name]}" for name in needed)
+            hint = f" (not in this warehouse: {absent})" if needed else ""
+            raise SqlError(f"{source}: {_first_line(statement.query)}{hint}\n{error}") from None
+        if rows is not None:
+            result = Result(statement.query.strip(), [d[0] for d in cursor.description], rows)
+            results.append(result)
+            if on_result is not None:
+                on_result(result)
+    return results
+
+
+def open_session(
+    config: Config | None = None,
+    sql_dir: Path = SQL_DIR,
+    quiet: bool = False,
+) -> SqlSession:
+    """A DuckDB session on the configured warehouse with every file of `sql_dir` loaded."""
+    config = config or load_config()
+    session = SqlSession(connect(), config, {})
+    try:
+        define_relations(session, quiet=quiet)
+        for path in sql_files(sql_dir):
+            run_script(session, path.read_text(), path.name, definitions_only=True, quiet=quiet)
+    except BaseException:
+        session.close()
+        raise
+    return session
+
+
+def resolve_file(name: str, sql_dir: Path = SQL_DIR) -> Path:
+    """A path, or the name of a file in sql/ (with or without `.sql`)."""
+    candidates = [Path(name), sql_dir / name, sql_dir / f"{name}.sql"]
+    for candidate in candidates:
+        if candidate.is_file():
+            return candidate
+    known = ", ".join(p.name for p in sql_files(sql_dir)) or "none"
+    raise SqlError(f"no SQL file {name!r} (a path, or one of sql/: {known})")
+
+
+# -- output ---------------------------------------------------------------------------------------
+
+
+def _cell(value: object) -> str:
+    if value is None:
+        return "NULL"
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    return str(value)
+
+
+def format_table(result: Result, max_rows: int = 100) -> str:
+    """Aligned text: a header, a rule, the rows (at most `max_rows`; 0: all), and a row count."""
+    shown = result.rows if max_rows <= 0 else result.rows[:max_rows]
+    cells = [[_cell(v).replace("\n", " ") for v in row] for row in shown]
+    widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(result.columns)]
+    numeric = [
+        all(isinstance(row[i], int | float) or row[i] is None for row in shown) and bool(shown)
+        for i in range(len(result.columns))
+    ]
+
+    def line(values: Sequence[str]) -> str:
+        parts = [v.rjust(w) if n else v.ljust(w) for v, w, n in zip(values, widths, numeric, strict=True)]
+        return " | ".join(parts).rstrip()
+
+    out = [line(result.columns), "-+-".join("-" * w for w in widths)]
+    out += [line(r) for r in cells]
+    count = len(result.rows)
+    more = f", {count - len(shown)} not shown (--max-rows)" if len(shown) < count else ""
+    out.append(f"({count} row{'s' if count != 1 else ''}{more})")
+    return "\n".join(out)
+
+
+def json_lines(result: Result) -> str:
+    return "\n".join(json.dumps(dict(zip(result.columns, row, strict=True)), default=str) for row in result.rows)
+
+
+def printer(as_json: bool, max_rows: int, out: TextIO) -> Callable[[Result], None]:
+    def show(result: Result) -> None:
+        text = json_lines(result) if as_json else format_table(result, max_rows) + "\n"
+        if text:
+            print(text, file=out, flush=True)
+
+    return show
+
+
+# -- the prompt -----------------------------------------------------------------------------------
+
+
+def _reader(stream: TextIO) -> Callable[[str], str | None]:
+    """A line reader: with a prompt (and line editing) on a terminal, plain lines otherwise; None at the end."""
+    if stream.isatty():
+
+        def read(prompt: str) -> str | None:
+            try:
+                return input(prompt)
+            except EOFError:
+                print(file=sys.stderr)
+                return None
+
+        return read
+
+    def read_plain(prompt: str) -> str | None:
+        line = stream.readline()
+        return None if line == "" else line.rstrip("\n")
+
+    return read_plain
+
+
+def interactive(session: SqlSession, show: Callable[[Result], None], stream: TextIO | None = None) -> int:
+    """Read statements ending in `;`, run each, print its result; `.quit`, `.exit` or end of input stop."""
+    stream = stream or sys.stdin
+    if stream.isatty():
+        macros = session.con.execute(
+            "SELECT DISTINCT function_name FROM duckdb_functions() "
+            "WHERE function_type IN ('macro', 'table_macro') AND NOT internal ORDER BY 1"
+        ).fetchall()
+        print(f"tables: {', '.join(session.tables) or 'none'}", file=sys.stderr)
+        print(f"macros: {', '.join(m[0] for m in macros)}", file=sys.stderr)
+        print("End statements with ';'. .quit to leave.", file=sys.stderr)
+    read = _reader(stream)
+    buffer: list[str] = []
+    while (line := read("     ..> " if buffer else "seqlake> ")) is not None:
+        if not buffer and line.strip() in (".quit", ".exit", ".q"):
+            break
+        buffer.append(line)
+        if line.rstrip().endswith(";"):
+            _run_interactive(session, "\n".join(buffer), show)
+            buffer = []
+    if "".join(buffer).strip():
+        _run_interactive(session, "\n".join(buffer), show)
+    return 0
+
+
+def _run_interactive(session: SqlSession, text: str, show: Callable[[Result], None]) -> None:
+    try:
+        run_script(session, text, "prompt", on_result=show)
+    except SqlError as error:
+        print(f"error: {error}", file=sys.stderr)
+
+
+# -- the command ----------------------------------------------------------------------------------
+
+
+def _param(value: str) -> tuple[str, str]:
+    name, sep, text = value.partition("=")
+    if not sep or not re.fullmatch(r"[A-Za-z_]\w*", name):
+        raise argparse.ArgumentTypeError(f"{value!r} is not NAME=VALUE")
+    return name, text
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="seqlake sql",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--config", help="configuration YAML (default: conf/seqlake.yaml)")
+    what = parser.add_mutually_exclusive_group()
+    what.add_argument("--file", "-f", help="run a SQL file: a path, or a name in sql/ (e.g. storage)")
+    what.add_argument("--query", "-q", help="run these statements")
+    parser.add_argument(
+        "--param", "-p", type=_param, action="append", default=[], help="bind $NAME to VALUE (repeatable)"
+    )
+    parser.add_argument("--json", action="store_true", help="one JSON object per row and line")
+    parser.add_argument("--max-rows", type=int, default=100, help="rows printed per result (0: all; default 100)")
+    parser.add_argument("--quiet", action="store_true", help="no notes about tables this warehouse lacks")
+    args = parser.parse_args(argv)
+
+    config = load_config(args.config)
+    path = resolve_file(args.file) if args.file else None
+    show = printer(args.json, args.max_rows, sys.stdout)
+    session = open_session(config, quiet=args.quiet)
+    try:
+        params = dict(args.param)
+        if path is not None:
+            run_script(session, path.read_text(), path.name, params=params, quiet=args.quiet, on_result=show)
+        elif args.query is not None:
+            run_script(session, args.query, "query", params=params, quiet=args.quiet, on_result=show)
+        else:
+            if params:
+                raise SqlError("--param needs --file or --query")
+            return interactive(session, show)
+    finally:
+        session.close()
+    return 0
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except SeqlakeError as error:
+        print(f"seqlake sql: error: {error}", file=sys.stderr)
+        sys.exit(2)

@@ -1,0 +1,383 @@
+"""Measure multi-user reads and the history cache side by side, as ratios.
+
+Builds a history table in a temporary warehouse (a few thousand users, heavy-tailed history lengths,
+several sorted runs so that active users live in more than one run), then measures in one run:
+
+  multi-user   `histories(reader, 256 users)` against 256 × `reader.read_user`: wall-time ratio,
+               and opens, read calls and bytes counted through CountingFileSystem;
+  cache        a Zipf-skewed lookup workload (a serving tenant's selection) through `HistoryReader`
+               and through `CachedHistoryReader` at each cache bound: hit rate, speed-up ratio. A
+               bound of 0 caches no chunk, so its row shows what the per-snapshot file index alone
+               gives and the others what the decoded chunks add.
+
+Every result of the fast path is compared with the plain per-user read; a difference is reported as
+a failed check. Bytes, reads and opens are counted exactly; times are wall clock on a possibly shared
+machine (multi-user: the median of interleaved repeats): compare the ratios, never the absolute times.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from seqlake.catalog import open_catalog, table_identifier
+from seqlake.config import Config, load_config
+from tableformat.bucketing import bucket_of
+from tableformat.cache import CachedHistoryReader, HistoryCache
+from tableformat.io import CountingFileSystem, FooterCache, IOStats, PlainFileSystem
+from tableformat.layout import DEFAULT_POLICY
+from tableformat.multi_reader import histories
+from tableformat.reader import HistoryReader, Selection
+from tableformat.registry import RunRecord, commit_runs, create_history_table, history_file_uri
+from tableformat.run_writer import write_run
+from tableformat.schema import history_arrow_schema
+from tableformat.synthetic import column_values
+
+NAMESPACE = "bench_reads"
+TABLE = "history"
+FIRST_USER = 1_000_000
+WRITE_BATCH_ROWS = 8192
+
+
+# -- data ----------------------------------------------------------------------------------------
+
+
+def history_lengths(users: int, heavy_users: int, heavy_rows: int, min_events: int, alpha: float, seed: int):
+    """(user ids, rows per user): Pareto lengths (tail index `alpha`) capped at `heavy_rows`, and
+    `heavy_users` users at exactly that."""
+    if not 0 <= heavy_users <= users:
+        raise ValueError(f"need 0 <= heavy_users <= users, got {heavy_users} and {users}")
+    rng = np.random.default_rng(seed)
+    lengths = np.minimum(np.floor(min_events * (1 + rng.pareto(alpha, users))), heavy_rows).astype(np.int64)
+    lengths[rng.choice(users, heavy_users, replace=False)] = heavy_rows
+    ids = FIRST_USER + np.cumsum(rng.integers(1, 20, users))
+    return ids.astype(np.int64), lengths
+
+
+def run_rows(config: Config, user_ids: np.ndarray, lengths: np.ndarray, run: int, seed: int) -> pa.Table:
+    """One sorted run's rows for `user_ids` (`lengths` rows each), ordered by (bucket, key). Run `run`
+    covers later event times and higher LSNs than run `run - 1`."""
+    keep = lengths > 0
+    user_ids, lengths = user_ids[keep], lengths[keep]
+    rng = np.random.default_rng([seed, run])
+    n = int(lengths.sum())
+    starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
+    groups = list(config.feature_groups)
+    share = [0.8] + [0.2 / (len(groups) - 1)] * (len(groups) - 1) if len(groups) > 1 else [1.0]
+    group = np.array(groups)[rng.choice(len(groups), n, p=share)]
+    # Per user, event times advance 1-60 s a row from the run's start; LSNs follow event time.
+    step = rng.integers(1_000_000, 60_000_000, n)
+    elapsed = np.cumsum(step)
+    elapsed -= np.repeat(elapsed[starts] - step[starts], lengths)
+    run_start = int(config.generator.start_ts.timestamp()) * 1_000_000 + run * 30 * 86_400_000_000
+    ts = run_start + elapsed
+    lsn = run * 10**12 + elapsed // 1000 + rng.integers(0, 1000, n)
+    user = np.repeat(user_ids, lengths)
+    columns = {
+        "user_id": user,
+        "feature_group": group,
+        "event_ts": pa.array(ts, pa.int64()).cast(pa.timestamp("us", tz="UTC")),
+        "lsn": lsn,
+        "min_lsn": lsn - rng.integers(0, 50, n),
+        "source_partition": (user % config.generator.source_partitions).astype(np.int32),
+        "event_count": rng.integers(1, 4, n).astype(np.int32),
+        "window_id": ts // (config.layout.window_seconds * 1_000_000),
+    }
+    for name, kind in config.column_types().items():
+        owners = [g for g, spec in config.feature_groups.items() if name in spec.columns]
+        values = column_values(kind, n, rng)
+        columns[name] = pa.array(values.to_numpy(zero_copy_only=False), values.type, mask=~np.isin(group, owners))
+    rank = np.searchsorted(sorted(groups), group)
+    order = np.lexsort((lsn, ts, rank, user, bucket_of(user, config.layout.bucket_count)))
+    table = pa.table({k: pa.array(v) if isinstance(v, np.ndarray) else v for k, v in columns.items()})
+    return table.take(pa.array(order)).cast(history_arrow_schema(config))
+
+
+def build_table(
+    config: Config,
+    users: int,
+    heavy_users: int,
+    heavy_rows: int,
+    runs: int,
+    seed: int,
+    policy=DEFAULT_POLICY,
+):
+    """Create the history table in `config`'s warehouse and publish `runs` sorted runs: the first holds
+    every user's history, each later one a shrinking random share of the users (the active ones) with
+    short increments. Returns (table, user ids, total rows per user)."""
+    gen = config.generator
+    user_ids, lengths = history_lengths(users, heavy_users, heavy_rows, gen.min_events, gen.length_alpha, seed)
+    table = create_history_table(open_catalog(config), table_identifier(config, TABLE), config, replace=True)
+    rng = np.random.default_rng([seed, 99])
+    totals = np.zeros(len(user_ids), np.int64)
+    for run in range(runs):
+        if run == 0:
+            run_lengths = lengths
+        else:
+            active = rng.random(len(user_ids)) < 0.5 / run
+            run_lengths = np.where(active, np.maximum(1, lengths // (4 * run)), 0)
+        totals += run_lengths
+        data = run_rows(config, user_ids, run_lengths, run, seed)
+        run_id = f"w{run + 1}"
+        files = write_run(
+            data.to_batches(max_chunksize=WRITE_BATCH_ROWS),
+            file_uri=lambda bucket, run_id=run_id: history_file_uri(table.location(), run_id, bucket),
+            schema=history_arrow_schema(config),
+            run_id=run_id,
+            bucket_count=config.layout.bucket_count,
+            group_order=list(config.feature_groups),
+            policy=policy,
+        )
+        windows = [w.as_py() for w in pc.min_max(data["window_id"]).values()]
+        record = RunRecord(run_id, "window", windows, len(files), data.num_rows)
+        commit_runs(table, [(record, files)])
+    return table, user_ids, totals
+
+
+# -- workloads -----------------------------------------------------------------------------------
+
+
+def selections(config: Config) -> dict[str, Selection]:
+    """The selections measured: whole histories, and each tenant's read profile (its feature groups and
+    columns, the newest `max_length` events, newest first)."""
+    out = {"all columns": Selection()}
+    for name, tenant in config.tenants.items():
+        out[f"tenant {name}"] = Selection(
+            feature_groups=tuple(tenant.feature_groups),
+            columns=tuple(config.tenant_columns(name)),
+            top_k=tenant.max_length,
+            newest_first=True,
+        )
+    return out
+
+
+def zipf_lookups(user_ids: np.ndarray, lookups: int, s: float, seed: int) -> list[int]:
+    """`lookups` user ids drawn with P(rank r) ~ r^-s over all users, ranks assigned in random order."""
+    rng = np.random.default_rng([seed, 7])
+    weights = 1.0 / np.arange(1, len(user_ids) + 1) ** s
+    ranked = rng.permutation(user_ids)
+    return ranked[rng.choice(len(user_ids), lookups, p=weights / weights.sum())].tolist()
+
+
+def identical(a: pa.Table, b: pa.Table) -> bool:
+    """Same rows in the same order, same columns, same types and metadata."""
+    return a.schema.equals(b.schema, check_metadata=True) and a.equals(b)
+
+
+def _timed(action: Callable[[], object]) -> tuple[float, object]:
+    start = time.perf_counter()
+    result = action()
+    return time.perf_counter() - start, result
+
+
+def _io(stats: IOStats) -> dict[str, int]:
+    return {"opens": stats.opens, "reads": stats.reads, "bytes": stats.bytes_read}
+
+
+@dataclass
+class ReadBench:
+    users: int
+    rows: int
+    files: int
+    runs: int
+    longest: int
+    multi: list[dict] = field(default_factory=list)  # one per selection
+    cache: list[dict] = field(default_factory=list)  # one per cache size
+    failures: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.failures
+
+    def to_dict(self) -> dict:
+        return {
+            "users": self.users,
+            "rows": self.rows,
+            "files": self.files,
+            "runs": self.runs,
+            "longest": self.longest,
+            "multi": self.multi,
+            "cache": self.cache,
+            "failures": self.failures,
+            "ok": self.ok,
+        }
+
+
+def measure_multi(
+    table, users: list[int], selection: Selection, repeats: int, max_workers: int
+) -> tuple[dict, list[str]]:
+    """`histories` against a `read_user` loop over the same users: times (median of interleaved repeats,
+    each with a fresh reader, so footers are read cold by both), counted I/O, identical results."""
+    failures = []
+
+    def loop(reader: HistoryReader) -> dict[int, pa.Table]:
+        return {u: reader.read_user(u, selection=selection) for u in users}
+
+    def multi(reader: HistoryReader) -> dict[int, pa.Table]:
+        return histories(reader, users, selection, max_workers=max_workers)
+
+    counted = {}
+    for name, action in (("loop", loop), ("multi", multi)):
+        fs = CountingFileSystem()
+        results = action(HistoryReader(table, fs, FooterCache()))  # also the untimed warm-up
+        counted[name] = (_io(fs.stats), results)
+    expected = counted["loop"][1]
+    if counted["multi"][1].keys() != expected.keys() or not all(
+        identical(counted["multi"][1][u], expected[u]) for u in users
+    ):
+        failures.append("histories() differs from read_user()")
+    times: dict[str, list[float]] = {"loop": [], "multi": []}
+    for r in range(repeats):
+        order = (("loop", loop), ("multi", multi)) if r % 2 == 0 else (("multi", multi), ("loop", loop))
+        for name, action in order:
+            elapsed, results = _timed(lambda action=action: action(HistoryReader(table, PlainFileSystem())))
+            times[name].append(elapsed)
+            if name == "multi" and not all(identical(results[u], expected[u]) for u in users):
+                failures.append("histories() differs from read_user() in a timed run")
+    loop_s, multi_s = float(np.median(times["loop"])), float(np.median(times["multi"]))
+    loop_io, multi_io = counted["loop"][0], counted["multi"][0]
+    row = {
+        "users": len(users),
+        "found": sum(1 for t in expected.values() if t.num_rows),
+        "rows": sum(t.num_rows for t in expected.values()),
+        "loop_s": loop_s,
+        "multi_s": multi_s,
+        "speedup": loop_s / multi_s,
+        "loop_io": loop_io,
+        "multi_io": multi_io,
+        **{f"{k}_ratio": loop_io[k] / max(1, multi_io[k]) for k in ("opens", "reads", "bytes")},
+    }
+    return row, failures
+
+
+def measure_cache(
+    table, lookups: list[int], selection: Selection, cache_bytes: Sequence[int]
+) -> tuple[list[dict], list[str]]:
+    """The lookup workload through a `HistoryReader`, then through a `CachedHistoryReader` per cache
+    bound (all starting cold: empty footer cache, empty history cache), with identical results checked
+    lookup by lookup. One row per cache bound."""
+    plain = HistoryReader(table, PlainFileSystem())
+    plain_s, expected = _timed(lambda: [plain.read_user(u, selection=selection) for u in lookups])
+    rows, failures = [], []
+    for max_bytes in cache_bytes:
+        cached = CachedHistoryReader(table, PlainFileSystem(), cache=HistoryCache(max_bytes))
+        cached_s, got = _timed(lambda cached=cached: [cached.read_user(u, selection=selection) for u in lookups])
+        if not all(identical(a, b) for a, b in zip(got, expected, strict=True)):
+            failures.append(f"CachedHistoryReader ({max_bytes:,} B) differs from HistoryReader")
+        cache = cached.cache
+        rows.append(
+            {
+                "lookups": len(lookups),
+                "distinct_users": len(set(lookups)),
+                "max_bytes": max_bytes,
+                "plain_s": plain_s,
+                "cached_s": cached_s,
+                "speedup": plain_s / cached_s,
+                "hits": cache.hits,
+                "misses": cache.misses,
+                "hit_rate": cache.hit_rate,
+                "bytes": cache.bytes,
+                "evictions": cache.evictions,
+            }
+        )
+    return rows, failures
+
+
+# -- the benchmark -------------------------------------------------------------------------------
+
+
+def run_read_bench(
+    config: Config | None = None,
+    *,
+    users: int = 3000,
+    heavy_users: int = 3,
+    heavy_rows: int = 20_000,
+    runs: int = 3,
+    multi_users: int = 256,
+    lookups: int = 2000,
+    zipf_s: float = 1.1,
+    cache_bytes: Sequence[int] = (64 * 2**20, 4 * 2**20, 0),
+    repeats: int = 3,
+    max_workers: int = 4,
+    seed: int = 1,
+    log: Callable[[str], None] | None = None,
+) -> ReadBench:
+    """Build the table in a temporary warehouse and measure both comparisons (module docstring)."""
+    if repeats < 1 or lookups < 1 or not 1 <= multi_users <= users:
+        raise ValueError("need repeats >= 1, lookups >= 1 and 1 <= multi_users <= users")
+    config = config or load_config()
+    say = log or (lambda line: None)
+    with tempfile.TemporaryDirectory(prefix="seqlake-read-bench-") as tmp:
+        warehouse = config.warehouse.model_copy(
+            update={"path": str(Path(tmp) / "warehouse"), "catalog_uri": None, "namespace": NAMESPACE}
+        )
+        config = config.model_copy(update={"warehouse": warehouse})
+        say(f"building {users:,} users in {runs} sorted runs")
+        table, user_ids, totals = build_table(config, users, heavy_users, heavy_rows, runs, seed)
+        files = list(table.scan().plan_files())
+        bench = ReadBench(users=users, rows=int(totals.sum()), files=len(files), runs=runs, longest=int(totals.max()))
+        rng = np.random.default_rng([seed, 3])
+        # Requested users: mostly stored ones, a few absent ones (ids between stored ones).
+        chosen = rng.choice(user_ids, multi_users, replace=False).tolist()
+        absent = [u + 1 for u in chosen[: max(1, multi_users // 64)] if u + 1 not in set(user_ids.tolist())]
+        chosen[: len(absent)] = absent
+        for name, selection in selections(config).items():
+            say(f"multi-user: {name}")
+            row, failures = measure_multi(table, chosen, selection, repeats, max_workers)
+            bench.multi.append({"selection": name, **row})
+            bench.failures += failures
+        # The cache workload reads like a serving tenant: the first tenant's profile, if any.
+        selection_name, selection = list(selections(config).items())[min(1, len(selections(config)) - 1)]
+        say(f"cache: {lookups:,} Zipf lookups ({selection_name}), bounds {list(cache_bytes)} B")
+        rows, failures = measure_cache(table, zipf_lookups(user_ids, lookups, zipf_s, seed), selection, cache_bytes)
+        bench.cache += [{"selection": selection_name, "zipf_s": zipf_s, **row} for row in rows]
+        bench.failures += failures
+    return bench
+
+
+def format_report(bench: ReadBench) -> str:
+    """Markdown tables of the measured ratios."""
+    lines = [
+        f"{bench.users:,} users, {bench.rows:,} rows in {bench.runs} sorted runs ({bench.files} files), "
+        f"longest history {bench.longest:,} rows.",
+        "",
+        "| selection | users (with rows) | read_user loop, s | histories, s | time ratio | opens | reads | "
+        "bytes | bytes ratio |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for row in bench.multi:
+        lo, mu = row["loop_io"], row["multi_io"]
+        lines.append(
+            f"| {row['selection']} | {row['users']} ({row['found']}) | {row['loop_s']:.3f} | {row['multi_s']:.3f} "
+            f"| ×{row['speedup']:.1f} | {lo['opens']:,} → {mu['opens']:,} | {lo['reads']:,} → {mu['reads']:,} "
+            f"| {lo['bytes'] / 2**20:,.1f} → {mu['bytes'] / 2**20:,.1f} MiB | ×{row['bytes_ratio']:.1f} |"
+        )
+    lines += [
+        "",
+        "| selection | lookups (distinct users) | cache bound | HistoryReader, s | CachedHistoryReader, s | "
+        "speed-up | hit rate | cached | evictions |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for row in bench.cache:
+        lines.append(
+            f"| {row['selection']} | {row['lookups']:,} ({row['distinct_users']:,}), Zipf s={row['zipf_s']} "
+            f"| {row['max_bytes'] / 2**20:,.0f} MiB | {row['plain_s']:.2f} | {row['cached_s']:.2f} "
+            f"| ×{row['speedup']:.1f} | {row['hit_rate']:.3f} | {row['bytes'] / 2**20:,.1f} MiB "
+            f"| {row['evictions']:,} |"
+        )
+    lines += [
+        "",
+        "Time ratio and speed-up: the plain path's time over the fast path's, measured in the same run "
+        "(multi-user: median of interleaved repeats, each with a fresh reader and cold footers; cache: one "
+        "pass of the workload each, both readers starting cold). I/O is counted through CountingFileSystem "
+        "(loop → histories). Hit rate counts decoded column chunks. Every fast-path result was compared "
+        "with the plain one: " + ("all identical." if bench.ok else "FAILED: " + "; ".join(bench.failures)),
+    ]
+    return "\n".join(lines)
