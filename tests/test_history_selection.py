@@ -148,7 +148,7 @@ def test_top_k_with_a_time_window_across_row_groups_keeps_every_selected_row(tab
     # The window straddles a row-group boundary; only part of each row group is selected, so
     # neither row group alone can be trusted to hold the newest K selected rows.
     user, groups = 1_000_007, ("engagement",)
-    rows = HistoryReader(table).read_user(user, selection=Selection(columns=("lsn",), feature_groups=groups))
+    rows = HistoryReader(table).read_user(user, selection=Selection(columns=("lsn", "event_ts"), feature_groups=groups))
     times = rows["event_ts"].to_pylist()
     window = Selection(columns=("lsn",), feature_groups=groups, start=times[2970], end=times[3030], top_k=100)
     got = HistoryReader(table).read_user(user, selection=window)
