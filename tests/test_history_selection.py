@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -145,11 +146,29 @@ def test_count_of_a_long_history_comes_from_statistics_alone(table):
 
 
 def test_top_k_with_a_time_window_across_row_groups_keeps_every_selected_row(table):
-    # The window straddles a row-group boundary; only part of each row group is selected, so
-    # neither row group alone can be trusted to hold the newest K selected rows.
+    # The window straddles a row-group boundary of one file; only part of each row group is selected,
+    # so neither row group alone can be trusted to hold the newest K selected rows.
     user, groups = 1_000_007, ("engagement",)
-    rows = HistoryReader(table).read_user(user, selection=Selection(columns=("lsn", "event_ts"), feature_groups=groups))
-    times = rows["event_ts"].to_pylist()
-    window = Selection(columns=("lsn",), feature_groups=groups, start=times[2970], end=times[3030], top_k=100)
-    got = HistoryReader(table).read_user(user, selection=window)
-    assert got["lsn"].to_pylist() == rows["lsn"].to_pylist()[2970:3030]
+    uri = next(u for u in HistoryReader(table).files_for_user(user) if "/rw1-" in u)
+    meta = pq.read_metadata(uri.removeprefix("file://"))
+    names = meta.schema.to_arrow_schema().names
+    spans = []
+    for rg in range(meta.num_row_groups):
+        columns = meta.row_group(rg).column
+        if (
+            columns(names.index("user_id")).statistics.min == user
+            and columns(names.index("feature_group")).statistics.min == "engagement"
+        ):
+            ts = columns(names.index("event_ts")).statistics
+            spans.append((ts.min, ts.max))
+    (_, first_max), (second_min, _) = spans[0], spans[1]
+    window = Selection(
+        columns=("lsn",),
+        feature_groups=groups,
+        start=first_max - timedelta(minutes=20),
+        end=second_min + timedelta(minutes=20),
+        top_k=1_000,  # more than the window holds, less than one row group
+    )
+    got = HistoryReader(table).read_user(user, selection=window).to_pylist()
+    assert got == duckdb_reference(table, user, window, ["lsn"])
+    assert len(got) > 2
