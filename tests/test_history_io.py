@@ -74,3 +74,47 @@ def test_lookup_opens_one_file_per_sorted_run(table, measurement):
     assert HistoryReader(table, other).read_user(1_000_010, COLUMNS).num_rows == (20 + 10 * 37 % 400) + 50
     assert other.stats.opens == 2
     measurement(f"files opened for a user present in 3 runs: {fs.stats.opens}; other user: {other.stats.opens}")
+
+
+def test_top_k_of_a_long_history_reads_the_row_groups_holding_k_rows_plus_at_most_one(tmp_path, measurement):
+    from tableformat.reader import Selection, plan_row_groups
+
+    config = make_config(tmp_path / "wh")
+    table = history_table(config)
+    heavy = 1_000_042
+    publish_run(table, config, synthetic_history(config, {heavy: 100_000, 1_000_043: 300}, seed=9), "w1")
+    (uri,) = HistoryReader(table).files_for_user(heavy)
+    meta = pq.read_metadata(uri.removeprefix("file://"))
+    names = meta.schema.to_arrow_schema().names
+    k = 500
+    selection = Selection(columns=("item_id",), feature_groups=("engagement",), top_k=k)
+
+    fs = CountingFileSystem()
+    reader = HistoryReader(table, fs, FooterCache())
+    newest = reader.read_user(heavy, selection=selection)
+    whole = Selection(columns=("item_id", "event_ts"), feature_groups=("engagement",))
+    everything = HistoryReader(table).read_user(heavy, selection=whole)
+    assert newest["item_id"].to_pylist() == everything["item_id"].slice(everything.num_rows - k).to_pylist()
+
+    # Row groups that hold the K newest rows, counted from the data itself.
+    ts = everything["event_ts"].slice(everything.num_rows - k)
+    holding = {
+        rg
+        for rg in range(meta.num_row_groups)
+        for stats in [meta.row_group(rg).column(names.index("event_ts")).statistics]
+        if meta.row_group(rg).column(names.index("user_id")).statistics.min == heavy
+        and meta.row_group(rg).column(names.index("feature_group")).statistics.min == "engagement"
+        and stats.max >= ts[0].as_py()
+    }
+    chosen = [rg for rg, _ in plan_row_groups(meta, heavy, selection)]
+    assert len(chosen) <= len(holding) + 1
+    read_limit = sum(
+        meta.row_group(rg).column(names.index(c)).total_compressed_size
+        for rg in chosen
+        for c in ("item_id", "event_ts", "lsn")
+    )
+    assert fs.stats.bytes_read <= read_limit + meta.serialized_size + 8
+    measurement(
+        f"Top-{k} of a 100,000-event history: {len(chosen)} of {meta.num_row_groups} row groups read "
+        f"({len(holding)} hold the K rows), {fs.stats.bytes_read:,} B"
+    )
