@@ -26,19 +26,22 @@ import pyarrow.parquet as pq
 from pyiceberg.conversions import from_bytes
 from pyiceberg.expressions import (
     AlwaysTrue,
-    And,
     BooleanExpression,
-    GreaterThanOrEqual,
-    In,
-    LessThan,
-    LessThanOrEqual,
 )
 from pyiceberg.table import Table
 from pyiceberg.transforms import BucketTransform
 
 from tableformat.bucketing import bucket_of
 from tableformat.io import FooterCache, read_footer
-from tableformat.reader import SEQUENCE_ORDER, HistoryReader, Selection, finish, plan_row_groups, row_filter
+from tableformat.reader import (
+    SEQUENCE_ORDER,
+    HistoryReader,
+    Selection,
+    finish,
+    plan_row_groups,
+    row_filter,
+    scan_condition,
+)
 from tableformat.schema import KEY_COLUMNS
 
 _NO_BOUND_LOW = np.iinfo(np.int64).min
@@ -54,20 +57,6 @@ WHOLE = Selection()  # every row and column of a history
 class FilePlan:
     uri: str
     users: tuple[int, ...]  # the requested users the file's bucket and user_id bounds can hold, ascending
-
-
-def scan_condition(selection: Selection, user_ids: Iterable[int] | None = None) -> BooleanExpression:
-    """The Iceberg filter of a lookup: the users (None: any user) and the selection's time and LSN bounds."""
-    condition: BooleanExpression = AlwaysTrue()
-    if user_ids is not None:
-        condition = In("user_id", {int(u) for u in user_ids})
-    if selection.start is not None:
-        condition = And(condition, GreaterThanOrEqual("event_ts", selection.start.isoformat()))
-    if selection.end is not None:
-        condition = And(condition, LessThan("event_ts", selection.end.isoformat()))
-    if selection.as_of_lsn is not None:
-        condition = And(condition, LessThanOrEqual("lsn", int(selection.as_of_lsn)))
-    return condition
 
 
 class FileIndex:

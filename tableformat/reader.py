@@ -9,14 +9,22 @@ unless `newest_first`.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-from pyiceberg.expressions import And, BooleanExpression, EqualTo, GreaterThanOrEqual, LessThan, LessThanOrEqual
+from pyiceberg.expressions import (
+    AlwaysTrue,
+    And,
+    BooleanExpression,
+    GreaterThanOrEqual,
+    In,
+    LessThan,
+    LessThanOrEqual,
+)
 from pyiceberg.table import Table
 
 from seqlake.errors import SchemaError
@@ -70,13 +78,7 @@ class HistoryReader:
 
     def files_for_user(self, user_id: int, selection: Selection = Selection()) -> list[str]:
         """Data files that may hold the user's selected rows: manifests prune the rest."""
-        condition: BooleanExpression = EqualTo("user_id", int(user_id))
-        if selection.start is not None:
-            condition = And(condition, GreaterThanOrEqual("event_ts", selection.start.isoformat()))
-        if selection.end is not None:
-            condition = And(condition, LessThan("event_ts", selection.end.isoformat()))
-        if selection.as_of_lsn is not None:
-            condition = And(condition, LessThanOrEqual("lsn", int(selection.as_of_lsn)))
+        condition = scan_condition(selection, [user_id])
         return [task.file.file_path for task in self.table.scan(row_filter=condition).plan_files()]
 
     def read_user(
@@ -95,6 +97,20 @@ class HistoryReader:
     def read_user_in_file(self, uri: str, user_id: int, wanted: list[str]) -> pa.Table:
         """The user's rows in one data file."""
         return read_user_from_file(self.fs, self.footers, uri, user_id, wanted)
+
+
+def scan_condition(selection: Selection, user_ids: Iterable[int] | None = None) -> BooleanExpression:
+    """The Iceberg filter of a lookup: the users (None: any user) and the selection's time and LSN bounds."""
+    condition: BooleanExpression = AlwaysTrue()
+    if user_ids is not None:
+        condition = In("user_id", {int(u) for u in user_ids})
+    if selection.start is not None:
+        condition = And(condition, GreaterThanOrEqual("event_ts", selection.start.isoformat()))
+    if selection.end is not None:
+        condition = And(condition, LessThan("event_ts", selection.end.isoformat()))
+    if selection.as_of_lsn is not None:
+        condition = And(condition, LessThanOrEqual("lsn", int(selection.as_of_lsn)))
+    return condition
 
 
 def finish(parts: list[pa.Table], wanted: list[str], selection: Selection, schema: pa.Schema) -> pa.Table:
