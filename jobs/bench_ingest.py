@@ -16,18 +16,9 @@ import sys
 from pathlib import Path
 
 from pipelines.ingest_bench import format_report, run_ingest_bench
+from seqlake.cli_args import integer_at_least
 from seqlake.config import load_config
 from seqlake.spark_session import spark_session
-
-
-def _count(minimum: int):
-    def parse(text: str) -> int:
-        value = int(text)
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"must be an integer >= {minimum}, got {text}")
-        return value
-
-    return parse
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -37,22 +28,32 @@ def main(argv: list[str] | None = None) -> int:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--config", help="configuration YAML (default: conf/seqlake.yaml)")
-    parser.add_argument("--users", type=_count(1), default=20, help="users in the batch (default: 20)")
+    parser.add_argument("--users", type=integer_at_least(1), default=20, help="users in the batch (default: 20)")
     parser.add_argument(
-        "--records-per-user", type=_count(1), default=1000, help="events per user in the batch (default: 1000)"
+        "--records-per-user",
+        type=integer_at_least(1),
+        default=1000,
+        help="events per user in the batch (default: 1000)",
     )
     parser.add_argument(
-        "--prior-events", type=_count(0), default=100_000, help="prior events per user in setup B (default: 100000)"
+        "--prior-events",
+        type=integer_at_least(0),
+        default=100_000,
+        help="prior events per user in setup B (default: 100000)",
     )
     parser.add_argument(
         "--landing-prior",
-        type=_count(0),
+        type=integer_at_least(0),
         default=1000,
         help="of those, events still in landing (an open window); the rest is published history (default: 1000)",
     )
-    parser.add_argument("--history-runs", type=_count(1), default=4, help="published runs of history (default: 4)")
-    parser.add_argument("--repeats", type=_count(1), default=5, help="timed ingests per setup (default: 5)")
-    parser.add_argument("--warmup", type=_count(0), default=1, help="untimed ingests per setup first (default: 1)")
+    parser.add_argument(
+        "--history-runs", type=integer_at_least(1), default=4, help="published runs of history (default: 4)"
+    )
+    parser.add_argument("--repeats", type=integer_at_least(1), default=5, help="timed ingests per setup (default: 5)")
+    parser.add_argument(
+        "--warmup", type=integer_at_least(0), default=1, help="untimed ingests per setup first (default: 1)"
+    )
     parser.add_argument("--namespace", default="bench_ingest", help="catalog namespace prefix (default: bench_ingest)")
     parser.add_argument("--seed", type=int, default=7, help="data seed (default: 7)")
     parser.add_argument("--json", metavar="FILE", help="also write the facts as JSON to this file")

@@ -11,15 +11,9 @@ import argparse
 import sys
 from pathlib import Path
 
+from seqlake.cli_args import integer_at_least
 from seqlake.config import load_config
 from tableformat.layout_bench import format_table, run_layout_bench
-
-
-def _positive(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text}")
-    return value
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -29,10 +23,12 @@ def main(argv: list[str] | None = None) -> int:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--config", help="configuration YAML (default: conf/seqlake.yaml)")
-    parser.add_argument("--users", type=_positive, default=3000, help="users in the file (default: 3000)")
+    parser.add_argument("--users", type=integer_at_least(1), default=3000, help="users in the file (default: 3000)")
     parser.add_argument("--heavy-users", type=int, default=3, help="users with exactly --heavy-rows rows (default: 3)")
-    parser.add_argument("--heavy-rows", type=_positive, default=20_000, help="rows of a heavy user (default: 20000)")
-    parser.add_argument("--repeats", type=_positive, default=3, help="timing repeats (default: 3)")
+    parser.add_argument(
+        "--heavy-rows", type=integer_at_least(1), default=20_000, help="rows of a heavy user (default: 20000)"
+    )
+    parser.add_argument("--repeats", type=integer_at_least(1), default=3, help="timing repeats (default: 3)")
     parser.add_argument("--seed", type=int, default=1, help="data seed (default: 1)")
     parser.add_argument("--out", metavar="FILE.md", help="also write the table to this file")
     args = parser.parse_args(argv)

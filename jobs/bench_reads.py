@@ -15,28 +15,9 @@ import json
 import sys
 from pathlib import Path
 
+from seqlake.cli_args import integer_at_least, number_above
 from seqlake.config import load_config
 from tableformat.read_bench import format_report, run_read_bench
-
-
-def _count(minimum: int):
-    def parse(text: str) -> int:
-        value = int(text)
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"must be an integer >= {minimum}, got {text}")
-        return value
-
-    return parse
-
-
-def _float(minimum: float, strict: bool):
-    def parse(text: str) -> float:
-        value = float(text)
-        if value < minimum or (strict and value == minimum):
-            raise argparse.ArgumentTypeError(f"must be a number {'>' if strict else '>='} {minimum:g}, got {text}")
-        return value
-
-    return parse
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -46,27 +27,33 @@ def main(argv: list[str] | None = None) -> int:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--config", help="configuration YAML (default: conf/seqlake.yaml)")
-    parser.add_argument("--users", type=_count(1), default=3000, help="users in the table (default: 3000)")
-    parser.add_argument("--heavy-users", type=_count(0), default=3, help="users at --heavy-rows (default: 3)")
-    parser.add_argument("--heavy-rows", type=_count(1), default=20_000, help="longest history (default: 20000)")
-    parser.add_argument("--runs", type=_count(1), default=3, help="sorted runs (default: 3)")
-    parser.add_argument("--multi-users", type=_count(1), default=256, help="users per histories() call (default: 256)")
-    parser.add_argument("--lookups", type=_count(1), default=2000, help="lookups in the cache workload (default: 2000)")
+    parser.add_argument("--users", type=integer_at_least(1), default=3000, help="users in the table (default: 3000)")
+    parser.add_argument("--heavy-users", type=integer_at_least(0), default=3, help="users at --heavy-rows (default: 3)")
     parser.add_argument(
-        "--zipf", type=_float(0, strict=True), default=1.1, help="Zipf exponent of the lookups (default: 1.1)"
+        "--heavy-rows", type=integer_at_least(1), default=20_000, help="longest history (default: 20000)"
+    )
+    parser.add_argument("--runs", type=integer_at_least(1), default=3, help="sorted runs (default: 3)")
+    parser.add_argument(
+        "--multi-users", type=integer_at_least(1), default=256, help="users per histories() call (default: 256)"
+    )
+    parser.add_argument(
+        "--lookups", type=integer_at_least(1), default=2000, help="lookups in the cache workload (default: 2000)"
+    )
+    parser.add_argument(
+        "--zipf", type=number_above(0, strict=True), default=1.1, help="Zipf exponent of the lookups (default: 1.1)"
     )
     parser.add_argument(
         "--cache-mib",
-        type=_float(0, strict=False),
+        type=number_above(0, strict=False),
         nargs="+",
         default=[64.0, 4.0, 0.0],
         help="cache bounds to measure, MiB; 0 caches nothing and shows what the file index alone gives "
         "(default: 64 4 0)",
     )
     parser.add_argument(
-        "--repeats", type=_count(1), default=3, help="timed repeats of the multi-user part (default: 3)"
+        "--repeats", type=integer_at_least(1), default=3, help="timed repeats of the multi-user part (default: 3)"
     )
-    parser.add_argument("--workers", type=_count(1), default=4, help="histories() threads (default: 4)")
+    parser.add_argument("--workers", type=integer_at_least(1), default=4, help="histories() threads (default: 4)")
     parser.add_argument("--seed", type=int, default=1, help="data seed (default: 1)")
     parser.add_argument("--out", metavar="FILE.md", help="also write the report to this file")
     parser.add_argument("--json", metavar="FILE", help="also write the measurements as JSON to this file")
