@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
+
 import numpy as np
 import pyarrow as pa
 
 from seqlake.config import Config
 from tableformat.bucketing import bucket_of
+from tableformat.layout import LayoutPolicy
 from tableformat.schema import KEY_COLUMNS, history_arrow_schema
 from tableformat.synthetic import column_values
 
@@ -71,3 +74,34 @@ def history_table(config: Config, name: str = "history"):
     from tableformat.registry import create_history_table
 
     return create_history_table(open_catalog(config), table_identifier(config, name), config, replace=True)
+
+
+# Small row groups, so that selections cross dedicated, packed and split row groups.
+SMALL_ROW_GROUPS = LayoutPolicy(dedicated_user_rows=1000, packed_row_group_rows=2000, max_row_group_rows=3000)
+BASE = datetime.fromtimestamp(BASE_TS_US / 1e6, UTC)
+
+
+def selections(columns=None, as_of_lsn=None):
+    """Hypothesis strategy of reader selections over synthetic histories (event times from BASE)."""
+    from hypothesis import strategies as st
+
+    from tableformat.reader import Selection
+
+    return st.builds(
+        lambda groups, cols, start, length, lsn, top_k, newest: Selection(
+            feature_groups=groups,
+            columns=cols,
+            start=None if start is None else BASE + timedelta(hours=start),
+            end=None if start is None or length is None else BASE + timedelta(hours=start + length),
+            as_of_lsn=lsn,
+            top_k=top_k,
+            newest_first=newest,
+        ),
+        st.one_of(st.none(), st.sampled_from([("engagement",), ("search", "purchase"), ("purchase",)])),
+        columns if columns is not None else st.none(),
+        st.one_of(st.none(), st.integers(0, 60)),
+        st.one_of(st.none(), st.integers(1, 40)),
+        st.one_of(st.none(), as_of_lsn if as_of_lsn is not None else st.integers(0, 3_000)),
+        st.one_of(st.none(), st.integers(0, 400)),
+        st.booleans(),
+    )

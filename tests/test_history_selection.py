@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -14,25 +14,22 @@ from seqlake.duckdb_session import connect
 from seqlake.errors import SchemaError
 from tableformat.aggregates import history_stats
 from tableformat.io import CountingFileSystem
-from tableformat.layout import LayoutPolicy
 from tableformat.reader import HistoryReader, Selection
 from tests.conftest import make_config
-from tests.history_data import BASE_TS_US, history_table, publish_run, synthetic_history
+from tests.history_data import SMALL_ROW_GROUPS, history_table, publish_run, synthetic_history
+from tests.history_data import selections as history_selections
 
 USERS = {1_000_000 + i: 5 + (i * 53) % 700 for i in range(120)} | {1_000_007: 9000, 1_000_011: 2500}
-# Small row groups so selections cross dedicated, packed and split row groups.
-POLICY = LayoutPolicy(dedicated_user_rows=1000, packed_row_group_rows=2000, max_row_group_rows=3000)
 COLUMNS = ["item_id", "watch_time_ms", "surface", "price_cents", "query_hash"]
-BASE = datetime.fromtimestamp(BASE_TS_US / 1e6, UTC)
 
 
 @pytest.fixture(scope="module")
 def table(tmp_path_factory):
     config = make_config(tmp_path_factory.mktemp("sel") / "wh")
     table = history_table(config)
-    publish_run(table, config, synthetic_history(config, USERS, seed=21), "w1", policy=POLICY)
+    publish_run(table, config, synthetic_history(config, USERS, seed=21), "w1", policy=SMALL_ROW_GROUPS)
     later = {u: n // 7 + 1 for u, n in USERS.items()}
-    publish_run(table, config, synthetic_history(config, later, seed=22), "w2", policy=POLICY)
+    publish_run(table, config, synthetic_history(config, later, seed=22), "w2", policy=SMALL_ROW_GROUPS)
     return table
 
 
@@ -62,23 +59,7 @@ def duckdb_reference(table, user: int, sel: Selection, columns: list[str]) -> li
     return rows.select(columns).to_pylist()
 
 
-selections = st.builds(
-    lambda groups, start, length, lsn, top_k, newest: Selection(
-        feature_groups=groups,
-        columns=None,
-        start=None if start is None else BASE + timedelta(hours=start),
-        end=None if start is None or length is None else BASE + timedelta(hours=start + length),
-        as_of_lsn=lsn,
-        top_k=top_k,
-        newest_first=newest,
-    ),
-    st.one_of(st.none(), st.sampled_from([("engagement",), ("search", "purchase"), ("purchase",)])),
-    st.one_of(st.none(), st.integers(0, 60)),
-    st.one_of(st.none(), st.integers(1, 40)),
-    st.one_of(st.none(), st.integers(0, 3_000)),
-    st.one_of(st.none(), st.integers(0, 400)),
-    st.booleans(),
-)
+selections = history_selections()
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

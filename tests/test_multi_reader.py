@@ -6,7 +6,6 @@ Only counted I/O and results are asserted on; measured time ratios are recorded,
 from __future__ import annotations
 
 import threading
-from datetime import UTC, datetime, timedelta
 
 import pyarrow as pa
 import pytest
@@ -16,30 +15,32 @@ from hypothesis import strategies as st
 from seqlake.errors import SchemaError
 from tableformat.cache import CachedHistoryReader, HistoryCache
 from tableformat.io import CountingFileSystem, FooterCache
-from tableformat.layout import LayoutPolicy
 from tableformat.multi_reader import histories, plan_files
 from tableformat.read_bench import format_report, identical, run_read_bench
 from tableformat.reader import HistoryReader, Selection
 from tests.conftest import make_config
-from tests.history_data import BASE_TS_US, history_table, publish_run, synthetic_history
+from tests.history_data import (
+    SMALL_ROW_GROUPS,
+    history_table,
+    publish_run,
+    synthetic_history,
+)
+from tests.history_data import selections as history_selections
 
 USERS = {1_000_000 + 3 * i: 5 + (i * 53) % 700 for i in range(150)} | {1_000_007: 9000, 1_000_011: 2500}
 LATER = {u: n // 7 + 1 for u, n in USERS.items() if u % 2}  # users in runs w1 and w2
 LATEST = {u: 20 for u in list(USERS)[::11]}  # some of them in w3 too
 ABSENT = [999, 1_000_001, 1_000_002, 2_000_000]  # between and beyond the stored ids
-# Small row groups so that selections cross dedicated, packed and split row groups.
-POLICY = LayoutPolicy(dedicated_user_rows=1000, packed_row_group_rows=2000, max_row_group_rows=3000)
 COLUMNS = ["item_id", "watch_time_ms", "surface", "price_cents", "query_hash"]
-BASE = datetime.fromtimestamp(BASE_TS_US / 1e6, UTC)
 
 
 @pytest.fixture(scope="module")
 def table(tmp_path_factory):
     config = make_config(tmp_path_factory.mktemp("multi") / "wh")
     table = history_table(config)
-    publish_run(table, config, synthetic_history(config, USERS, seed=31), "w1", policy=POLICY)
-    publish_run(table, config, synthetic_history(config, LATER, seed=32), "w2", policy=POLICY)
-    publish_run(table, config, synthetic_history(config, LATEST, seed=33), "w3", policy=POLICY)
+    publish_run(table, config, synthetic_history(config, USERS, seed=31), "w1", policy=SMALL_ROW_GROUPS)
+    publish_run(table, config, synthetic_history(config, LATER, seed=32), "w2", policy=SMALL_ROW_GROUPS)
+    publish_run(table, config, synthetic_history(config, LATEST, seed=33), "w3", policy=SMALL_ROW_GROUPS)
     return table
 
 
@@ -49,28 +50,11 @@ def cached(table):
     return CachedHistoryReader(table, cache=HistoryCache(max_bytes=512 * 1024))
 
 
-selections = st.builds(
-    lambda groups, columns, start, length, lsn, top_k, newest: Selection(
-        feature_groups=groups,
-        columns=columns,
-        start=None if start is None else BASE + timedelta(hours=start),
-        end=None if start is None or length is None else BASE + timedelta(hours=start + length),
-        as_of_lsn=lsn,
-        top_k=top_k,
-        newest_first=newest,
-    ),
-    st.one_of(st.none(), st.sampled_from([("engagement",), ("search", "purchase"), ("purchase",)])),
-    st.one_of(st.none(), st.sampled_from([tuple(COLUMNS), ("item_id",), ("feature_group", "lsn", "item_id")])),
-    st.one_of(st.none(), st.integers(0, 60)),
-    st.one_of(st.none(), st.integers(1, 40)),
-    # Synthetic LSNs start at user % 1000 * 1e6: a bound inside one user's range cuts that history,
-    # keeps the users below and drops the users above.
-    st.one_of(
-        st.none(),
-        st.builds(lambda u, k: u % 1000 * 1_000_000 + k, st.sampled_from(sorted(USERS)), st.integers(0, 3000)),
-    ),
-    st.one_of(st.none(), st.integers(0, 400)),
-    st.booleans(),
+# Synthetic LSNs start at user % 1000 * 1e6: a bound inside one user's range cuts that history,
+# keeps the users below and drops the users above.
+selections = history_selections(
+    columns=st.one_of(st.none(), st.sampled_from([tuple(COLUMNS), ("item_id",), ("feature_group", "lsn", "item_id")])),
+    as_of_lsn=st.builds(lambda u, k: u % 1000 * 1_000_000 + k, st.sampled_from(sorted(USERS)), st.integers(0, 3000)),
 )
 user_sets = st.lists(st.sampled_from(sorted(USERS) + ABSENT), max_size=14)
 
