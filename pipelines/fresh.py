@@ -65,4 +65,4 @@ def fresh_history(
         window_events = events.filter(pa.compute.equal(events["window_id"], window))
         rows = aggregate_window_local(config, window_events)
         parts.append(rows.filter(row_filter(rows, int(user_id), selection)))
-    return finish(parts, wanted, selection, reader.table.schema().as_arrow())
+    return finish(parts, wanted, selection, reader.arrow_schema())

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -30,7 +30,7 @@ from pyiceberg.table import Table
 
 from tableformat.io import FooterCache
 from tableformat.multi_reader import WHOLE, FileIndex, FileLayout, read_users_from_file, scan_condition
-from tableformat.reader import HistoryReader, Selection, finish
+from tableformat.reader import HistoryReader, Selection
 
 DEFAULT_MAX_BYTES = 256 * 2**20
 INDEXES_KEPT = 16  # file indexes (per snapshot and time/LSN bounds) a cached reader keeps
@@ -118,7 +118,6 @@ class CachedHistoryReader(HistoryReader):
         self.cache = cache if cache is not None else HistoryCache(max_bytes)
         self._indexes: OrderedDict[tuple, FileIndex] = OrderedDict()
         self._lock = threading.Lock()
-        self._schema: tuple[tuple, pa.Schema] | None = None
 
     # -- planning ------------------------------------------------------------------------------
 
@@ -144,25 +143,13 @@ class CachedHistoryReader(HistoryReader):
 
     # -- reading -------------------------------------------------------------------------------
 
-    def read_user(
-        self, user_id: int, columns: Sequence[str] | None = None, selection: Selection | None = None
+    def read_user_in_file(
+        self, uri: str, user_id: int, wanted: list[str], selection: Selection | None = None
     ) -> pa.Table:
-        selection = selection or Selection(columns=tuple(columns) if columns is not None else None)
-        self.check(selection)
-        wanted = list(dict.fromkeys(selection.columns or self.columns))
         user = int(user_id)
-        parts = [
-            read_users_from_file(self.fs, self.footers, uri, [user], wanted, selection, self.group_source)[user]
-            for uri in self.files_for_user(user, selection)
+        return read_users_from_file(self.fs, self.footers, uri, [user], wanted, selection or WHOLE, self.group_source)[
+            user
         ]
-        return finish(parts, wanted, selection, self._arrow_schema())
-
-    def _arrow_schema(self) -> pa.Schema:
-        # Converting the Iceberg schema costs about as much as a cached lookup: once per schema.
-        key = (str(self.table.metadata.table_uuid), self.table.metadata.current_schema_id)
-        if self._schema is None or self._schema[0] != key:
-            self._schema = (key, self.table.schema().as_arrow())
-        return self._schema[1]
 
     def group_source(
         self,

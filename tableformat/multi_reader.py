@@ -263,5 +263,5 @@ def histories(
     for rows_by_user in found:  # plan order: each user's parts in the order read_user reads its files
         for user, rows in rows_by_user.items():
             parts[user].append(rows)
-    schema = reader.table.schema().as_arrow()
+    schema = reader.arrow_schema()
     return {u: finish(parts[u], wanted, selection, schema) for u in ids}

@@ -66,6 +66,7 @@ class HistoryReader:
         self.footers = footer_cache if footer_cache is not None else FooterCache()
         self.columns = [f.name for f in table.schema().fields]
         self.groups = table.metadata.properties.get("seqlake.feature-groups", "").split(",")
+        self._schema: tuple[tuple, pa.Schema] | None = None
 
     def check(self, selection: Selection) -> None:
         """Identifiers from users are checked against the schema, never pasted anywhere."""
@@ -89,14 +90,23 @@ class HistoryReader:
         self.check(selection)
         wanted = list(dict.fromkeys(selection.columns or self.columns))
         parts = [
-            read_user_from_file(self.fs, self.footers, uri, int(user_id), wanted, selection)
+            self.read_user_in_file(uri, int(user_id), wanted, selection)
             for uri in self.files_for_user(user_id, selection)
         ]
-        return finish(parts, wanted, selection, self.table.schema().as_arrow())
+        return finish(parts, wanted, selection, self.arrow_schema())
 
-    def read_user_in_file(self, uri: str, user_id: int, wanted: list[str]) -> pa.Table:
-        """The user's rows in one data file."""
-        return read_user_from_file(self.fs, self.footers, uri, user_id, wanted)
+    def read_user_in_file(
+        self, uri: str, user_id: int, wanted: list[str], selection: Selection | None = None
+    ) -> pa.Table:
+        """The user's selected rows in one data file (the step subclasses change, e.g. to cache)."""
+        return read_user_from_file(self.fs, self.footers, uri, user_id, wanted, selection or Selection())
+
+    def arrow_schema(self) -> pa.Schema:
+        """The table's schema in Arrow; converting it costs about a cached lookup, so once per schema."""
+        key = (str(self.table.metadata.table_uuid), self.table.metadata.current_schema_id)
+        if self._schema is None or self._schema[0] != key:
+            self._schema = (key, self.table.schema().as_arrow())
+        return self._schema[1]
 
 
 def scan_condition(selection: Selection, user_ids: Iterable[int] | None = None) -> BooleanExpression:
