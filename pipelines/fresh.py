@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 
 import pyarrow as pa
+from pyarrow.fs import FileType
 from pyiceberg.table import Table
 
 from pipelines.landing import LandingPaths
@@ -18,7 +19,8 @@ from pipelines.local_compaction import aggregate_window_local
 from pipelines.parse import landing_schema
 from seqlake.config import Config
 from seqlake.duckdb_session import connect
-from tableformat.reader import HistoryReader, Selection, finish, row_filter
+from tableformat.reader import SEQUENCE_ORDER, HistoryReader, Selection, finish, row_filter
+from tableformat.writer import open_output
 
 
 def frontier(history: Table) -> dict[int, int]:
@@ -32,20 +34,17 @@ def frontier(history: Table) -> dict[int, int]:
 
 def unpublished_events(config: Config, paths: LandingPaths, user_id: int, above: dict[int, int]) -> pa.Table:
     """The user's landing rows whose LSN is above the frontier of their source partition."""
-    path = paths.events.removeprefix("file://")
+    fs, path = open_output(paths.events)
+    if fs.get_file_info(f"{path}/_delta_log").type == FileType.NotFound:
+        return landing_schema(config).empty_table()  # nothing has landed yet
     bounds = pa.table({"source_partition": list(above), "frontier": list(above.values())})
     with connect(extensions=("delta",)) as con:
         con.register("_frontier", bounds)
-        try:
-            rows = con.execute(
-                "SELECT e.* FROM delta_scan(?) AS e LEFT JOIN _frontier AS f USING (source_partition) "
-                "WHERE e.user_id = ? AND e.lsn > coalesce(f.frontier, -1)",
-                [path, int(user_id)],
-            ).to_arrow_table()
-        except Exception as error:  # no landing table yet: nothing has landed
-            if "delta" in str(error).lower() and "not" in str(error).lower():
-                return landing_schema(config).empty_table()
-            raise
+        rows = con.execute(
+            "SELECT e.* FROM delta_scan(?) AS e LEFT JOIN _frontier AS f USING (source_partition) "
+            "WHERE e.user_id = ? AND e.lsn > coalesce(f.frontier, -1)",
+            [path, int(user_id)],
+        ).to_arrow_table()
     return rows.select(landing_schema(config).names).cast(landing_schema(config))
 
 
@@ -56,13 +55,15 @@ def fresh_history(
     selection = selection or Selection()
     reader.check(selection)
     wanted = list(dict.fromkeys(selection.columns or reader.columns))
+    # Top-K and order apply to the merged sequence, so the published part is read whole (with the keys).
+    keyed = tuple(dict.fromkeys([*wanted, *SEQUENCE_ORDER]))
     published = reader.read_user(
-        user_id, selection=Selection(**{**selection.__dict__, "columns": None, "top_k": None, "newest_first": False})
+        user_id, selection=Selection(**{**selection.__dict__, "columns": keyed, "top_k": None, "newest_first": False})
     )
     events = unpublished_events(config, paths, user_id, frontier(reader.table))
     parts = [published]
     for window in sorted(set(events["window_id"].to_pylist())):
         window_events = events.filter(pa.compute.equal(events["window_id"], window))
         rows = aggregate_window_local(config, window_events)
-        parts.append(rows.filter(row_filter(rows, int(user_id), selection)))
+        parts.append(rows.filter(row_filter(rows, int(user_id), selection)).select(list(keyed)))
     return finish(parts, wanted, selection, reader.arrow_schema())
