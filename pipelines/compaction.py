@@ -64,10 +64,7 @@ def history_tables(config: Config) -> tuple[Table, Table]:
     """The history table and the detail table, created on first use."""
     catalog = open_catalog(config)
     history_id, detail_id = table_identifier(config, HISTORY), table_identifier(config, DETAIL)
-    try:
-        history = create_history_table(catalog, history_id, config)
-    except TableAlreadyExistsError:  # another job created it between the check and the create
-        history = catalog.load_table(history_id)
+    history = create_history_table(catalog, history_id, config)
     if catalog.table_exists(detail_id):
         return history, catalog.load_table(detail_id)
     iceberg_schema = pyarrow_to_schema(with_field_ids(landing_schema(config)))
@@ -108,24 +105,34 @@ def window_events(spark: SparkSession, config: Config, paths: LandingPaths, wind
     return events.join(published, "event_id", "left_anti").select(*landing_schema(config).names)
 
 
-def lsn_frontier(spark: SparkSession, paths: LandingPaths, window_id: int) -> dict[str, int]:
-    """Highest LSN per source partition among records that arrived up to the end of the window."""
-    frontier: dict[str, int] = {}
+def published_frontier(history: Table) -> dict[int, int]:
+    """Highest published LSN per source partition (from the newest window publication)."""
+    for snapshot in sorted(history.snapshots(), key=lambda s: s.sequence_number, reverse=True):
+        raw = snapshot.summary.additional_properties.get("seqlake.frontier") if snapshot.summary else None
+        if raw:
+            return {int(k): v for k, v in json.loads(raw).items()}
+    return {}
+
+
+def lsn_frontier(spark: SparkSession, paths: LandingPaths, history: Table, window_id: int) -> dict[str, int]:
+    """The frontier once the window is published: per source partition, the highest LSN of its records
+    (landed or quarantined) or of what was published before. LSNs grow with arrival, so only this
+    window's partition of the landing tier is read, never the whole of it."""
+    frontier = published_frontier(history)
     for path in (paths.events, paths.quarantine):
         if not delta_exists(spark, path):
             continue
         rows = (
             spark.read.format("delta")
             .load(path)
-            .where(F.col("window_id") <= window_id)
+            .where(F.col("window_id") == window_id)
             .groupBy("source_partition")
             .agg(F.max("lsn").alias("lsn"))
             .collect()
         )
         for row in rows:
-            key = str(row["source_partition"])
-            frontier[key] = max(frontier.get(key, -1), row["lsn"])
-    return dict(sorted(frontier.items(), key=lambda kv: int(kv[0])))
+            frontier[row["source_partition"]] = max(frontier.get(row["source_partition"], -1), row["lsn"])
+    return {str(k): v for k, v in sorted(frontier.items())}
 
 
 def _detail_has_window(detail: Table, window_id: int) -> bool:
@@ -174,7 +181,7 @@ def compact_window(
     record = RunRecord(run_id, "window", [window_id, window_id], len(files), row_count)
     properties = {
         "seqlake.window-id": str(window_id),
-        "seqlake.frontier": json.dumps(lsn_frontier(spark, paths, window_id)),
+        "seqlake.frontier": json.dumps(lsn_frontier(spark, paths, history, window_id)),
     }
     try:
         commit_runs(history, [(record, files)], snapshot_properties=properties)

@@ -8,12 +8,10 @@ read shows the rows that window will publish if nothing else arrives.
 
 from __future__ import annotations
 
-import json
-
 import pyarrow as pa
 from pyarrow.fs import FileType
-from pyiceberg.table import Table
 
+from pipelines.compaction import published_frontier
 from pipelines.landing import LandingPaths
 from pipelines.local_compaction import aggregate_window_local
 from pipelines.parse import landing_schema
@@ -21,15 +19,6 @@ from seqlake.config import Config
 from seqlake.duckdb_session import connect
 from tableformat.reader import SEQUENCE_ORDER, HistoryReader, Selection, finish, row_filter
 from tableformat.writer import open_output
-
-
-def frontier(history: Table) -> dict[int, int]:
-    """Highest published LSN per source partition (from the newest window publication)."""
-    for snapshot in sorted(history.snapshots(), key=lambda s: s.sequence_number, reverse=True):
-        raw = snapshot.summary.additional_properties.get("seqlake.frontier") if snapshot.summary else None
-        if raw:
-            return {int(k): v for k, v in json.loads(raw).items()}
-    return {}
 
 
 def unpublished_events(config: Config, paths: LandingPaths, user_id: int, above: dict[int, int]) -> pa.Table:
@@ -60,7 +49,7 @@ def fresh_history(
     published = reader.read_user(
         user_id, selection=Selection(**{**selection.__dict__, "columns": keyed, "top_k": None, "newest_first": False})
     )
-    events = unpublished_events(config, paths, user_id, frontier(reader.table))
+    events = unpublished_events(config, paths, user_id, published_frontier(reader.table))
     parts = [published]
     for window in sorted(set(events["window_id"].to_pylist())):
         window_events = events.filter(pa.compute.equal(events["window_id"], window))

@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass
 
 import pyarrow.parquet as pq
 from pyiceberg.catalog import Catalog
+from pyiceberg.exceptions import TableAlreadyExistsError
 from pyiceberg.io.pyarrow import (
     compute_statistics_plan,
     data_file_statistics_from_parquet_metadata,
@@ -58,25 +59,29 @@ def create_history_table(catalog: Catalog, identifier: str, config: Config, repl
     if catalog.table_exists(identifier):
         return catalog.load_table(identifier)
     schema = history_iceberg_schema(config)
-    return catalog.create_table(
-        identifier,
-        schema=schema,
-        partition_spec=history_partition_spec(schema, config.layout.bucket_count),
-        sort_order=history_sort_order(schema),
-        properties={
-            FORMAT_PROPERTY: FORMAT_VERSION,
-            # A commit that lost a race must fail, not be retried: pyiceberg's retry re-applies the
-            # snapshot on the new base but replays `seqlake.runs` computed from the old one, which
-            # would publish a run twice or drop a concurrently published one.
-            COMMIT_RETRIES: "0",
-            GROUPS_PROPERTY: ",".join(config.feature_groups),
-            RUNS_PROPERTY: "{}",
-            "write.parquet.compression-codec": "zstd",
-            # Manifests keep bounds for the key columns (what planners prune on), counts elsewhere.
-            "write.metadata.metrics.default": "counts",
-            **{f"write.metadata.metrics.column.{c}": "full" for c in STATISTICS_COLUMNS},
-        },
-    )
+    properties = {
+        FORMAT_PROPERTY: FORMAT_VERSION,
+        # A commit that lost a race must fail, not be retried: pyiceberg's retry re-applies the
+        # snapshot on the new base but replays `seqlake.runs` computed from the old one, which
+        # would publish a run twice or drop a concurrently published one.
+        COMMIT_RETRIES: "0",
+        GROUPS_PROPERTY: ",".join(config.feature_groups),
+        RUNS_PROPERTY: "{}",
+        "write.parquet.compression-codec": "zstd",
+        # Manifests keep bounds for the key columns (what planners prune on), counts elsewhere.
+        "write.metadata.metrics.default": "counts",
+        **{f"write.metadata.metrics.column.{c}": "full" for c in STATISTICS_COLUMNS},
+    }
+    try:
+        return catalog.create_table(
+            identifier,
+            schema=schema,
+            partition_spec=history_partition_spec(schema, config.layout.bucket_count),
+            sort_order=history_sort_order(schema),
+            properties=properties,
+        )
+    except TableAlreadyExistsError:  # another job created it between the check and the create
+        return catalog.load_table(identifier)
 
 
 def live_runs(table: Table) -> dict[str, RunRecord]:

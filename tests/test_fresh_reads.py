@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from jobs.demo import reset_demo_tables
-from pipelines.compaction import compact_window, history_tables
-from pipelines.fresh import fresh_history, frontier
+from pipelines.compaction import compact_window, history_tables, published_frontier
+from pipelines.fresh import fresh_history
 from pipelines.ingest import ingest_source
 from pipelines.landing import landing_paths
 from pipelines.raw_landing import create_raw_table, land_raw_records
@@ -33,7 +33,7 @@ def test_fresh_read_before_publication_equals_history_after(spark, lake_config):
     compact_window(spark, config, paths, windows[0])
 
     history, _ = history_tables(config)
-    published = frontier(history.refresh())
+    published = published_frontier(history.refresh())
     assert published and all(lsn >= 0 for lsn in published.values())
     users = [1_000_000, 1_000_001, 1_000_017]
     selection = Selection(columns=("item_id", "event_count", "watch_time_ms", "window_id"))
