@@ -27,6 +27,7 @@ from seqlake.config import Config
 from seqlake.operators import get_operator
 
 Dialect = Literal["spark", "duckdb"]
+BOOKKEEPING_OUTPUTS = ("event_ts", "lsn", "min_lsn", "source_partition", "event_count", "window_id")
 
 SPARK_TYPES = {
     "bool": "BOOLEAN",
@@ -69,8 +70,13 @@ def dedupe_sql(source: str, dialect: Dialect = "spark") -> str:
     return sql
 
 
-def aggregation_sql(config: Config, source: str, dialect: Dialect = "spark") -> str:
-    """Aggregate deduplicated events of one window into history rows (history column order)."""
+def aggregation_sql(
+    config: Config, source: str, dialect: Dialect = "spark", group_by_extra: tuple[str, ...] = ()
+) -> str:
+    """Aggregate deduplicated events of one window into history rows (history column order).
+
+    `group_by_extra` names further grouping columns of `source` (e.g. `window_id` to aggregate several
+    windows at once, or a request id to rebuild rows per request); they come first in the output."""
     item_key = (
         "CASE feature_group "
         + " ".join(
@@ -92,9 +98,12 @@ def aggregation_sql(config: Config, source: str, dialect: Dialect = "spark") -> 
             for aggregate, groups in by_aggregate.items()
         )
         columns.append(f"CAST(CASE {branches} END AS {SPARK_TYPES[kind]}) AS {column}")
+    extra = "".join(f"{c}, " for c in group_by_extra)
+    # A grouping column that is also an output column (window_id) is not selected twice.
+    selected = "".join(f"{c}, " for c in group_by_extra if c not in BOOKKEEPING_OUTPUTS)
     sql = f"""
     SELECT
-      user_id,
+      {selected}user_id,
       feature_group,
       min(event_ts) AS event_ts,
       max(lsn) AS lsn,
@@ -104,5 +113,5 @@ def aggregation_sql(config: Config, source: str, dialect: Dialect = "spark") -> 
       max(window_id) AS window_id,
       {("," + chr(10) + "      ").join(columns)}
     FROM {source}
-    GROUP BY user_id, feature_group, source_partition, {item_key}"""
+    GROUP BY {extra}user_id, feature_group, source_partition, {item_key}"""
     return _transpile(sql, dialect)

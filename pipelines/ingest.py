@@ -41,8 +41,9 @@ def ingest_source(
     source: str,
     paths: LandingPaths,
     progress: Progress | None = None,
+    max_snapshots: int | None = None,
 ) -> IngestResult:
-    """Ingest every source snapshot not ingested yet, in commit order."""
+    """Ingest every source snapshot not ingested yet (at most `max_snapshots`), in commit order."""
     catalog = open_catalog(config)
     table = catalog.load_table(table_identifier(config, source))
     name = f"{config.warehouse.catalog_name}.{config.warehouse.namespace}.{source}"
@@ -61,6 +62,8 @@ def ingest_source(
         if snapshot.sequence_number <= done:
             result.skipped += 1
             continue
+        if max_snapshots is not None and result.batches >= max_snapshots:
+            break
         reader = spark.read.format("iceberg")
         if snapshot.parent_snapshot_id is None:
             reader = reader.option("snapshot-id", snapshot.snapshot_id)

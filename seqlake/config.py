@@ -125,12 +125,22 @@ class GeneratorSpec(_Frozen):
         return value
 
 
+class TrainingSpec(_Frozen):
+    """Inference requests and what each capture keeps (versioned late materialization)."""
+
+    requests_per_active_user_per_day: float = Field(default=24.0, gt=0)
+    fragment_events: int = Field(default=32, ge=0)  # W: the captured recent fragment
+    click_share: float = Field(default=0.1, ge=0, le=1)  # labels of simulated requests
+    captures_per_window: int = Field(default=2, ge=1)  # capture points per processing window
+
+
 class Config(_Frozen):
     warehouse: WarehouseSpec = WarehouseSpec()
     layout: LayoutSpec = LayoutSpec()
     feature_groups: dict[Identifier, FeatureGroupSpec] = Field(min_length=1)
     tenants: dict[Identifier, TenantSpec] = {}
     generator: GeneratorSpec = GeneratorSpec()
+    training: TrainingSpec = TrainingSpec()
 
     @model_validator(mode="after")
     def _cross_checks(self) -> Config:

@@ -92,6 +92,8 @@ class PlainFileSystem:
 
 
 def _resolve(uri: str) -> tuple[pafs.FileSystem, str]:
+    if uri.startswith("file:") and not uri.startswith("file://"):
+        return pafs.LocalFileSystem(), uri[len("file:") :]  # Hadoop's spelling (Spark-written files)
     if "://" not in uri:
         return pafs.LocalFileSystem(), uri
     return pafs.FileSystem.from_uri(uri)

@@ -1,0 +1,1 @@
+"""Versioned late materialization: captures at inference, normalized training tables, reconstruction."""

@@ -1,0 +1,268 @@
+"""Reconstruction on Arrow and DuckDB, in-process: training samples as a stream of Arrow batches.
+
+Pointers are read bucket by bucket (the training table shares history's bucket(N, user_id)), in
+batches; each batch reads its users' history once per user, with the tenant's feature groups and
+columns and the union of the batch's time ranges pushed down to storage, and the open windows' detail
+events once per batch. `PrefetchingIterator` rebuilds the next batch while the caller consumes the
+current one.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import timedelta
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from pyiceberg.expressions import And, In
+from pyiceberg.table import Table
+
+from pipelines.parse import landing_schema
+from pipelines.training.reconstruct import (
+    Mode,
+    assemble,
+    bounds_table,
+    candidate_columns,
+    fragment_of,
+    rebuild_rows,
+    visible_history,
+)
+from pipelines.training.sequence import Tenant, lists_of
+from pipelines.training.tables import FRAGMENT, QUARANTINE_SCHEMA, SEQUENCE, sequence_table_schema
+from seqlake.config import Config
+from seqlake.errors import SeqlakeError
+from tableformat.io import IOStats, PlainFileSystem
+from tableformat.reader import HistoryReader, Selection
+
+REQUEST_COLUMNS = ("request_id", "user_id", "request_ts", "label_click", "label_dwell_ms", "surface", "hour_of_day")
+ONE_MICROSECOND = timedelta(microseconds=1)
+
+
+@dataclass(frozen=True)
+class SampleBatch:
+    samples: pa.Table  # sequence_table_schema(tenant): verified sequences only
+    quarantined: pa.Table  # QUARANTINE_SCHEMA
+    assembled: pa.Table  # every rebuilt sequence, verified or not (to measure a mode against fat rows)
+
+
+def pointer_batches(training: Table, fs, batch_rows: int) -> Iterator[pa.RecordBatch]:
+    """The training table's rows, bucket by bucket, in batches of at most `batch_rows`."""
+    tasks = list(training.scan().plan_files())
+    if any(task.delete_files for task in tasks):
+        raise SeqlakeError(f"{training.name()} has row-level deletes; rewrite it before reconstructing")
+    tasks.sort(key=lambda task: (task.file.partition[0], task.file.file_path))
+    for task in tasks:
+        with fs.open_input_file(task.file.file_path) as handle:
+            yield from pq.ParquetFile(handle).iter_batches(batch_size=batch_rows)
+
+
+def detail_events(detail: Table, config: Config, fs, user_ids: list[int], windows: list[int]) -> pa.Table:
+    """Detail events of the users in the windows (partition pruning by window, row filter by user)."""
+    names = landing_schema(config).names
+    condition = And(In("window_id", set(windows)), In("user_id", set(user_ids)))
+    parts = []
+    for task in detail.scan(row_filter=condition).plan_files():
+        with fs.open_input_file(task.file.file_path) as handle:
+            rows = pq.ParquetFile(handle).read(columns=names)
+        mask = pc.and_(
+            pc.is_in(rows["user_id"], pa.array(user_ids, pa.int64())),
+            pc.is_in(rows["window_id"], pa.array(windows, pa.int64())),
+        )
+        parts.append(rows.filter(mask))
+    if not parts:
+        return landing_schema(config).empty_table()
+    return pa.concat_tables([p.cast(landing_schema(config)) for p in parts])
+
+
+class Reconstruction:
+    """Rebuilds a tenant's training samples from its pointers, history and detail."""
+
+    def __init__(
+        self,
+        config: Config,
+        tenant: Tenant,
+        training: Table,
+        history: Table,
+        detail: Table,
+        mode: Mode = "lsn",
+        filesystem=None,
+        batch_rows: int = 256,
+    ) -> None:
+        self.config, self.tenant, self.mode = config, tenant, mode
+        self.training, self.history, self.detail = training, history, detail
+        self.fs = filesystem or PlainFileSystem()
+        self.reader = HistoryReader(history, filesystem=self.fs)
+        self.batch_rows = batch_rows
+
+    @property
+    def io(self) -> IOStats | None:
+        return getattr(self.fs, "stats", None)
+
+    def batches(self) -> Iterator[SampleBatch]:
+        # Pointers are not history: their bytes are not counted in the tenant's reads.
+        for pointers in pointer_batches(self.training, PlainFileSystem(), self.batch_rows):
+            yield self.rebuild(pa.Table.from_batches([pointers]))
+
+    def rebuild(self, pointers: pa.Table) -> SampleBatch:
+        tenant = self.tenant
+        history_rows = self._history_rows(pointers)
+        rebuilt = self._rebuilt_rows(pointers) if self.mode == "lsn" else None
+        sequences, ok, bad = [], [], []
+        columns = candidate_columns(tenant)
+        fragment_columns = [n for n in pointers.column_names if n.startswith(FRAGMENT)]
+        for i, row in enumerate(pointers.select(list(_POINTER_READ)).to_pylist()):
+            user_rows = history_rows.get(row["user_id"])
+            if self.mode == "lsn":
+                candidates = visible_history(user_rows, row).select(columns)
+                own = rebuilt.filter(pc.equal(rebuilt["request_id"], row["request_id"])).select(columns)
+                candidates = pa.concat_tables([candidates, own.cast(candidates.schema)])
+            else:
+                candidates = user_rows.select(columns)
+            fragment = fragment_of({n: pointers[n][i] for n in fragment_columns}, tenant)
+            result = assemble(row, fragment, candidates, tenant, self.mode)
+            sequences.append(result.sequence)
+            ok.append(result.ok)
+            if not result.ok:
+                bad.append(_quarantine_row(tenant, row, result, engine=f"arrow/{self.mode}"))
+        assembled = pointers.select(list(REQUEST_COLUMNS))
+        for name, values in lists_of(sequences, tenant, SEQUENCE).items():
+            assembled = assembled.append_column(name, values)
+        assembled = assembled.cast(sequence_table_schema(tenant))
+        quarantined = pa.Table.from_pylist(bad, schema=QUARANTINE_SCHEMA)
+        return SampleBatch(assembled.filter(pa.array(ok, pa.bool_())), quarantined, assembled)
+
+    def _history_rows(self, pointers: pa.Table) -> dict[int, pa.Table]:
+        """Each user's history rows over the union of its requests' time ranges (pushdown: groups,
+        columns, time)."""
+        tenant = self.tenant
+        out = {}
+        ranges = pointers.group_by("user_id").aggregate([("range_start", "min"), ("range_end", "max")])
+        for user, start, end in zip(
+            ranges["user_id"].to_pylist(),
+            ranges["range_start_min"].to_pylist(),
+            ranges["range_end_max"].to_pylist(),
+            strict=True,
+        ):
+            if start is None:
+                out[user] = self.reader.arrow_schema().empty_table().select(list(tenant.read_columns()))
+                continue
+            selection = Selection(
+                feature_groups=tenant.feature_groups,
+                columns=tenant.read_columns(),
+                start=start,
+                end=end + ONE_MICROSECOND,
+            )
+            out[user] = self.reader.read_user(user, selection=selection)
+        return out
+
+    def _rebuilt_rows(self, pointers: pa.Table) -> pa.Table:
+        bounds = bounds_table(pointers)
+        users = sorted(set(bounds["user_id"].to_pylist()))
+        windows = sorted(set(bounds["window_id"].to_pylist()))
+        events = detail_events(self.detail, self.config, self.fs, users, windows) if users else None
+        if events is None or events.num_rows == 0:
+            return rebuild_rows(self.config, landing_schema(self.config).empty_table(), bounds.slice(0, 0))
+        return rebuild_rows(self.config, events, bounds)
+
+
+_POINTER_READ = (
+    "request_id",
+    "user_id",
+    "range_start",
+    "range_end",
+    "lsn_bound",
+    "open_window",
+    "length",
+    "checksum",
+    "fragment_start_ts",
+    "fragment_start_lsn",
+    "fragment_start_partition",
+)
+
+
+def _quarantine_row(tenant: Tenant, pointer: dict, result, engine: str) -> dict:
+    return {
+        "tenant": tenant.name,
+        "request_id": pointer["request_id"],
+        "user_id": pointer["user_id"],
+        "engine": engine,
+        "reason": result.reason,
+        "expected_checksum": result.expected_checksum,
+        "actual_checksum": result.checksum,
+        "expected_length": result.expected_length,
+        "actual_length": result.sequence.num_rows,
+    }
+
+
+class PrefetchingIterator:
+    """Iterate `source` on a background thread, `depth` items ahead of the consumer: the next batch is
+    rebuilt while the current one is used. Errors surface in the consumer; `close()` stops early."""
+
+    _DONE = object()
+
+    def __init__(self, source: Iterator, depth: int = 1) -> None:
+        self._queue: queue.Queue = queue.Queue(maxsize=max(1, depth))
+        self._stop = threading.Event()
+        self.produced = 0
+        self._thread = threading.Thread(target=self._run, args=(source,), daemon=True, name="seqlake-prefetch")
+        self._thread.start()
+
+    def _run(self, source: Iterator) -> None:
+        try:
+            for item in source:
+                self.produced += 1
+                while not self._stop.is_set():
+                    try:
+                        self._queue.put(item, timeout=0.1)
+                        break
+                    except queue.Full:
+                        continue
+                if self._stop.is_set():
+                    return
+            self._put_final(self._DONE)
+        except BaseException as error:  # handed to the consumer, raised there
+            self._put_final(error)
+
+    def _put_final(self, item) -> None:
+        while not self._stop.is_set():
+            try:
+                self._queue.put(item, timeout=0.1)
+                return
+            except queue.Full:
+                continue
+
+    def __iter__(self) -> PrefetchingIterator:
+        return self
+
+    def __next__(self):
+        item = self._queue.get()
+        if item is self._DONE:
+            self._queue.put(item)  # iteration stays finished
+            raise StopIteration
+        if isinstance(item, BaseException):
+            raise item
+        return item
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def __enter__(self) -> PrefetchingIterator:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def sample_batches(reconstruction: Reconstruction, prefetch: int = 1) -> PrefetchingIterator:
+    """Verified training samples as Arrow record batches, the next batch prefetched."""
+
+    def batches() -> Iterator[pa.RecordBatch]:
+        for result in reconstruction.batches():
+            yield from result.samples.to_batches()
+
+    return PrefetchingIterator(batches(), depth=prefetch)

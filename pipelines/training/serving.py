@@ -1,0 +1,101 @@
+"""Serving simulation: requests are captured while ingest and compaction run.
+
+The source is ingested one snapshot (a fraction of a processing window) at a time. After each step
+the online view is fixed, the users active since the previous step send requests, and every tenant's
+model input is captured: its pointer and fragment go to the normalized training table, the whole
+sequence to the fat-row table. Windows are compacted as soon as the watermark closes them, so later
+captures read them from history while late events keep arriving around them.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+from pyspark.sql import SparkSession
+
+from pipelines.compaction import compact_window, history_tables, merge_runs_if_needed, published_windows
+from pipelines.ingest import IngestResult, ingest_source
+from pipelines.landing import LandingPaths
+from pipelines.training.capture import capture_requests, fat_rows, training_rows
+from pipelines.training.online_view import ViewSnapshot
+from pipelines.training.requests import RequestSimulator
+from pipelines.training.sequence import tenants
+from pipelines.training.tables import (
+    create_bucketed_table,
+    fatrow_table_name,
+    sequence_table_schema,
+    training_schema,
+    training_table_name,
+)
+from pipelines.windows import closed_windows
+from seqlake.config import Config
+from seqlake.progress import Progress
+from tableformat.reader import HistoryReader
+
+
+@dataclass
+class ServingResult:
+    ingest: IngestResult = field(default_factory=IngestResult)
+    capture_points: int = 0
+    requests: int = 0
+    captures: Counter = field(default_factory=Counter)  # per tenant
+    windows_published: int = 0
+    events_compacted: int = 0
+    merges: int = 0
+
+
+def _compact(
+    spark: SparkSession, config: Config, paths: LandingPaths, windows: list[int], result: ServingResult
+) -> None:
+    history, _ = history_tables(config)
+    done = published_windows(history)
+    for window in windows:
+        if window in done:
+            continue
+        compacted = compact_window(spark, config, paths, window)
+        result.windows_published += compacted.published
+        result.events_compacted += compacted.events
+        result.merges += merge_runs_if_needed(spark, config) is not None
+
+
+def serve_and_capture(
+    spark: SparkSession, config: Config, source: str, paths: LandingPaths, progress: Progress | None = None
+) -> ServingResult:
+    """Ingest `source` step by step, capturing requests at each step and compacting closed windows."""
+    result = ServingResult()
+    simulator = RequestSimulator(config)
+    profiles = tenants(config)
+    training = {t.name: create_bucketed_table(config, training_table_name(t), training_schema(t)) for t in profiles}
+    fatrow = {t.name: create_bucketed_table(config, fatrow_table_name(t), sequence_table_schema(t)) for t in profiles}
+    since = None
+    while True:
+        step = ingest_source(spark, config, source, paths, max_snapshots=1)
+        if step.batches == 0:
+            break
+        result.ingest.batches += step.batches
+        result.ingest.records += step.records
+        result.ingest.landed += step.landed
+        result.ingest.quarantined.update(step.quarantined)
+        history, detail = history_tables(config)
+        with ViewSnapshot(config, history, detail, paths) as view:
+            users = view.active_users(since) if view.now is not None else []
+            since = view.now or since
+            requests = simulator.requests(users, view.now, result.capture_points) if users else []
+            landing = view.landing_rows(sorted({r.user_id for r in requests}))
+            closed = view.closed_windows()
+            reader = HistoryReader(history)
+            for tenant in profiles:
+                if not requests:
+                    break
+                captures = capture_requests(view, reader, tenant, requests, config.training.fragment_events, landing)
+                training[tenant.name].append(training_rows(captures, tenant))
+                fatrow[tenant.name].append(fat_rows(captures, tenant))
+                result.captures[tenant.name] += len(captures)
+        result.capture_points += 1
+        result.requests += len(requests)
+        _compact(spark, config, paths, closed, result)
+        if progress:
+            progress.add(rows=step.records, steps=1, note=f"{len(requests)} requests captured")
+    _compact(spark, config, paths, closed_windows(spark, paths, end_of_stream=True), result)
+    return result

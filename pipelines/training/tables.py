@@ -1,0 +1,145 @@
+"""The Iceberg tables of late materialization, one set per tenant, all partitioned by bucket(N, user_id)
+like history (data affinity: a bucket of pointers joins a bucket of history, in Spark without a shuffle).
+
+- `training_<tenant>`: the normalized training table: labels, small features, the pointer and the
+  captured recent fragment of each request.
+- `fatrow_<tenant>`: today's alternative and the reference answer: the whole sequence in every row.
+- `samples_<tenant>`: reconstructed training samples (the same columns as the fat-row table).
+- `samples_quarantine`: reconstructions that failed verification, with the reason; never emitted.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import pyarrow as pa
+from pyiceberg.catalog import Catalog
+from pyiceberg.exceptions import TableAlreadyExistsError
+from pyiceberg.io.pyarrow import pyarrow_to_schema
+from pyiceberg.table import Table
+
+from pipelines.training.sequence import Tenant, list_schema
+from seqlake.catalog import open_catalog, table_identifier
+from seqlake.config import Config
+from tableformat.schema import FIELD_ID, TIMESTAMP_US, history_partition_spec
+
+FRAGMENT = "recent_"  # prefix of the captured recent fragment's list columns
+SEQUENCE = "seq_"  # prefix of a whole sequence's list columns (fat rows, samples)
+QUARANTINE = "samples_quarantine"
+
+REQUEST_FIELDS = [
+    pa.field("request_id", pa.string(), nullable=False),
+    pa.field("user_id", pa.int64(), nullable=False),
+    pa.field("request_ts", TIMESTAMP_US, nullable=False),
+    # Labels and small features: what a training row carries besides the sequence.
+    pa.field("label_click", pa.bool_(), nullable=False),
+    pa.field("label_dwell_ms", pa.int32(), nullable=False),
+    pa.field("surface", pa.string(), nullable=False),
+    pa.field("hour_of_day", pa.int32(), nullable=False),
+]
+
+POINTER_FIELDS = [
+    pa.field("feature_groups", pa.list_(pa.string()), nullable=False),
+    pa.field("range_start", TIMESTAMP_US),  # event-time range of the sequence, both ends inclusive
+    pa.field("range_end", TIMESTAMP_US),
+    pa.field("lsn_bound", pa.map_(pa.int32(), pa.int64()), nullable=False),  # per source partition
+    pa.field("open_window", pa.int64(), nullable=False),  # newest processing window visible at capture
+    pa.field("length", pa.int32(), nullable=False),
+    pa.field("top_k", pa.int32(), nullable=False),
+    pa.field("checksum", pa.string(), nullable=False),
+    # The fragment's oldest row, in sequence order: reconstruction takes history rows before it.
+    pa.field("fragment_start_ts", TIMESTAMP_US),
+    pa.field("fragment_start_lsn", pa.int64()),
+    pa.field("fragment_start_partition", pa.int32()),
+]
+
+QUARANTINE_SCHEMA = pa.schema(
+    [
+        pa.field("tenant", pa.string(), nullable=False),
+        pa.field("request_id", pa.string(), nullable=False),
+        pa.field("user_id", pa.int64(), nullable=False),
+        pa.field("engine", pa.string(), nullable=False),
+        pa.field("reason", pa.string(), nullable=False),
+        pa.field("expected_checksum", pa.string(), nullable=False),
+        pa.field("actual_checksum", pa.string(), nullable=False),
+        pa.field("expected_length", pa.int32(), nullable=False),
+        pa.field("actual_length", pa.int32(), nullable=False),
+    ]
+)
+
+
+def training_schema(tenant: Tenant) -> pa.Schema:
+    return pa.schema(REQUEST_FIELDS + POINTER_FIELDS + list_schema(tenant, FRAGMENT))
+
+
+def sequence_table_schema(tenant: Tenant) -> pa.Schema:
+    """Fat rows and reconstructed samples: the request, its labels and features, the whole sequence."""
+    return pa.schema(REQUEST_FIELDS + list_schema(tenant, SEQUENCE))
+
+
+def training_table_name(tenant: Tenant) -> str:
+    return f"training_{tenant.name}"
+
+
+def fatrow_table_name(tenant: Tenant) -> str:
+    return f"fatrow_{tenant.name}"
+
+
+def samples_table_name(tenant: Tenant) -> str:
+    return f"samples_{tenant.name}"
+
+
+def all_table_names(tenants: list[Tenant]) -> list[str]:
+    names = [QUARANTINE]
+    for tenant in tenants:
+        names += [training_table_name(tenant), fatrow_table_name(tenant), samples_table_name(tenant)]
+    return names
+
+
+def create_bucketed_table(config: Config, name: str, schema: pa.Schema, catalog: Catalog | None = None) -> Table:
+    """Create `name` partitioned by bucket(N, user_id) unless it exists; return it."""
+    catalog = catalog or open_catalog(config)
+    identifier = table_identifier(config, name)
+    if catalog.table_exists(identifier):
+        return catalog.load_table(identifier)
+    iceberg_schema = pyarrow_to_schema(_numbered(schema))
+    try:
+        return catalog.create_table(
+            identifier,
+            schema=iceberg_schema,
+            partition_spec=history_partition_spec(iceberg_schema, config.layout.bucket_count),
+            properties={"write.parquet.compression-codec": "zstd"},
+        )
+    except TableAlreadyExistsError:
+        return catalog.load_table(identifier)
+
+
+def _numbered(schema: pa.Schema) -> pa.Schema:
+    """Field ids on every field, nested ones included (list elements, map keys and values)."""
+    ids = itertools.count(1)
+
+    def number(field: pa.Field) -> pa.Field:
+        kind = field.type
+        if pa.types.is_map(kind):
+            kind = pa.map_(number(kind.key_field), number(kind.item_field))
+        elif pa.types.is_list(kind):
+            kind = pa.list_(number(kind.value_field))
+        return field.with_type(kind).with_metadata({FIELD_ID: str(next(ids)).encode()})
+
+    return pa.schema([number(f) for f in schema])
+
+
+def drop_tables(config: Config, names: list[str]) -> None:
+    catalog = open_catalog(config)
+    for name in names:
+        identifier = table_identifier(config, name)
+        if catalog.table_exists(identifier):
+            catalog.purge_table(identifier)
+
+
+def table_bytes(table: Table) -> int:
+    """Bytes of the table's live data files (what storing it costs)."""
+    snapshot = table.current_snapshot()
+    if snapshot is None:
+        return 0
+    return sum(task.file.file_size_in_bytes for task in table.scan().plan_files())
