@@ -40,6 +40,8 @@ from tableformat.reader import HistoryReader, Selection
 
 REQUEST_COLUMNS = ("request_id", "user_id", "request_ts", "label_click", "label_dwell_ms", "surface", "hour_of_day")
 ONE_MICROSECOND = timedelta(microseconds=1)
+# Landing columns a rebuild groups, orders or deduplicates by (besides items and the tenant's columns).
+REBUILD_KEYS = ("event_id", "user_id", "feature_group", "event_ts", "lsn", "source_partition", "window_id")
 
 
 @dataclass(frozen=True)
@@ -60,22 +62,45 @@ def pointer_batches(training: Table, fs, batch_rows: int) -> Iterator[pa.RecordB
             yield from pq.ParquetFile(handle).iter_batches(batch_size=batch_rows)
 
 
-def detail_events(detail: Table, config: Config, fs, user_ids: list[int], windows: list[int]) -> pa.Table:
-    """Detail events of the users in the windows (partition pruning by window, row filter by user)."""
-    names = landing_schema(config).names
+def detail_events(
+    detail: Table, config: Config, tenant: Tenant, fs, user_ids: list[int], windows: list[int]
+) -> pa.Table:
+    """Detail events of the users in the windows, of the tenant's feature groups, with only the columns
+    a rebuild of the tenant's rows needs (the others are null): partition pruning by window, row
+    filter by user and group."""
+    schema = pa.schema([f.with_nullable(True) for f in landing_schema(config)])
+    items = {config.feature_groups[g].item_column for g in tenant.feature_groups}
+    needed = [n for n in schema.names if n in {*REBUILD_KEYS, *items, *tenant.columns}]
     condition = And(In("window_id", set(windows)), In("user_id", set(user_ids)))
     parts = []
     for task in detail.scan(row_filter=condition).plan_files():
         with fs.open_input_file(task.file.file_path) as handle:
-            rows = pq.ParquetFile(handle).read(columns=names)
+            parquet = pq.ParquetFile(handle)
+            groups = _groups_holding(parquet.metadata, min(user_ids), max(user_ids))
+            rows = parquet.read_row_groups(groups, columns=needed) if groups else None
+        if rows is None:
+            continue
         mask = pc.and_(
             pc.is_in(rows["user_id"], pa.array(user_ids, pa.int64())),
-            pc.is_in(rows["window_id"], pa.array(windows, pa.int64())),
+            pc.is_in(rows["feature_group"], pa.array(tenant.feature_groups)),
         )
-        parts.append(rows.filter(mask))
+        parts.append(rows.filter(pc.and_(mask, pc.is_in(rows["window_id"], pa.array(windows, pa.int64())))))
     if not parts:
-        return landing_schema(config).empty_table()
-    return pa.concat_tables([p.cast(landing_schema(config)) for p in parts])
+        return schema.empty_table()
+    found = pa.concat_tables(parts)
+    columns = {f.name: found[f.name] if f.name in needed else pa.nulls(found.num_rows, f.type) for f in schema}
+    return pa.table(columns).cast(schema)
+
+
+def _groups_holding(meta: pq.FileMetaData, low: int, high: int) -> list[int]:
+    """Row groups whose user_id statistics overlap [low, high]."""
+    column = meta.schema.to_arrow_schema().names.index("user_id")
+    groups = []
+    for rg in range(meta.num_row_groups):
+        stats = meta.row_group(rg).column(column).statistics
+        if stats is None or not stats.has_min_max or (stats.min <= high and stats.max >= low):
+            groups.append(rg)
+    return groups
 
 
 class Reconstruction:
@@ -163,7 +188,7 @@ class Reconstruction:
         bounds = bounds_table(pointers)
         users = sorted(set(bounds["user_id"].to_pylist()))
         windows = sorted(set(bounds["window_id"].to_pylist()))
-        events = detail_events(self.detail, self.config, self.fs, users, windows) if users else None
+        events = detail_events(self.detail, self.config, self.tenant, self.fs, users, windows) if users else None
         if events is None or events.num_rows == 0:
             return rebuild_rows(self.config, landing_schema(self.config).empty_table(), bounds.slice(0, 0))
         return rebuild_rows(self.config, events, bounds)
