@@ -11,11 +11,20 @@ import shutil
 import sys
 import time
 
-from pipelines.compaction import DETAIL, HISTORY, compact_window, history_tables, merge_runs_if_needed
-from pipelines.ingest import ingest_source
+from pipelines.compaction import DETAIL, HISTORY, history_tables
 from pipelines.landing import landing_paths
 from pipelines.raw_landing import create_raw_table, land_raw_records
-from pipelines.windows import closed_windows
+from pipelines.training.materialize import fatrow_match, write_arrow_samples
+from pipelines.training.sequence import tenants
+from pipelines.training.serving import serve_and_capture
+from pipelines.training.spark_reconstruct import write_spark_samples
+from pipelines.training.tables import (
+    all_table_names,
+    fatrow_table_name,
+    samples_table_name,
+    table_bytes,
+    training_table_name,
+)
 from seqlake.catalog import open_catalog, table_identifier
 from seqlake.config import Config, load_config
 from seqlake.duckdb_session import connect as duckdb_connect
@@ -32,7 +41,7 @@ RAW_TABLE = "raw_events"
 def reset_demo_tables(config: Config) -> None:
     """The demo starts from nothing: drop its tables and landing folders."""
     catalog = open_catalog(config)
-    for name in (RAW_TABLE, HISTORY, DETAIL):
+    for name in (RAW_TABLE, HISTORY, DETAIL, *all_table_names(tenants(config))):
         identifier = table_identifier(config, name)
         if catalog.table_exists(identifier):
             catalog.purge_table(identifier)
@@ -51,9 +60,9 @@ def run_demo(config: Config) -> Report:
     # 1. Generate the source stream and land it as delivered, one commit per arrival window.
     generator = EventGenerator(config)
     raw_table = create_raw_table(catalog, raw_id)
-    landing = land_raw_records(
-        raw_table, generator.batches(), Progress("generate"), window_seconds=config.layout.window_seconds
-    )
+    # A commit per capture period: ingest then moves in steps between which requests are captured.
+    step_seconds = config.layout.window_seconds // config.training.captures_per_window
+    landing = land_raw_records(raw_table, generator.batches(), Progress("generate"), window_seconds=step_seconds)
     stats = generator.stats
     gen = report.section("generated")
     gen["users"] = stats.users
@@ -88,25 +97,19 @@ def run_demo(config: Config) -> Report:
     raw["engines_agree"] = landing.records == arrow_rows == spark_rows == duck_rows
     raw["partitions_duckdb"] = duck_partitions
 
-    # 3. Ingest into the landing tier (Delta), quarantining malformed records.
+    # 3. Serve: ingest step by step into the landing tier (Delta, malformed records quarantined),
+    # capture the requests of active users against the online view after each step, and close
+    # windows (compaction, capacity merges) as the watermark passes them.
     paths = landing_paths(config)
-    ingested = ingest_source(spark, config, RAW_TABLE, paths, Progress("ingest"))
+    served = serve_and_capture(spark, config, RAW_TABLE, paths, Progress("serve", every=0))
+    ingested = served.ingest
     ingest = report.section("ingest")
     ingest["batches"] = ingested.batches
     ingest["records"] = ingested.records
     ingest["events_landed"] = ingested.landed
     ingest["quarantined"] = dict(sorted(ingested.quarantined.items()))
     ingest["quarantined_total"] = sum(ingested.quarantined.values())
-
-    # 4. Close every window in arrival order; merge runs by capacity.
-    progress = Progress("compact", every=0)
-    published = merges = events = 0
-    for window in closed_windows(spark, paths, end_of_stream=True):
-        result = compact_window(spark, config, paths, window)
-        published += result.published
-        events += result.events
-        progress.add(rows=result.rows, steps=1, note=f"window {window}: {result.events:,} events")
-        merges += merge_runs_if_needed(spark, config) is not None
+    published, events, merges = served.windows_published, served.events_compacted, served.merges
     history, detail = history_tables(config)
     history.refresh()
     runs = live_runs(history)
@@ -128,10 +131,59 @@ def run_demo(config: Config) -> Report:
     check["rows"] = checked.rows
     check["mib"] = round(checked.bytes / 2**20, 2)
 
+    # 6. Late materialization: rebuild every tenant's samples from pointers, on Arrow and on Spark.
+    late_materialization(spark, config, report, served)
+
     run = report.section("run")
     run["warehouse"] = config.warehouse_uri()
     run["seconds"] = round(time.monotonic() - started, 1)
     return report
+
+
+def late_materialization(spark, config: Config, report: Report, served) -> None:
+    section = report.section("late_materialization")
+    section["capture_points"] = served.capture_points
+    section["requests"] = served.requests
+    section["fragment_events"] = config.training.fragment_events
+    history, detail = history_tables(config)
+    catalog = open_catalog(config)
+    profiles = tenants(config)
+    normalized = sum(
+        table_bytes(catalog.load_table(table_identifier(config, training_table_name(t)))) for t in profiles
+    )
+    fat = sum(table_bytes(catalog.load_table(table_identifier(config, fatrow_table_name(t)))) for t in profiles)
+    storage = report.section("storage")
+    storage["history_mib"] = _mib(table_bytes(history))
+    storage["detail_mib"] = _mib(table_bytes(detail))
+    storage["normalized_training_mib"] = _mib(normalized)
+    storage["fat_row_mib"] = _mib(fat)
+    storage["normalized_plus_history_vs_fat_row"] = round((normalized + table_bytes(history)) / max(fat, 1), 3)
+    progress = Progress("samples", every=0)
+    for tenant in profiles:
+        exact = write_arrow_samples(config, tenant, "lsn")
+        progress.add(rows=exact.samples, steps=1, note=f"{tenant.name}: arrow, LSN-bounded")
+        time_only = write_arrow_samples(config, tenant, "time")
+        progress.add(rows=time_only.requests, steps=1, note=f"{tenant.name}: arrow, time only")
+        spark_samples, spark_failures = write_spark_samples(spark, config, tenant)
+        spark_matched = fatrow_match(config, tenant, samples_table=samples_table_name(tenant))
+        progress.add(rows=spark_samples, steps=1, note=f"{tenant.name}: spark, LSN-bounded")
+        facts = report.section(f"tenant_{tenant.name}")
+        facts["feature_groups"] = ", ".join(tenant.feature_groups)
+        facts["columns"] = len(tenant.columns)
+        facts["max_length"] = tenant.max_length
+        facts["samples"] = exact.samples
+        facts["exact_match_lsn"] = round(exact.match_rate, 4)
+        facts["exact_match_time_only"] = round(time_only.match_rate, 4)
+        facts["checksum_failures_lsn"] = exact.quarantined
+        facts["checksum_failures_time_only"] = time_only.quarantined
+        facts["spark_samples"] = spark_samples
+        facts["spark_exact_match_lsn"] = round(spark_matched / max(exact.requests, 1), 4)
+        facts["spark_checksum_failures"] = spark_failures
+        facts["bytes_read_mib"] = _mib(exact.bytes_read)
+
+
+def _mib(n: int) -> float:
+    return round(n / 2**20, 2)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -23,6 +23,7 @@ from pyiceberg.table import Table
 
 from pipelines.parse import landing_schema
 from pipelines.training.reconstruct import (
+    POINTER_COLUMNS,
     Mode,
     assemble,
     bounds_table,
@@ -31,14 +32,13 @@ from pipelines.training.reconstruct import (
     rebuild_rows,
     visible_history,
 )
-from pipelines.training.sequence import Tenant, lists_of
-from pipelines.training.tables import FRAGMENT, QUARANTINE_SCHEMA, SEQUENCE, sequence_table_schema
+from pipelines.training.sequence import Tenant, lists_of, partition_by
+from pipelines.training.tables import FRAGMENT, QUARANTINE_SCHEMA, REQUEST_COLUMNS, SEQUENCE, sequence_table_schema
 from seqlake.config import Config
 from seqlake.errors import SeqlakeError
 from tableformat.io import IOStats, PlainFileSystem
 from tableformat.reader import HistoryReader, Selection
 
-REQUEST_COLUMNS = ("request_id", "user_id", "request_ts", "label_click", "label_dwell_ms", "surface", "hour_of_day")
 ONE_MICROSECOND = timedelta(microseconds=1)
 # Landing columns a rebuild groups, orders or deduplicates by (besides items and the tenant's columns).
 REBUILD_KEYS = ("event_id", "user_id", "feature_group", "event_ts", "lsn", "source_partition", "window_id")
@@ -135,16 +135,17 @@ class Reconstruction:
     def rebuild(self, pointers: pa.Table) -> SampleBatch:
         tenant = self.tenant
         history_rows = self._history_rows(pointers)
-        rebuilt = self._rebuilt_rows(pointers) if self.mode == "lsn" else None
+        rebuilt = partition_by(self._rebuilt_rows(pointers), "request_id") if self.mode == "lsn" else {}
         sequences, ok, bad = [], [], []
         columns = candidate_columns(tenant)
         fragment_columns = [n for n in pointers.column_names if n.startswith(FRAGMENT)]
-        for i, row in enumerate(pointers.select(list(_POINTER_READ)).to_pylist()):
+        for i, row in enumerate(pointers.select(list(POINTER_COLUMNS)).to_pylist()):
             user_rows = history_rows.get(row["user_id"])
             if self.mode == "lsn":
                 candidates = visible_history(user_rows, row).select(columns)
-                own = rebuilt.filter(pc.equal(rebuilt["request_id"], row["request_id"])).select(columns)
-                candidates = pa.concat_tables([candidates, own.cast(candidates.schema)])
+                own = rebuilt.get(row["request_id"])
+                if own is not None:
+                    candidates = pa.concat_tables([candidates, own.select(columns).cast(candidates.schema)])
             else:
                 candidates = user_rows.select(columns)
             fragment = fragment_of({n: pointers[n][i] for n in fragment_columns}, tenant)
@@ -192,21 +193,6 @@ class Reconstruction:
         if events is None or events.num_rows == 0:
             return rebuild_rows(self.config, landing_schema(self.config).empty_table(), bounds.slice(0, 0))
         return rebuild_rows(self.config, events, bounds)
-
-
-_POINTER_READ = (
-    "request_id",
-    "user_id",
-    "range_start",
-    "range_end",
-    "lsn_bound",
-    "open_window",
-    "length",
-    "checksum",
-    "fragment_start_ts",
-    "fragment_start_lsn",
-    "fragment_start_partition",
-)
 
 
 def _quarantine_row(tenant: Tenant, pointer: dict, result, engine: str) -> dict:

@@ -16,8 +16,22 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from pipelines.training.online_view import ViewSnapshot
-from pipelines.training.sequence import ORDER_KEYS, Tenant, in_order, lists_of, newest, sequence_checksum
-from pipelines.training.tables import FRAGMENT, SEQUENCE, sequence_table_schema, training_schema
+from pipelines.training.sequence import (
+    ORDER_KEYS,
+    Tenant,
+    in_order,
+    lists_of,
+    newest,
+    partition_by,
+    sequence_checksum,
+)
+from pipelines.training.tables import (
+    FRAGMENT,
+    REQUEST_COLUMNS,
+    SEQUENCE,
+    sequence_table_schema,
+    training_schema,
+)
 from tableformat.multi_reader import histories
 from tableformat.reader import HistoryReader, Selection
 
@@ -52,9 +66,11 @@ def online_sequences(
     selection = Selection(feature_groups=tenant.feature_groups, columns=columns, top_k=tenant.max_length)
     published = histories(reader, user_ids, selection)
     landing = landing.filter(pc.is_in(landing["feature_group"], pa.array(tenant.feature_groups)))
+    landing_by_user = partition_by(landing.select(["user_id", *columns]), "user_id")
+    empty = landing.select(list(columns)).slice(0, 0)
     out = {}
     for user in user_ids:
-        mine = landing.filter(pc.equal(landing["user_id"], user)).select(list(columns))
+        mine = landing_by_user[user].select(list(columns)) if user in landing_by_user else empty
         rows = pa.concat_tables([published[user].select(list(columns)).cast(mine.schema), mine])
         out[user] = newest(in_order(rows), tenant.max_length)
     return out
@@ -100,8 +116,7 @@ def capture_requests(
 
 
 def _request_columns(captures: list[Capture]) -> dict[str, list]:
-    names = ("request_id", "user_id", "request_ts", "label_click", "label_dwell_ms", "surface", "hour_of_day")
-    return {name: [getattr(c.request, name) for c in captures] for name in names}
+    return {name: [getattr(c.request, name) for c in captures] for name in REQUEST_COLUMNS}
 
 
 def training_rows(captures: list[Capture], tenant: Tenant) -> pa.Table:

@@ -38,6 +38,8 @@ REQUEST_FIELDS = [
     pa.field("hour_of_day", pa.int32(), nullable=False),
 ]
 
+REQUEST_COLUMNS = tuple(f.name for f in REQUEST_FIELDS)
+
 POINTER_FIELDS = [
     pa.field("feature_groups", pa.list_(pa.string()), nullable=False),
     pa.field("range_start", TIMESTAMP_US),  # event-time range of the sequence, both ends inclusive

@@ -1,0 +1,130 @@
+"""Training-sample jobs: rebuild a tenant's samples, write them, measure them against fat rows.
+
+`write_arrow_samples` streams the Arrow path into `samples_<tenant>` (one atomic replacement: a
+killed job leaves the previous samples) and its failures into the quarantine table. The time-only
+mode writes nothing: its sequences go to scratch Parquet only to be compared with the fat rows.
+`fatrow_match` compares rebuilt sequences with the fat-row reference column by column in DuckDB.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow.parquet as pq
+from pyiceberg.expressions import AlwaysTrue, And, EqualTo
+
+from pipelines.compaction import history_tables
+from pipelines.training.arrow_reconstruct import PrefetchingIterator, Reconstruction
+from pipelines.training.reconstruct import Mode
+from pipelines.training.sequence import Tenant
+from pipelines.training.tables import (
+    QUARANTINE,
+    QUARANTINE_SCHEMA,
+    SEQUENCE,
+    create_bucketed_table,
+    fatrow_table_name,
+    samples_table_name,
+    sequence_table_schema,
+    training_table_name,
+)
+from seqlake.catalog import load_existing_table
+from seqlake.config import Config
+from seqlake.duckdb_session import connect
+from tableformat.io import CountingFileSystem
+
+
+@dataclass(frozen=True)
+class ReconstructionResult:
+    tenant: str
+    mode: Mode
+    requests: int
+    samples: int  # verified
+    quarantined: int  # failed verification
+    matched: int  # equal to the fat-row reference
+    bytes_read: int  # history and detail bytes read
+
+    @property
+    def match_rate(self) -> float:
+        return self.matched / self.requests if self.requests else 1.0
+
+
+def _reconstruction(config: Config, tenant: Tenant, mode: Mode, fs: CountingFileSystem) -> Reconstruction:
+    history, detail = history_tables(config)
+    training = load_existing_table(config, training_table_name(tenant))
+    return Reconstruction(config, tenant, training, history, detail, mode=mode, filesystem=fs)
+
+
+def write_arrow_samples(config: Config, tenant: Tenant, mode: Mode = "lsn") -> ReconstructionResult:
+    """Rebuild the tenant's samples in-process. LSN mode replaces samples_<tenant> and this tenant's
+    Arrow rows of the quarantine table; time-only mode writes no table."""
+    fs = CountingFileSystem()
+    reconstruction = _reconstruction(config, tenant, mode, fs)
+    samples_table = create_bucketed_table(config, samples_table_name(tenant), sequence_table_schema(tenant))
+    quarantine_table = create_bucketed_table(config, QUARANTINE, QUARANTINE_SCHEMA)
+    requests = samples = 0
+    failures = []
+    with tempfile.TemporaryDirectory(prefix="seqlake-replay-") as scratch:
+        with PrefetchingIterator(reconstruction.batches()) as batches:
+            transaction = samples_table.transaction() if mode == "lsn" else None
+            if transaction is not None and samples_table.current_snapshot() is not None:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore", UserWarning)
+                    transaction.delete(AlwaysTrue())
+            for n, batch in enumerate(batches):
+                requests += batch.assembled.num_rows
+                samples += batch.samples.num_rows
+                failures.append(batch.quarantined)
+                if transaction is not None and batch.samples.num_rows:
+                    transaction.append(batch.samples)
+                if mode == "time":
+                    pq.write_table(batch.assembled, Path(scratch) / f"part-{n:06d}.parquet")
+            if transaction is not None:
+                transaction.commit_transaction()
+        engine = f"arrow/{mode}"
+        if mode == "lsn":
+            with warnings.catch_warnings():  # pyiceberg warns when the filter matches nothing yet
+                warnings.simplefilter("ignore", UserWarning)
+                quarantine_table.overwrite(
+                    _concat(failures), overwrite_filter=And(EqualTo("tenant", tenant.name), EqualTo("engine", engine))
+                )
+            matched = fatrow_match(config, tenant, samples_table=samples_table_name(tenant))
+        else:
+            matched = fatrow_match(config, tenant, parquet_glob=f"{scratch}/*.parquet") if requests else 0
+    quarantined = sum(t.num_rows for t in failures)
+    return ReconstructionResult(tenant.name, mode, requests, samples, quarantined, matched, fs.stats.bytes_read)
+
+
+def _literal(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+def _concat(tables):
+    import pyarrow as pa
+
+    tables = [t for t in tables if t.num_rows]
+    return pa.concat_tables(tables) if tables else QUARANTINE_SCHEMA.empty_table()
+
+
+def fatrow_match(
+    config: Config, tenant: Tenant, samples_table: str | None = None, parquet_glob: str | None = None
+) -> int:
+    """How many fat rows a rebuilt sequence equals exactly (every sequence column, in order)."""
+    fatrow = load_existing_table(config, fatrow_table_name(tenant))
+    columns = [f.name for f in sequence_table_schema(tenant) if f.name.startswith(SEQUENCE)]
+    same = " AND ".join(f"s.{c} IS NOT DISTINCT FROM f.{c}" for c in columns)
+    if samples_table is not None:
+        samples = load_existing_table(config, samples_table)
+        if samples.current_snapshot() is None or fatrow.current_snapshot() is None:
+            return 0
+        rebuilt = f"iceberg_scan({_literal(samples.metadata_location)})"
+    else:
+        rebuilt = f"read_parquet({_literal(parquet_glob)})"
+    with connect() as con:
+        (matched,) = con.execute(
+            f"SELECT count(*) FROM iceberg_scan({_literal(fatrow.metadata_location)}) AS f "
+            f"JOIN {rebuilt} AS s USING (request_id) WHERE {same}"
+        ).fetchone()
+    return int(matched)
