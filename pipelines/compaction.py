@@ -18,7 +18,7 @@ from pyiceberg.io.pyarrow import pyarrow_to_schema
 from pyiceberg.partitioning import PartitionField, PartitionSpec
 from pyiceberg.table import Table
 from pyiceberg.table.sorting import SortField, SortOrder
-from pyiceberg.transforms import IdentityTransform
+from pyiceberg.transforms import BucketTransform, IdentityTransform
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -69,15 +69,22 @@ def history_tables(config: Config) -> tuple[Table, Table]:
     if catalog.table_exists(detail_id):
         return history, catalog.load_table(detail_id)
     iceberg_schema = pyarrow_to_schema(with_field_ids(landing_schema(config)))
+    # By window (a compaction replaces its window) and by the users' bucket, as history: a rebuild of
+    # one bucket's samples reads only that bucket's events. Sorted by user within each file.
     spec = PartitionSpec(
         PartitionField(
             source_id=iceberg_schema.find_field("window_id").field_id,
             field_id=1000,
             transform=IdentityTransform(),
             name="window_id",
-        )
+        ),
+        PartitionField(
+            source_id=iceberg_schema.find_field("user_id").field_id,
+            field_id=1001,
+            transform=BucketTransform(config.layout.bucket_count),
+            name="user_id_bucket",
+        ),
     )
-    # Sorted by user in small row groups: a rebuild of a few users' rows reads only their row groups.
     order = SortOrder(
         SortField(source_id=iceberg_schema.find_field("user_id").field_id, transform=IdentityTransform()),
         SortField(source_id=iceberg_schema.find_field("event_ts").field_id, transform=IdentityTransform()),

@@ -37,11 +37,13 @@ from pipelines.training.tables import FRAGMENT, QUARANTINE_SCHEMA, REQUEST_COLUM
 from seqlake.config import Config
 from seqlake.errors import SeqlakeError
 from tableformat.io import IOStats, PlainFileSystem
+from tableformat.multi_reader import histories
 from tableformat.reader import HistoryReader, Selection
 
 ONE_MICROSECOND = timedelta(microseconds=1)
-# Landing columns a rebuild groups, orders or deduplicates by (besides items and the tenant's columns).
-REBUILD_KEYS = ("event_id", "user_id", "feature_group", "event_ts", "lsn", "source_partition", "window_id")
+# Landing columns a rebuild groups or orders by, besides items and the tenant's columns (detail events
+# are deduplicated already: event ids are not needed).
+REBUILD_KEYS = ("user_id", "feature_group", "event_ts", "lsn", "source_partition", "window_id")
 
 
 @dataclass(frozen=True)
@@ -51,15 +53,28 @@ class SampleBatch:
     assembled: pa.Table  # every rebuilt sequence, verified or not (to measure a mode against fat rows)
 
 
-def pointer_batches(training: Table, fs, batch_rows: int) -> Iterator[pa.RecordBatch]:
-    """The training table's rows, bucket by bucket, in batches of at most `batch_rows`."""
+def pointer_batches(training: Table, fs, batch_rows: int) -> Iterator[pa.Table]:
+    """The training table's rows, bucket by bucket, in batches of at most `batch_rows` that never
+    mix buckets (a batch reads one bucket of history and detail)."""
     tasks = list(training.scan().plan_files())
     if any(task.delete_files for task in tasks):
         raise SeqlakeError(f"{training.name()} has row-level deletes; rewrite it before reconstructing")
-    tasks.sort(key=lambda task: (task.file.partition[0], task.file.file_path))
+    by_bucket: dict[int, list[str]] = {}
     for task in tasks:
-        with fs.open_input_file(task.file.file_path) as handle:
-            yield from pq.ParquetFile(handle).iter_batches(batch_size=batch_rows)
+        by_bucket.setdefault(task.file.partition[0], []).append(task.file.file_path)
+    for bucket in sorted(by_bucket):
+        pending: list[pa.RecordBatch] = []
+        rows = 0
+        for path in sorted(by_bucket[bucket]):
+            with fs.open_input_file(path) as handle:
+                for batch in pq.ParquetFile(handle).iter_batches(batch_size=batch_rows):
+                    pending.append(batch)
+                    rows += batch.num_rows
+                    if rows >= batch_rows:
+                        yield pa.Table.from_batches(pending)
+                        pending, rows = [], 0
+        if pending:
+            yield pa.Table.from_batches(pending)
 
 
 def detail_events(
@@ -115,7 +130,7 @@ class Reconstruction:
         detail: Table,
         mode: Mode = "lsn",
         filesystem=None,
-        batch_rows: int = 256,
+        batch_rows: int = 2048,
     ) -> None:
         self.config, self.tenant, self.mode = config, tenant, mode
         self.training, self.history, self.detail = training, history, detail
@@ -130,7 +145,7 @@ class Reconstruction:
     def batches(self) -> Iterator[SampleBatch]:
         # Pointers are not history: their bytes are not counted in the tenant's reads.
         for pointers in pointer_batches(self.training, PlainFileSystem(), self.batch_rows):
-            yield self.rebuild(pa.Table.from_batches([pointers]))
+            yield self.rebuild(pointers)
 
     def rebuild(self, pointers: pa.Table) -> SampleBatch:
         tenant = self.tenant
@@ -162,27 +177,35 @@ class Reconstruction:
         return SampleBatch(assembled.filter(pa.array(ok, pa.bool_())), quarantined, assembled)
 
     def _history_rows(self, pointers: pa.Table) -> dict[int, pa.Table]:
-        """Each user's history rows over the union of its requests' time ranges (pushdown: groups,
-        columns, time)."""
+        """Each user's history rows that the batch's requests may need, with the tenant's groups and
+        columns. A request shorter than its Top-K holds the user's whole visible history, so users
+        with only such requests are read together (each row group once) up to their newest range end;
+        the others are read one by one over the union of their requests' ranges."""
         tenant = self.tenant
-        out = {}
-        ranges = pointers.group_by("user_id").aggregate([("range_start", "min"), ("range_end", "max")])
-        for user, start, end in zip(
-            ranges["user_id"].to_pylist(),
-            ranges["range_start_min"].to_pylist(),
-            ranges["range_end_max"].to_pylist(),
+        columns = tenant.read_columns()
+        per_user = pointers.group_by("user_id").aggregate(
+            [("range_start", "min"), ("range_end", "max"), ("length", "max"), ("top_k", "min")]
+        )
+        out: dict[int, pa.Table] = {}
+        whole, whole_end = [], None
+        for user, start, end, length, top_k in zip(
+            *(
+                per_user[c].to_pylist()
+                for c in ("user_id", "range_start_min", "range_end_max", "length_max", "top_k_min")
+            ),
             strict=True,
         ):
             if start is None:
-                out[user] = self.reader.arrow_schema().empty_table().select(list(tenant.read_columns()))
-                continue
-            selection = Selection(
-                feature_groups=tenant.feature_groups,
-                columns=tenant.read_columns(),
-                start=start,
-                end=end + ONE_MICROSECOND,
-            )
-            out[user] = self.reader.read_user(user, selection=selection)
+                out[user] = self.reader.arrow_schema().empty_table().select(list(columns))
+            elif length < top_k:
+                whole.append(user)
+                whole_end = end if whole_end is None else max(whole_end, end)
+            else:
+                ranged = Selection(tenant.feature_groups, columns, start=start, end=end + ONE_MICROSECOND)
+                out[user] = self.reader.read_user(user, selection=ranged)
+        if whole:
+            selection = Selection(tenant.feature_groups, columns, end=whole_end + ONE_MICROSECOND)
+            out.update(histories(self.reader, whole, selection, max_workers=1))
         return out
 
     def _rebuilt_rows(self, pointers: pa.Table) -> pa.Table:
