@@ -144,20 +144,22 @@ def late_materialization(spark, config: Config, report: Report, served) -> None:
     section = report.section("late_materialization")
     section["capture_points"] = served.capture_points
     section["requests"] = served.requests
+    section["requests_per_active_user_per_day"] = config.training.requests_per_active_user_per_day
     section["fragment_events"] = config.training.fragment_events
     history, detail = history_tables(config)
     catalog = open_catalog(config)
     profiles = tenants(config)
-    normalized = sum(
-        table_bytes(catalog.load_table(table_identifier(config, training_table_name(t)))) for t in profiles
-    )
-    fat = sum(table_bytes(catalog.load_table(table_identifier(config, fatrow_table_name(t)))) for t in profiles)
+    normalized = {
+        t.name: table_bytes(catalog.load_table(table_identifier(config, training_table_name(t)))) for t in profiles
+    }
+    fat = {t.name: table_bytes(catalog.load_table(table_identifier(config, fatrow_table_name(t)))) for t in profiles}
     storage = report.section("storage")
     storage["history_mib"] = _mib(table_bytes(history))
     storage["detail_mib"] = _mib(table_bytes(detail))
-    storage["normalized_training_mib"] = _mib(normalized)
-    storage["fat_row_mib"] = _mib(fat)
-    storage["normalized_plus_history_vs_fat_row"] = round((normalized + table_bytes(history)) / max(fat, 1), 3)
+    storage["normalized_training_mib"] = _mib(sum(normalized.values()))
+    storage["fat_row_mib"] = _mib(sum(fat.values()))
+    ratio = (sum(normalized.values()) + table_bytes(history)) / max(sum(fat.values()), 1)
+    storage["normalized_plus_history_vs_fat_row"] = round(ratio, 3)
     progress = Progress("samples", every=0)
     for tenant in profiles:
         exact = write_arrow_samples(config, tenant, "lsn")
@@ -171,6 +173,8 @@ def late_materialization(spark, config: Config, report: Report, served) -> None:
         facts["feature_groups"] = ", ".join(tenant.feature_groups)
         facts["columns"] = len(tenant.columns)
         facts["max_length"] = tenant.max_length
+        facts["normalized_training_mib"] = _mib(normalized[tenant.name])
+        facts["fat_row_mib"] = _mib(fat[tenant.name])
         facts["samples"] = exact.samples
         facts["exact_match_lsn"] = round(exact.match_rate, 4)
         facts["exact_match_time_only"] = round(time_only.match_rate, 4)

@@ -128,7 +128,7 @@ class GeneratorSpec(_Frozen):
 class TrainingSpec(_Frozen):
     """Inference requests and what each capture keeps (versioned late materialization)."""
 
-    requests_per_active_user_per_day: float = Field(default=8.0, gt=0)
+    requests_per_active_user_per_day: float = Field(default=24.0, gt=0)
     fragment_events: int = Field(default=8, ge=0)  # W: the captured recent fragment
     click_share: float = Field(default=0.1, ge=0, le=1)  # labels of simulated requests
     captures_per_window: int = Field(default=2, ge=1)  # capture points per processing window

@@ -19,7 +19,7 @@ from jobs.demo import reset_demo_tables
 from pipelines.compaction import HISTORY, compact_window, history_tables, spark_name
 from pipelines.landing import append_idempotent, landing_paths
 from pipelines.parse import landing_schema
-from pipelines.training.arrow_reconstruct import PrefetchingIterator, Reconstruction
+from pipelines.training.arrow_reconstruct import PrefetchingIterator, Reconstruction, sample_batches
 from pipelines.training.capture import Request, capture_requests, fat_rows, training_rows
 from pipelines.training.materialize import write_arrow_samples
 from pipelines.training.online_view import ViewSnapshot
@@ -188,6 +188,20 @@ def test_a_value_changed_after_the_bound_is_rebuilt_from_detail(spark, lake_conf
     assert time_only.quarantined["reason"].to_pylist() == ["checksum mismatch"]
     [row] = reconstruct_with_spark(spark, config, tenant, "lsn").collect()
     assert row["ok"] and row["seq_watch_time_ms"] == [2, 9]
+
+    # The sample job replaces its output: run twice, it holds the one verified sample once.
+    for _ in range(2):
+        result = write_arrow_samples(config, tenant, "lsn")
+        assert (result.samples, result.quarantined, result.matched) == (1, 0, 1)
+    samples = load_existing_table(config, samples_table_name(tenant)).scan().to_arrow()
+    assert samples["seq_watch_time_ms"].to_pylist() == [[2, 9]]
+
+    # The streamed iterator yields the same sample as Arrow record batches.
+    history, detail = history_tables(config)
+    training = load_existing_table(config, training_table_name(tenant))
+    with sample_batches(Reconstruction(config, tenant, training, history, detail)) as batches:
+        streamed = [row for batch in batches for row in batch.to_pylist()]
+    assert [row["seq_watch_time_ms"] for row in streamed] == [[2, 9]]
 
 
 def test_corrupted_history_under_a_capture_is_quarantined(spark, lake_config):

@@ -98,4 +98,13 @@ def serve_and_capture(
         if progress:
             progress.add(rows=step.records, steps=1, note=f"{len(requests)} requests captured")
     _compact(spark, config, paths, closed_windows(spark, paths, end_of_stream=True), result)
+    rewrite_small_files(spark, config, [*map(training_table_name, profiles), *map(fatrow_table_name, profiles)])
     return result
+
+
+def rewrite_small_files(spark: SparkSession, config: Config, tables: list[str]) -> None:
+    """Bin-pack the many small files that per-step appends leave (one per bucket and step) with
+    Iceberg's rewrite procedure, as a scheduled maintenance job would."""
+    for table in tables:
+        identifier = f"{config.warehouse.namespace}.{table}"
+        spark.sql(f"CALL {config.warehouse.catalog_name}.system.rewrite_data_files(table => '{identifier}')").collect()
