@@ -19,10 +19,11 @@ from jobs.demo import reset_demo_tables
 from pipelines.compaction import HISTORY, compact_window, history_tables, spark_name
 from pipelines.landing import append_idempotent, landing_paths
 from pipelines.parse import landing_schema
-from pipelines.training.arrow_reconstruct import PrefetchingIterator, Reconstruction, sample_batches
+from pipelines.training.arrow_reconstruct import Reconstruction, sample_batches
 from pipelines.training.capture import Request, capture_requests, fat_rows, training_rows
 from pipelines.training.materialize import write_arrow_samples
 from pipelines.training.online_view import ViewSnapshot
+from pipelines.training.prefetch import PrefetchingIterator
 from pipelines.training.sequence import Tenant
 from pipelines.training.spark_reconstruct import pointer_history_join, reconstruct_with_spark
 from pipelines.training.tables import (

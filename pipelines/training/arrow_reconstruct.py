@@ -9,8 +9,6 @@ current one.
 
 from __future__ import annotations
 
-import queue
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import timedelta
@@ -22,6 +20,7 @@ from pyiceberg.expressions import And, In
 from pyiceberg.table import Table
 
 from pipelines.parse import landing_schema
+from pipelines.training.prefetch import PrefetchingIterator
 from pipelines.training.reconstruct import (
     POINTER_COLUMNS,
     Mode,
@@ -225,71 +224,11 @@ def _quarantine_row(tenant: Tenant, pointer: dict, result, engine: str) -> dict:
         "user_id": pointer["user_id"],
         "engine": engine,
         "reason": result.reason,
-        "expected_checksum": result.expected_checksum,
-        "actual_checksum": result.checksum,
+        "expected_checksum": result.expected_checksum.hex(),
+        "actual_checksum": result.checksum.hex(),
         "expected_length": result.expected_length,
         "actual_length": result.sequence.num_rows,
     }
-
-
-class PrefetchingIterator:
-    """Iterate `source` on a background thread, `depth` items ahead of the consumer: the next batch is
-    rebuilt while the current one is used. Errors surface in the consumer; `close()` stops early."""
-
-    _DONE = object()
-
-    def __init__(self, source: Iterator, depth: int = 1) -> None:
-        self._queue: queue.Queue = queue.Queue(maxsize=max(1, depth))
-        self._stop = threading.Event()
-        self.produced = 0
-        self._thread = threading.Thread(target=self._run, args=(source,), daemon=True, name="seqlake-prefetch")
-        self._thread.start()
-
-    def _run(self, source: Iterator) -> None:
-        try:
-            for item in source:
-                self.produced += 1
-                while not self._stop.is_set():
-                    try:
-                        self._queue.put(item, timeout=0.1)
-                        break
-                    except queue.Full:
-                        continue
-                if self._stop.is_set():
-                    return
-            self._put_final(self._DONE)
-        except BaseException as error:  # handed to the consumer, raised there
-            self._put_final(error)
-
-    def _put_final(self, item) -> None:
-        while not self._stop.is_set():
-            try:
-                self._queue.put(item, timeout=0.1)
-                return
-            except queue.Full:
-                continue
-
-    def __iter__(self) -> PrefetchingIterator:
-        return self
-
-    def __next__(self):
-        item = self._queue.get()
-        if item is self._DONE:
-            self._queue.put(item)  # iteration stays finished
-            raise StopIteration
-        if isinstance(item, BaseException):
-            raise item
-        return item
-
-    def close(self) -> None:
-        self._stop.set()
-        self._thread.join()
-
-    def __enter__(self) -> PrefetchingIterator:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
 
 
 def sample_batches(reconstruction: Reconstruction, prefetch: int = 1) -> PrefetchingIterator:

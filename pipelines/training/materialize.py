@@ -17,7 +17,8 @@ import pyarrow.parquet as pq
 from pyiceberg.expressions import AlwaysTrue, And, EqualTo
 
 from pipelines.compaction import history_tables
-from pipelines.training.arrow_reconstruct import PrefetchingIterator, Reconstruction
+from pipelines.training.arrow_reconstruct import Reconstruction
+from pipelines.training.prefetch import PrefetchingIterator
 from pipelines.training.reconstruct import Mode
 from pipelines.training.sequence import Tenant
 from pipelines.training.tables import (

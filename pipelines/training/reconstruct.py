@@ -50,8 +50,8 @@ POINTER_COLUMNS = (
 @dataclass(frozen=True)
 class Assembled:
     sequence: pa.Table  # the model columns, in order
-    checksum: str
-    expected_checksum: str
+    checksum: bytes
+    expected_checksum: bytes
     expected_length: int
 
     @property

@@ -76,8 +76,12 @@ def newest(rows: pa.Table, k: int | None) -> pa.Table:
     return rows if k is None else rows.slice(max(0, rows.num_rows - k))
 
 
-def sequence_checksum(sequence: pa.Table, tenant: Tenant) -> str:
-    return table_checksum(sequence.select(tenant.model_columns).cast(tenant.schema), tenant.schema)
+CHECKSUM_BYTES = 16  # 128 bits of the SHA-256 content checksum: a light pointer, still collision-safe
+
+
+def sequence_checksum(sequence: pa.Table, tenant: Tenant) -> bytes:
+    digest = table_checksum(sequence.select(tenant.model_columns).cast(tenant.schema), tenant.schema)
+    return bytes.fromhex(digest)[:CHECKSUM_BYTES]
 
 
 def before_key(rows: pa.Table, ts, lsn: int, partition: int) -> pa.ChunkedArray:

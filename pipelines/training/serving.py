@@ -14,7 +14,13 @@ from dataclasses import dataclass, field
 
 from pyspark.sql import SparkSession
 
-from pipelines.compaction import compact_window, history_tables, merge_runs_if_needed, published_windows
+from pipelines.compaction import (
+    compact_window,
+    history_tables,
+    merge_runs_if_needed,
+    published_windows,
+    spark_name,
+)
 from pipelines.ingest import IngestResult, ingest_source
 from pipelines.landing import LandingPaths
 from pipelines.training.capture import capture_requests, fat_rows, training_rows
@@ -106,5 +112,7 @@ def rewrite_small_files(spark: SparkSession, config: Config, tables: list[str]) 
     """Bin-pack the many small files that per-step appends leave (one per bucket and step) with
     Iceberg's rewrite procedure, as a scheduled maintenance job would."""
     for table in tables:
-        identifier = f"{config.warehouse.namespace}.{table}"
-        spark.sql(f"CALL {config.warehouse.catalog_name}.system.rewrite_data_files(table => '{identifier}')").collect()
+        # Fully qualified: the catalog and the namespace may share a name.
+        spark.sql(
+            f"CALL {config.warehouse.catalog_name}.system.rewrite_data_files(table => '{spark_name(config, table)}')"
+        ).collect()

@@ -100,8 +100,8 @@ def reconstruct_with_spark(spark: SparkSession, config: Config, tenant: Tenant, 
         out.update(
             ok=[result.ok],
             reason=[result.reason],
-            actual_checksum=[result.checksum],
-            expected_checksum=[result.expected_checksum],
+            actual_checksum=[result.checksum.hex()],
+            expected_checksum=[result.expected_checksum.hex()],
             actual_length=[result.sequence.num_rows],
             expected_length=[result.expected_length],
         )

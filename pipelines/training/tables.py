@@ -48,7 +48,7 @@ POINTER_FIELDS = [
     pa.field("open_window", pa.int64(), nullable=False),  # newest processing window visible at capture
     pa.field("length", pa.int32(), nullable=False),
     pa.field("top_k", pa.int32(), nullable=False),
-    pa.field("checksum", pa.string(), nullable=False),
+    pa.field("checksum", pa.binary(), nullable=False),  # of the model columns of the whole sequence
     # The fragment's oldest row, in sequence order: reconstruction takes history rows before it.
     pa.field("fragment_start_ts", TIMESTAMP_US),
     pa.field("fragment_start_lsn", pa.int64()),
