@@ -35,9 +35,10 @@ from pipelines.training.sequence import Tenant, lists_of, partition_by
 from pipelines.training.tables import FRAGMENT, QUARANTINE_SCHEMA, REQUEST_COLUMNS, SEQUENCE, sequence_table_schema
 from seqlake.config import Config
 from seqlake.errors import SeqlakeError
+from tableformat.cache import CachedHistoryReader
 from tableformat.io import IOStats, PlainFileSystem
 from tableformat.multi_reader import histories
-from tableformat.reader import HistoryReader, Selection
+from tableformat.reader import Selection
 
 ONE_MICROSECOND = timedelta(microseconds=1)
 # Landing columns a rebuild groups or orders by, besides items and the tenant's columns (detail events
@@ -134,7 +135,8 @@ class Reconstruction:
         self.config, self.tenant, self.mode = config, tenant, mode
         self.training, self.history, self.detail = training, history, detail
         self.fs = filesystem or PlainFileSystem()
-        self.reader = HistoryReader(history, filesystem=self.fs)
+        # Neighbours share packed row groups: the cache decodes each column chunk once for all of them.
+        self.reader = CachedHistoryReader(history, filesystem=self.fs)
         self.batch_rows = batch_rows
 
     @property

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow.parquet as pq
-from pyiceberg.expressions import AlwaysTrue, And, EqualTo
+from pyiceberg.expressions import AlwaysTrue, And, BooleanExpression, EqualTo
+from pyiceberg.table import Table, Transaction
 
 from pipelines.compaction import history_tables
 from pipelines.training.arrow_reconstruct import Reconstruction
@@ -60,53 +61,55 @@ def _reconstruction(config: Config, tenant: Tenant, mode: Mode, fs: CountingFile
 
 def write_arrow_samples(config: Config, tenant: Tenant, mode: Mode = "lsn") -> ReconstructionResult:
     """Rebuild the tenant's samples in-process. LSN mode replaces samples_<tenant> and this tenant's
-    Arrow rows of the quarantine table; time-only mode writes no table."""
+    Arrow rows of the quarantine table, each in one commit (batches are written as they come, the
+    commit at the end); time-only mode writes no table."""
     fs = CountingFileSystem()
     reconstruction = _reconstruction(config, tenant, mode, fs)
-    samples_table = create_bucketed_table(config, samples_table_name(tenant), sequence_table_schema(tenant))
-    quarantine_table = create_bucketed_table(config, QUARANTINE, QUARANTINE_SCHEMA)
-    requests = samples = 0
-    failures = []
+    engine = f"arrow/{mode}"
+    requests = samples = quarantined = 0
     with tempfile.TemporaryDirectory(prefix="seqlake-replay-") as scratch:
+        samples_out = quarantine_out = None
+        if mode == "lsn":
+            samples_out = _replacing(
+                create_bucketed_table(config, samples_table_name(tenant), sequence_table_schema(tenant)), AlwaysTrue()
+            )
+            quarantine_out = _replacing(
+                create_bucketed_table(config, QUARANTINE, QUARANTINE_SCHEMA),
+                And(EqualTo("tenant", tenant.name), EqualTo("engine", engine)),
+            )
         with PrefetchingIterator(reconstruction.batches()) as batches:
-            transaction = samples_table.transaction() if mode == "lsn" else None
-            if transaction is not None and samples_table.current_snapshot() is not None:
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore", UserWarning)
-                    transaction.delete(AlwaysTrue())
             for n, batch in enumerate(batches):
                 requests += batch.assembled.num_rows
                 samples += batch.samples.num_rows
-                failures.append(batch.quarantined)
-                if transaction is not None and batch.samples.num_rows:
-                    transaction.append(batch.samples)
+                quarantined += batch.quarantined.num_rows
                 if mode == "time":
                     pq.write_table(batch.assembled, Path(scratch) / f"part-{n:06d}.parquet")
-            if transaction is not None:
-                transaction.commit_transaction()
-        engine = f"arrow/{mode}"
+                    continue
+                if batch.samples.num_rows:
+                    samples_out.append(batch.samples)
+                if batch.quarantined.num_rows:
+                    quarantine_out.append(batch.quarantined)
         if mode == "lsn":
-            with warnings.catch_warnings():  # pyiceberg warns when the filter matches nothing yet
-                warnings.simplefilter("ignore", UserWarning)
-                quarantine_table.overwrite(
-                    _concat(failures), overwrite_filter=And(EqualTo("tenant", tenant.name), EqualTo("engine", engine))
-                )
+            samples_out.commit_transaction()
+            quarantine_out.commit_transaction()
             matched = fatrow_match(config, tenant, samples_table=samples_table_name(tenant))
         else:
             matched = fatrow_match(config, tenant, parquet_glob=f"{scratch}/*.parquet") if requests else 0
-    quarantined = sum(t.num_rows for t in failures)
     return ReconstructionResult(tenant.name, mode, requests, samples, quarantined, matched, fs.stats.bytes_read)
+
+
+def _replacing(table: Table, rows: BooleanExpression) -> Transaction:
+    """A transaction that starts by deleting `rows` of `table` (what the job's output replaces)."""
+    transaction = table.transaction()
+    if table.current_snapshot() is not None:
+        with warnings.catch_warnings():  # pyiceberg warns when nothing matches yet
+            warnings.simplefilter("ignore", UserWarning)
+            transaction.delete(rows)
+    return transaction
 
 
 def _literal(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
-
-
-def _concat(tables):
-    import pyarrow as pa
-
-    tables = [t for t in tables if t.num_rows]
-    return pa.concat_tables(tables) if tables else QUARANTINE_SCHEMA.empty_table()
 
 
 def fatrow_match(
