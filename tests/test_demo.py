@@ -8,11 +8,12 @@ import pytest
 import yaml
 
 from jobs.demo import main, run_demo
+from jobs.samples import main as samples_main
 
 pytestmark = pytest.mark.spark
 
 
-def test_demo_lands_every_record_and_all_engines_agree(spark, lake_config, tmp_path):
+def test_demo_lands_every_record_and_all_engines_agree(spark, lake_config, tmp_path, capsys):
     report = run_demo(lake_config)
     facts = report.to_dict()
     generated, landed = facts["generated"], facts["raw_landing"]
@@ -60,3 +61,13 @@ def test_demo_lands_every_record_and_all_engines_agree(spark, lake_config, tmp_p
     saved = json.loads((lake_config.warehouse_path() / "report.json").read_text())
     assert saved["raw_landing"]["rows_spark"] == landed["records"]
     assert saved["compaction"]["events_compacted"] == generated["events"]
+    assert saved["late_materialization"]["requests"] == served["requests"]
+
+    # The sample job on its own, as `seqlake samples` runs it, on the demo's pointers.
+    capsys.readouterr()
+    assert samples_main(["--config", str(config_file), "--tenant", "retrieval"]) == 0
+    printed = capsys.readouterr().out
+    assert (
+        f"retrieval: {served['requests']:,} requests, {served['requests']:,} verified samples, 0 quarantined" in printed
+    )
+    assert "100.00% equal to the fat-row reference (arrow, lsn)" in printed

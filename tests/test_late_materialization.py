@@ -77,7 +77,7 @@ def land(spark, config, version: int, events: list[dict]) -> None:
         row.update({k: v for k, v in e.items() if k != "window"})
         rows.append(row)
     table = pa.Table.from_pylist(rows, schema=schema)
-    append_idempotent(spark.createDataFrame(table.to_pandas()), landing_paths(config).events, APP, version)
+    append_idempotent(spark.createDataFrame(table), landing_paths(config).events, APP, version)
 
 
 def event(minute: int, lsn: int, item: int, watch: int = 1000, window: int = WINDOW) -> dict:
@@ -208,13 +208,14 @@ def test_a_value_changed_after_the_bound_is_rebuilt_from_detail(spark, lake_conf
 def test_corrupted_history_under_a_capture_is_quarantined(spark, lake_config):
     config, tenant, _ = out_of_order_example(spark, lake_config)
     history, _ = history_tables(config)
-    # Flip one stored watch time in the file that holds the user's captured rows.
+    # Flip one stored watch time of a row the rebuild reads from history (item 103 at time 3; the
+    # rows at 6..8 come from the captured fragment).
     for path in HistoryReader(history).files_for_user(USER):
         local = path.removeprefix("file://").removeprefix("file:")
         table = pq.read_table(local)
-        if 106 in table["item_id"].to_pylist():
+        if 103 in table["item_id"].to_pylist():
             watch = table["watch_time_ms"].to_pylist()
-            watch[table["item_id"].to_pylist().index(106)] += 1
+            watch[table["item_id"].to_pylist().index(103)] += 1
             column = table.schema.get_field_index("watch_time_ms")
             table = table.set_column(column, table.schema.field(column), pa.array(watch, pa.int32()))
             pq.write_table(table, local)

@@ -14,14 +14,14 @@ that window's detail events up to the LSN bound aggregate to.
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 
 import pyarrow as pa
 from pyarrow.fs import FileType
 from pyiceberg.table import Table
 
 from pipelines.aggregation import aggregation_sql, dedupe_sql
-from pipelines.compaction import published_frontier
+from pipelines.compaction import published_frontier, published_windows
 from pipelines.landing import LandingPaths
 from pipelines.parse import landing_schema
 from seqlake.config import Config
@@ -50,16 +50,12 @@ class ViewSnapshot:
         # The LSN bound: the highest LSN visible per source partition (published or landed).
         self.lsn_bound = dict(self.frontier)
         self.lsn_bound.update({int(p): int(lsn) for p, lsn in bounds})
-        last_published = max((w for w in self._published_windows()), default=-1)
         newest, now = self._con.execute(f"SELECT max(window_id), max(arrival_ts) FROM {_ABOVE}").fetchone()
         # Rows of this window may still change after the snapshot; every older window is complete.
-        self.open_window = int(newest) if newest is not None else last_published
-        self.now: datetime | None = now
-
-    def _published_windows(self) -> list[int]:
-        from pipelines.compaction import published_windows
-
-        return sorted(published_windows(self.history))
+        # With nothing above the frontier, every visible window is published and complete: the open
+        # window is the next one, which holds no visible rows.
+        self.open_window = int(newest) if newest is not None else max(published_windows(history), default=-1) + 1
+        self.now: datetime | None = now.astimezone(UTC) if now is not None else None
 
     def _load_landing(self, paths: LandingPaths) -> None:
         fs, path = open_output(paths.events)

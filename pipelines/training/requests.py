@@ -7,7 +7,7 @@ a dwell-time label and two small features, as a logged training row would.
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 import numpy as np
 
@@ -41,7 +41,7 @@ class RequestSimulator:
                         label_click=click,
                         label_dwell_ms=int(rng.integers(1_000, 120_000)) if click else 0,
                         surface=SURFACES[int(rng.integers(len(SURFACES)))],
-                        hour_of_day=at.hour,
+                        hour_of_day=at.astimezone(UTC).hour,
                     )
                 )
         return out
