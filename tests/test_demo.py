@@ -56,7 +56,8 @@ def test_demo_lands_every_record_and_all_engines_agree(spark, lake_config, tmp_p
     # Running it again, as `seqlake demo` does, replaces the demo's tables (nothing appended twice)
     # and saves the report in the warehouse.
     config_file = tmp_path / "seqlake.yaml"
-    config_file.write_text(yaml.safe_dump(lake_config.model_dump(mode="json")))
+    # Key order is meaningful (feature groups and their columns are declared in order): keep it.
+    config_file.write_text(yaml.safe_dump(lake_config.model_dump(mode="json"), sort_keys=False))
     assert main(["--config", str(config_file)]) == 0
     saved = json.loads((lake_config.warehouse_path() / "report.json").read_text())
     assert saved["raw_landing"]["rows_spark"] == landed["records"]
