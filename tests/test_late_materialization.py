@@ -25,7 +25,7 @@ from pipelines.training.materialize import write_arrow_samples
 from pipelines.training.online_view import ViewSnapshot
 from pipelines.training.prefetch import PrefetchingIterator
 from pipelines.training.sequence import Tenant
-from pipelines.training.spark_reconstruct import pointer_history_join, reconstruct_with_spark
+from pipelines.training.spark_reconstruct import pointer_history_join, reconstruct_with_spark, write_spark_samples
 from pipelines.training.tables import (
     QUARANTINE,
     all_table_names,
@@ -234,6 +234,15 @@ def test_corrupted_history_under_a_capture_is_quarantined(spark, lake_config):
     quarantine = load_existing_table(config, QUARANTINE).scan().to_arrow().to_pylist()
     assert [(q["request_id"], q["reason"], q["engine"]) for q in quarantine] == [
         ("r1", "checksum mismatch", "arrow/lsn")
+    ]
+    assert load_existing_table(config, samples_table_name(tenant)).scan().to_arrow().num_rows == 0
+
+    # Spark verifies the same way and quarantines the sample under its own engine name.
+    assert write_spark_samples(spark, config, tenant) == (0, 1)
+    quarantine = load_existing_table(config, QUARANTINE).scan().to_arrow().to_pylist()
+    assert sorted((q["engine"], q["reason"]) for q in quarantine) == [
+        ("arrow/lsn", "checksum mismatch"),
+        ("spark/lsn", "checksum mismatch"),
     ]
     assert load_existing_table(config, samples_table_name(tenant)).scan().to_arrow().num_rows == 0
 
