@@ -36,7 +36,7 @@ from pipelines.training.tables import FRAGMENT, QUARANTINE_SCHEMA, REQUEST_COLUM
 from seqlake.config import Config
 from seqlake.errors import SeqlakeError
 from tableformat.cache import CachedHistoryReader
-from tableformat.io import IOStats, PlainFileSystem
+from tableformat.io import PlainFileSystem
 from tableformat.multi_reader import histories
 from tableformat.reader import Selection
 
@@ -138,10 +138,6 @@ class Reconstruction:
         # Neighbours share packed row groups: the cache decodes each column chunk once for all of them.
         self.reader = CachedHistoryReader(history, filesystem=self.fs)
         self.batch_rows = batch_rows
-
-    @property
-    def io(self) -> IOStats | None:
-        return getattr(self.fs, "stats", None)
 
     def batches(self) -> Iterator[SampleBatch]:
         # Pointers are not history: their bytes are not counted in the tenant's reads.

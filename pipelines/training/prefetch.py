@@ -16,14 +16,12 @@ class PrefetchingIterator:
     def __init__(self, source: Iterator, depth: int = 1) -> None:
         self._queue: queue.Queue = queue.Queue(maxsize=max(1, depth))
         self._stop = threading.Event()
-        self.produced = 0
         self._thread = threading.Thread(target=self._run, args=(source,), daemon=True, name="seqlake-prefetch")
         self._thread.start()
 
     def _run(self, source: Iterator) -> None:
         try:
             for item in source:
-                self.produced += 1
                 if not self._put(item):
                     return
             self._put(self._DONE)

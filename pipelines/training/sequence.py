@@ -107,12 +107,5 @@ def lists_of(sequences: list[pa.Table], tenant: Tenant, prefix: str) -> dict[str
     return out
 
 
-def rows_of_lists(row: dict[str, pa.ListScalar], tenant: Tenant, prefix: str) -> pa.Table:
-    """The sequence held in one row's list columns (the inverse of `lists_of`)."""
-    return pa.table(
-        {f.name: row[f"{prefix}{f.name}"].values or pa.array([], f.type) for f in tenant.schema}, schema=tenant.schema
-    )
-
-
 def list_schema(tenant: Tenant, prefix: str) -> list[pa.Field]:
     return [pa.field(f"{prefix}{f.name}", pa.list_(f.type)) for f in tenant.schema]
