@@ -89,7 +89,7 @@ def history_tables(config: Config) -> tuple[Table, Table]:
         SortField(source_id=iceberg_schema.find_field("user_id").field_id, transform=IdentityTransform()),
         SortField(source_id=iceberg_schema.find_field("event_ts").field_id, transform=IdentityTransform()),
     )
-    properties = {"write.parquet.row-group-size-bytes": str(1 << 20), "write.parquet.compression-codec": "zstd"}
+    properties = {"write.parquet.compression-codec": "zstd"}
     try:
         detail = catalog.create_table(
             detail_id, schema=iceberg_schema, partition_spec=spec, sort_order=order, properties=properties
