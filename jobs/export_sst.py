@@ -9,11 +9,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from pyiceberg.exceptions import NoSuchTableError
-
-from seqlake.catalog import open_catalog, table_identifier
+from seqlake.catalog import load_existing_table
+from seqlake.cli_args import number_above
 from seqlake.config import load_config
-from seqlake.errors import SchemaError
 from seqlake.progress import Progress
 from tableformat.sst_export import DEFAULT_TARGET_FILE_BYTES, export_run_sst
 
@@ -35,13 +33,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--target-file-mb",
-        type=float,
+        type=number_above(0, strict=True),
         default=DEFAULT_TARGET_FILE_BYTES / 2**20,
         help="close an SST file at the first user boundary past this size (default: 64)",
     )
     args = parser.parse_args(argv)
-    if args.target_file_mb <= 0:
-        parser.error(f"--target-file-mb must be positive, got {args.target_file_mb}")
     columns = None
     if args.columns is not None:
         columns = [c.strip() for c in args.columns.split(",") if c.strip()]
@@ -49,12 +45,7 @@ def main(argv: list[str] | None = None) -> int:
             parser.error("--columns names no column")
 
     config = load_config(args.config)
-    catalog = open_catalog(config)
-    identifier = table_identifier(config, args.table)
-    try:
-        table = catalog.load_table(identifier)
-    except NoSuchTableError:
-        raise SchemaError(f"table {identifier} does not exist in {config.warehouse_uri()}") from None
+    table = load_existing_table(config, args.table)
 
     progress = Progress("export-sst")
     summary = export_run_sst(
@@ -68,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
     progress.done(f"-> {summary.manifest_path.parent}")
     rate = summary.keys / summary.seconds if summary.seconds > 0 else 0.0
     print(
-        f"run {summary.run_id} of {identifier} (snapshot {summary.snapshot_id}): "
+        f"run {summary.run_id} of {table.name()} (snapshot {summary.snapshot_id}): "
         f"{len(summary.files):,} SST files, {summary.keys:,} keys, {summary.bytes:,} bytes, "
         f"{len(summary.columns)} value columns, {summary.seconds:,.1f}s ({rate:,.0f} keys/s)"
     )

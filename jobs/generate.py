@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
+from seqlake.cli_args import integer_at_least
 from seqlake.config import load_config
 from seqlake.events import RAW_SCHEMA
 from seqlake.generator import EventGenerator
@@ -24,12 +25,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", help="configuration YAML (default: conf/seqlake.yaml)")
     parser.add_argument("--out", required=True, help="output file (.parquet or .jsonl)")
     parser.add_argument("--seed", type=int, help="override generator.seed")
-    parser.add_argument("--users", type=int, help="override generator.users")
-    parser.add_argument("--windows", type=int, help="override generator.windows")
+    parser.add_argument("--users", type=integer_at_least(1), help="override generator.users")
+    parser.add_argument("--windows", type=integer_at_least(1), help="override generator.windows")
     args = parser.parse_args(argv)
 
     config = load_config(args.config)
-    overrides = {k: v for k, v in vars(args).items() if k in ("seed", "users", "windows") and v}
+    overrides = {k: v for k, v in vars(args).items() if k in ("seed", "users", "windows") and v is not None}
     spec = config.generator.model_validate({**config.generator.model_dump(), **overrides})
     generator = EventGenerator(config, spec)
     out = Path(args.out)

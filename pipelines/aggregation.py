@@ -64,10 +64,7 @@ def dedupe_sql(source: str, dialect: Dialect = "spark") -> str:
       SELECT *, row_number() OVER (PARTITION BY event_id ORDER BY source_partition, lsn) AS _arrival_rank
       FROM {source}
     ) WHERE _arrival_rank = 1"""
-    if dialect == "duckdb":
-        # DuckDB spells EXCEPT as EXCLUDE; sqlglot rewrites it.
-        return _transpile(sql, dialect)
-    return sql
+    return _transpile(sql, dialect)  # DuckDB spells EXCEPT as EXCLUDE; sqlglot rewrites it
 
 
 def aggregation_sql(

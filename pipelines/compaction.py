@@ -26,7 +26,7 @@ from pipelines.aggregation import aggregation_sql, dedupe_sql
 from pipelines.landing import LandingPaths, delta_exists
 from pipelines.parse import landing_schema
 from pipelines.spark_history import write_run_with_spark
-from seqlake.catalog import open_catalog, table_identifier
+from seqlake.catalog import open_catalog, spark_name, table_identifier
 from seqlake.config import Config
 from seqlake.errors import SeqlakeError
 from tableformat.registry import RunRecord, commit_runs, create_history_table, files_of_runs, live_runs
@@ -36,7 +36,6 @@ from tableformat.writer import open_output
 HISTORY = "history"
 DETAIL = "history_detail"
 CRASH_POINTS = ("before_write", "after_write", "after_detail", "after_commit")
-COMMIT_RETRIES = "commit.retry.num-retries"
 
 
 class SimulatedCrash(SeqlakeError):
@@ -55,10 +54,6 @@ class CompactionResult:
 
 def window_run_id(window_id: int) -> str:
     return f"w{window_id}"
-
-
-def spark_name(config: Config, table: str) -> str:
-    return f"{config.warehouse.catalog_name}.{config.warehouse.namespace}.{table}"
 
 
 def history_tables(config: Config) -> tuple[Table, Table]:
@@ -169,7 +164,7 @@ def compact_window(
     """Publish closed window `window_id` as one sorted run (or do nothing if it is published)."""
     history, detail = history_tables(config)
     run_id = window_run_id(window_id)
-    if run_id in live_runs(history) or _covered_by_merge(history, window_id):
+    if window_id in published_windows(history):
         return CompactionResult(window_id, run_id, published=False)
 
     events = window_events(spark, config, paths, window_id).persist()
@@ -210,10 +205,6 @@ def compact_window(
         raise
     _crash("after_commit", fail_at)
     return CompactionResult(window_id, run_id, True, event_count, row_count, len(files))
-
-
-def _covered_by_merge(history: Table, window_id: int) -> bool:
-    return any(r.kind == "merge" and r.windows[0] <= window_id <= r.windows[1] for r in live_runs(history).values())
 
 
 def published_windows(history: Table) -> set[int]:

@@ -8,6 +8,8 @@ read shows the rows that window will publish if nothing else arrives.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pyarrow as pa
 from pyarrow.fs import FileType
 
@@ -46,9 +48,7 @@ def fresh_history(
     wanted = list(dict.fromkeys(selection.columns or reader.columns))
     # Top-K and order apply to the merged sequence, so the published part is read whole (with the keys).
     keyed = tuple(dict.fromkeys([*wanted, *SEQUENCE_ORDER]))
-    published = reader.read_user(
-        user_id, selection=Selection(**{**selection.__dict__, "columns": keyed, "top_k": None, "newest_first": False})
-    )
+    published = reader.read_user(user_id, selection=replace(selection, columns=keyed, top_k=None, newest_first=False))
     events = unpublished_events(config, paths, user_id, published_frontier(reader.table))
     parts = [published]
     for window in sorted(set(events["window_id"].to_pylist())):

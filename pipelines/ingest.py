@@ -17,7 +17,7 @@ from pyspark.sql.pandas.types import from_arrow_schema
 
 from pipelines.landing import LandingPaths, append_idempotent, last_applied_version
 from pipelines.parse import QUARANTINE_SCHEMA, landing_schema, parse_batch, parsed_schema
-from seqlake.catalog import open_catalog, table_identifier
+from seqlake.catalog import load_existing_table, spark_name, table_identifier
 from seqlake.config import Config
 from seqlake.progress import Progress
 
@@ -44,9 +44,8 @@ def ingest_source(
     max_snapshots: int | None = None,
 ) -> IngestResult:
     """Ingest every source snapshot not ingested yet (at most `max_snapshots`), in commit order."""
-    catalog = open_catalog(config)
-    table = catalog.load_table(table_identifier(config, source))
-    name = f"{config.warehouse.catalog_name}.{config.warehouse.namespace}.{source}"
+    table = load_existing_table(config, source)
+    name = spark_name(config, source)
     app_id = ingest_app_id(config, source)
     done = last_applied_version(spark, paths.events, app_id)
     snapshots = sorted(table.snapshots(), key=lambda s: s.sequence_number)

@@ -11,8 +11,8 @@ import pyarrow as pa
 from seqlake.config import Config
 from seqlake.events import RAW_SCHEMA, event_schema
 from seqlake.payload import validate_payload
+from tableformat.schema import TIMESTAMP_US
 
-TIMESTAMP_US = pa.timestamp("us", tz="UTC")
 QUARANTINE_SCHEMA = pa.schema(
     [
         pa.field("source_partition", pa.int32(), nullable=False),
@@ -73,12 +73,3 @@ def parse_batch(batch: pa.RecordBatch, config: Config) -> pa.RecordBatch:
             row["reason"], row["payload"] = reason, record["payload"]
         rows.append(row)
     return pa.RecordBatch.from_pylist(rows, schema=schema)
-
-
-def split_parsed(parsed: pa.RecordBatch | pa.Table, config: Config) -> tuple[pa.Table, pa.Table]:
-    """(landing rows, quarantine rows) of a parsed batch."""
-    table = parsed if isinstance(parsed, pa.Table) else pa.Table.from_batches([parsed])
-    bad = pa.compute.is_valid(table["reason"])
-    landing = table.filter(pa.compute.invert(bad)).select(landing_schema(config).names)
-    quarantine = table.filter(bad).select(QUARANTINE_SCHEMA.names)
-    return landing.cast(landing_schema(config)), quarantine.cast(QUARANTINE_SCHEMA)

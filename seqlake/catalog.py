@@ -49,10 +49,15 @@ def table_identifier(config: Config, table: str) -> str:
     return f"{config.warehouse.namespace}.{table}"
 
 
+def spark_name(config: Config, table: str) -> str:
+    """`catalog.namespace.table` for Spark SQL."""
+    return f"{config.warehouse.catalog_name}.{config.warehouse.namespace}.{table}"
+
+
 def load_existing_table(config: Config, table: str) -> Table:
     """Load `namespace.table`, or fail with a SchemaError that says which catalog was searched."""
     catalog = open_catalog(config)
     identifier = table_identifier(config, table)
     if not catalog.table_exists(identifier):
-        raise SchemaError(f"no table {identifier} in the catalog at {config.catalog_uri()}")
+        raise SchemaError(f"table {identifier} does not exist in the catalog at {config.catalog_uri()}")
     return catalog.load_table(identifier)

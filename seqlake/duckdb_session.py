@@ -31,6 +31,11 @@ def extension_path(name: str) -> Path:
     return path
 
 
+def sql_literal(text: str) -> str:
+    """`text` as a SQL string literal (for statements that take no parameters, e.g. LOAD, SET)."""
+    return "'" + text.replace("'", "''") + "'"
+
+
 def connect(
     database: str = ":memory:",
     extensions: tuple[str, ...] = DEFAULT_EXTENSIONS,
@@ -43,6 +48,5 @@ def connect(
         config={"autoinstall_known_extensions": False, "autoload_known_extensions": False},
     )
     for name in extensions:
-        quoted = str(extension_path(name)).replace("'", "''")
-        con.execute(f"LOAD '{quoted}'")
+        con.execute(f"LOAD {sql_literal(str(extension_path(name)))}")
     return con

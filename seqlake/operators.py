@@ -41,10 +41,6 @@ def get_operator(name: str) -> MergeOperator:
         raise ConfigError(f"unknown merge operator {name!r} (known: {', '.join(sorted(_OPERATORS))})") from None
 
 
-def known_operators() -> list[str]:
-    return sorted(_OPERATORS)
-
-
 register_operator("max", "max({col})")
 register_operator("min", "min({col})")
 register_operator("sum", "sum({col})", NUMERIC_TYPES)

@@ -77,7 +77,7 @@ class CountingFileSystem:
         self._lock = threading.Lock()
 
     def open_input_file(self, uri: str) -> pa.PythonFile:
-        fs, path = (self.inner, uri) if self.inner else _resolve(uri)
+        fs, path = (self.inner, uri) if self.inner else resolve_uri(uri)
         with self._lock:
             self.stats.opens += 1
         return pa.PythonFile(_CountingReader(fs.open_input_file(path), self.stats, self._lock), mode="r")
@@ -87,11 +87,12 @@ class PlainFileSystem:
     """The uncounted seam: the same interface, straight to pyarrow."""
 
     def open_input_file(self, uri: str) -> pa.NativeFile:
-        fs, path = _resolve(uri)
+        fs, path = resolve_uri(uri)
         return fs.open_input_file(path)
 
 
-def _resolve(uri: str) -> tuple[pafs.FileSystem, str]:
+def resolve_uri(uri: str) -> tuple[pafs.FileSystem, str]:
+    """A file URI or local path as (filesystem, path) through pyarrow's filesystem seam."""
     if uri.startswith("file:") and not uri.startswith("file://"):
         return pafs.LocalFileSystem(), uri[len("file:") :]  # Hadoop's spelling (Spark-written files)
     if "://" not in uri:

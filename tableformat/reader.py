@@ -13,6 +13,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -53,10 +54,6 @@ class Selection:
             value = getattr(self, name)
             if value is not None and value.tzinfo is None:
                 raise ValueError(f"{name} needs a time zone, got {value!r}")
-
-
-def _micros(moment: datetime) -> int:
-    return int(moment.timestamp() * 1_000_000)
 
 
 class HistoryReader:
@@ -133,11 +130,11 @@ def finish(parts: list[pa.Table], wanted: list[str], selection: Selection, schem
     if selection.top_k is not None:
         table = table.slice(max(0, table.num_rows - selection.top_k))
     if selection.newest_first:
-        table = table.take(pa.array(range(table.num_rows - 1, -1, -1), pa.int64()))
+        table = table.take(pa.array(np.arange(table.num_rows - 1, -1, -1, dtype=np.int64)))
     return table.select(wanted)
 
 
-def _overlaps(stats, low, high, high_exclusive: bool = False) -> bool:
+def stats_overlap(stats, low, high, high_exclusive: bool = False) -> bool:
     """Whether a row group's [min, max] can hold a value in [low, high] (None: unbounded)."""
     if stats is None or not stats.has_min_max:
         return True
@@ -186,13 +183,13 @@ def plan_row_groups(meta: pq.FileMetaData, user_id: int, selection: Selection) -
     for rg in range(meta.num_row_groups):
         group = meta.row_group(rg)
         stats = {k: group.column(i).statistics for k, i in index.items()}
-        if not _overlaps(stats["user_id"], user_id, user_id):
+        if not stats_overlap(stats["user_id"], user_id, user_id):
             continue
         if not _group_overlaps(stats["feature_group"], selection.feature_groups):
             continue
-        if not _overlaps(stats["event_ts"], selection.start, selection.end, high_exclusive=True):
+        if not stats_overlap(stats["event_ts"], selection.start, selection.end, high_exclusive=True):
             continue
-        if not _overlaps(stats["lsn"], None, selection.as_of_lsn):
+        if not stats_overlap(stats["lsn"], None, selection.as_of_lsn):
             continue
         plan.append((rg, _only(stats, user_id, selection)))
     if selection.top_k is not None:

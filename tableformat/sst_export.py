@@ -41,7 +41,7 @@ import pyarrow.compute as pc
 from pyiceberg.table import Table
 from rocksdict import DBCompressionType, Options, SstFileWriter
 
-from seqlake.duckdb_session import connect
+from seqlake.duckdb_session import connect, sql_literal
 from seqlake.errors import SchemaError, SeqlakeError
 from seqlake.progress import Progress
 from tableformat.registry import live_runs, run_id_of_path
@@ -320,7 +320,7 @@ def _stream_sorted(
     )
     with connect(extensions=()) as con:
         try:
-            con.execute(f"SET temp_directory = '{str(spill).replace(chr(39), chr(39) * 2)}'")
+            con.execute(f"SET temp_directory = {sql_literal(str(spill))}")
             reader = con.execute(sql, {"paths": paths}).to_arrow_reader(batch_rows)
             reported = 0
             for batch in reader:

@@ -21,6 +21,7 @@ import pyarrow.parquet as pq
 from seqlake.errors import SeqlakeError
 from tableformat.checksum import ContentChecksum
 from tableformat.footer import FileFacts
+from tableformat.io import resolve_uri
 from tableformat.layout import DEFAULT_POLICY, LayoutPolicy, parquet_writer_options
 from tableformat.schema import FORMAT_VERSION
 
@@ -38,10 +39,8 @@ class WrittenFile:
 
 
 def open_output(uri: str) -> tuple[pafs.FileSystem, str]:
-    """Resolve a file URI or local path to (filesystem, path) through pyarrow's filesystem seam."""
-    if "://" not in uri:
-        return pafs.LocalFileSystem(), uri
-    return pafs.FileSystem.from_uri(uri)
+    """Resolve a file URI or local path to (filesystem, path) (`tableformat.io.resolve_uri`)."""
+    return resolve_uri(uri)
 
 
 class KeyOrder:

@@ -5,16 +5,12 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
-from seqlake.catalog import open_catalog, table_identifier
+from seqlake.catalog import open_catalog, spark_name, table_identifier
 from seqlake.duckdb_session import connect
 
 pytestmark = pytest.mark.spark
 
 ROWS = [(1, "engagement", 10, 0.5), (1, "search", 11, None), (7, "purchase", 12, 2.25)]
-
-
-def spark_name(config, table: str) -> str:
-    return f"{config.warehouse.catalog_name}.{config.warehouse.namespace}.{table}"
 
 
 def test_spark_written_iceberg_table_reads_the_same_in_pyiceberg_and_duckdb(spark, lake_config):

@@ -240,16 +240,9 @@ def _offsets(sizes: Iterable[tuple[Hashable, int]], version: int) -> dict[Any, i
 
 
 def _spark_raw_schema():
-    from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType, TimestampType
+    from pyspark.sql.pandas.types import from_arrow_schema
 
-    return StructType(
-        [
-            StructField("source_partition", IntegerType(), False),
-            StructField("lsn", LongType(), False),
-            StructField("arrival_ts", TimestampType(), False),
-            StructField("payload", StringType(), False),
-        ]
-    )
+    return from_arrow_schema(RAW_SCHEMA)
 
 
 def _table_mapper(

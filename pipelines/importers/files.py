@@ -34,6 +34,7 @@ import pyarrow.parquet as pq
 from pipelines.importers.mapping import ExplodeSpec, ImportMapping
 from pipelines.importers.payloads import EventMapper, ImportDataError, usable_time
 from seqlake.config import Config
+from seqlake.duckdb_session import connect, sql_literal
 from seqlake.errors import ConfigError
 from seqlake.events import MIN_EVENT_TS_MS, RAW_SCHEMA
 
@@ -354,12 +355,9 @@ def _records(staged: Path, tmp: Path, in_order: bool, batch_rows: int, stats: Im
     if in_order:
         yield from _with_lsns(pq.ParquetFile(staged).iter_batches(batch_size=batch_rows, columns=columns), stats)
         return
-    import duckdb  # only when a sort is needed
-
-    con = duckdb.connect()
+    con = connect(extensions=())
     try:
-        spill = str(tmp / "duckdb").replace("'", "''")
-        con.execute(f"SET temp_directory = '{spill}'")
+        con.execute(f"SET temp_directory = {sql_literal(str(tmp / 'duckdb'))}")
         result = con.execute(
             "SELECT source_partition, arrival_ms, payload FROM read_parquet(?) "
             "ORDER BY arrival_ms, source_partition, seq",

@@ -38,7 +38,7 @@ from seqlake.errors import SeqlakeError
 from tableformat.cache import CachedHistoryReader
 from tableformat.io import PlainFileSystem
 from tableformat.multi_reader import histories
-from tableformat.reader import Selection
+from tableformat.reader import Selection, stats_overlap
 
 ONE_MICROSECOND = timedelta(microseconds=1)
 # Landing columns a rebuild groups or orders by, besides items and the tenant's columns (detail events
@@ -110,12 +110,11 @@ def detail_events(
 def _groups_holding(meta: pq.FileMetaData, low: int, high: int) -> list[int]:
     """Row groups whose user_id statistics overlap [low, high]."""
     column = meta.schema.to_arrow_schema().names.index("user_id")
-    groups = []
-    for rg in range(meta.num_row_groups):
-        stats = meta.row_group(rg).column(column).statistics
-        if stats is None or not stats.has_min_max or (stats.min <= high and stats.max >= low):
-            groups.append(rg)
-    return groups
+    return [
+        rg
+        for rg in range(meta.num_row_groups)
+        if stats_overlap(meta.row_group(rg).column(column).statistics, low, high)
+    ]
 
 
 class Reconstruction:

@@ -9,7 +9,7 @@ plus the user's rows of the open windows: it does not grow with the length of th
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 
 import pyarrow as pa
@@ -58,7 +58,7 @@ class Capture:
 
 
 def online_sequences(
-    snapshot: ViewSnapshot, reader: HistoryReader, tenant: Tenant, user_ids: list[int], landing: pa.Table
+    reader: HistoryReader, tenant: Tenant, user_ids: list[int], landing: pa.Table
 ) -> dict[int, pa.Table]:
     """Each user's sequence in the online view: model columns plus the order keys, oldest first."""
     columns = tuple(dict.fromkeys([*tenant.model_columns, *ORDER_KEYS]))
@@ -111,8 +111,17 @@ def capture_requests(
     users = list(dict.fromkeys(r.user_id for r in requests))
     if landing is None:
         landing = snapshot.landing_rows(users)
-    sequences = online_sequences(snapshot, reader, tenant, users, landing)
-    return [capture_of(snapshot, r, tenant, sequences[r.user_id], fragment_events) for r in requests]
+    sequences = online_sequences(reader, tenant, users, landing)
+    # Requests of one user in one snapshot see the same sequence: capture it (and hash it) once.
+    first: dict[int, Capture] = {}
+    captures = []
+    for request in requests:
+        if request.user_id in first:
+            captures.append(replace(first[request.user_id], request=request))
+        else:
+            first[request.user_id] = capture_of(snapshot, request, tenant, sequences[request.user_id], fragment_events)
+            captures.append(first[request.user_id])
+    return captures
 
 
 def _request_columns(captures: list[Capture]) -> dict[str, list]:

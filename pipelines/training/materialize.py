@@ -34,7 +34,7 @@ from pipelines.training.tables import (
 )
 from seqlake.catalog import load_existing_table
 from seqlake.config import Config
-from seqlake.duckdb_session import connect
+from seqlake.duckdb_session import connect, sql_literal
 from tableformat.io import CountingFileSystem
 
 
@@ -108,10 +108,6 @@ def _replacing(table: Table, rows: BooleanExpression) -> Transaction:
     return transaction
 
 
-def _literal(text: str) -> str:
-    return "'" + text.replace("'", "''") + "'"
-
-
 def fatrow_match(
     config: Config, tenant: Tenant, samples_table: str | None = None, parquet_glob: str | None = None
 ) -> int:
@@ -123,12 +119,12 @@ def fatrow_match(
         samples = load_existing_table(config, samples_table)
         if samples.current_snapshot() is None or fatrow.current_snapshot() is None:
             return 0
-        rebuilt = f"iceberg_scan({_literal(samples.metadata_location)})"
+        rebuilt = f"iceberg_scan({sql_literal(samples.metadata_location)})"
     else:
-        rebuilt = f"read_parquet({_literal(parquet_glob)})"
+        rebuilt = f"read_parquet({sql_literal(parquet_glob)})"
     with connect() as con:
         (matched,) = con.execute(
-            f"SELECT count(*) FROM iceberg_scan({_literal(fatrow.metadata_location)}) AS f "
+            f"SELECT count(*) FROM iceberg_scan({sql_literal(fatrow.metadata_location)}) AS f "
             f"JOIN {rebuilt} AS s USING (request_id) WHERE {same}"
         ).fetchone()
     return int(matched)

@@ -25,15 +25,11 @@ from pipelines.compaction import published_frontier, published_windows
 from pipelines.landing import LandingPaths
 from pipelines.parse import landing_schema
 from seqlake.config import Config
-from seqlake.duckdb_session import connect
+from seqlake.duckdb_session import connect, sql_literal
 from tableformat.schema import history_arrow_schema
 from tableformat.writer import open_output
 
 _ABOVE = "_seqlake_above_frontier"
-
-
-def _literal(text: str) -> str:
-    return "'" + text.replace("'", "''") + "'"
 
 
 class ViewSnapshot:
@@ -110,7 +106,7 @@ class ViewSnapshot:
             retention = self.config.layout.detail_retention_windows
             con.execute(
                 "CREATE OR REPLACE TEMP VIEW _user_events AS SELECT * FROM _user_first AS e WHERE NOT EXISTS ("
-                f"SELECT 1 FROM iceberg_scan({_literal(self._detail_location)}) AS d "
+                f"SELECT 1 FROM iceberg_scan({sql_literal(self._detail_location)}) AS d "
                 "WHERE d.user_id IN (SELECT user_id FROM _users) "
                 "AND d.event_id = e.event_id AND d.window_id <> e.window_id "
                 f"AND d.window_id >= e.window_id - {int(retention)})"
