@@ -24,7 +24,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--config", help="configuration YAML (default: conf/seqlake.yaml)")
     parser.add_argument("--users", type=integer_at_least(1), default=3000, help="users in the file (default: 3000)")
-    parser.add_argument("--heavy-users", type=int, default=3, help="users with exactly --heavy-rows rows (default: 3)")
+    parser.add_argument(
+        "--heavy-users", type=integer_at_least(0), default=3, help="users with exactly --heavy-rows rows (default: 3)"
+    )
     parser.add_argument(
         "--heavy-rows", type=integer_at_least(1), default=20_000, help="rows of a heavy user (default: 20000)"
     )

@@ -8,6 +8,7 @@ import sys
 from datetime import datetime
 
 from seqlake.catalog import load_existing_table
+from seqlake.cli_args import integer_at_least
 from seqlake.config import load_config
 from tableformat.reader import HistoryReader, Selection
 
@@ -33,7 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--start", type=_time, help="first event time, inclusive (ISO 8601 with zone)")
     parser.add_argument("--end", type=_time, help="last event time, exclusive (ISO 8601 with zone)")
     parser.add_argument("--as-of-lsn", type=int, help="only rows known at this LSN")
-    parser.add_argument("--top-k", type=int, help="only the newest K rows")
+    parser.add_argument("--top-k", type=integer_at_least(0), help="only the newest K rows")
     parser.add_argument("--newest-first", action="store_true", help="newest row first")
     parser.add_argument("--json", action="store_true", help="one JSON object per line, for machines")
     args = parser.parse_args(argv)

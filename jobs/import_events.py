@@ -24,6 +24,7 @@ from pyiceberg.table import Table
 from pipelines.importers import ImportStats, import_file, load_mapping, mapping_digest
 from pipelines.raw_landing import create_raw_table, land_raw_records
 from seqlake.catalog import open_catalog, table_identifier
+from seqlake.cli_args import integer_at_least
 from seqlake.config import load_config
 from seqlake.errors import SeqlakeError
 from seqlake.progress import Progress
@@ -96,7 +97,9 @@ def main(argv: list[str] | None = None) -> int:
         "--input", required=True, action="append", type=Path, help="event file to import (repeat for several)"
     )
     parser.add_argument("--table", default="raw_events", help="raw source table (default: raw_events)")
-    parser.add_argument("--batch-rows", type=int, default=65536, help="records per batch (default: 65536)")
+    parser.add_argument(
+        "--batch-rows", type=integer_at_least(1), default=65536, help="records per batch (default: 65536)"
+    )
     parser.add_argument("--force", action="store_true", help="import even if these files were imported before")
     args = parser.parse_args(argv)
 

@@ -35,6 +35,7 @@ import duckdb
 
 from pipelines.landing import landing_paths
 from seqlake.catalog import open_catalog, table_identifier
+from seqlake.cli_args import integer_at_least
 from seqlake.config import PROJECT_ROOT, Config, load_config
 from seqlake.duckdb_session import connect
 from seqlake.errors import SeqlakeError
@@ -410,7 +411,9 @@ def main(argv: list[str] | None = None) -> int:
         "--param", "-p", type=_param, action="append", default=[], help="bind $NAME to VALUE (repeatable)"
     )
     parser.add_argument("--json", action="store_true", help="one JSON object per row and line")
-    parser.add_argument("--max-rows", type=int, default=100, help="rows printed per result (0: all; default 100)")
+    parser.add_argument(
+        "--max-rows", type=integer_at_least(0), default=100, help="rows printed per result (0: all; default 100)"
+    )
     parser.add_argument("--quiet", action="store_true", help="no notes about tables this warehouse lacks")
     args = parser.parse_args(argv)
 
