@@ -119,7 +119,9 @@ def run_demo(config: Config) -> Report:
     compaction["history_rows"] = int(snapshot.summary["total-records"]) if snapshot else 0
     compaction["runs_per_bucket"] = len(runs)
     compaction["merges"] = merges
-    compaction["runs"] = ", ".join(f"{r.run_id}[{r.windows[0]}..{r.windows[1]}]" for r in runs.values())
+    compaction["runs"] = ", ".join(
+        f"{r.run_id}[{r.windows[0]}..{r.windows[-1]}: {len(r.windows)}]" for r in runs.values()
+    )
     compaction["detail_events"] = int(detail.refresh().current_snapshot().summary["total-records"])
 
     # 5. Check every invariant of the history table.

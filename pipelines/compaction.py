@@ -11,9 +11,10 @@ run again; of two jobs racing on one window, one publishes and the other finds i
 from __future__ import annotations
 
 import json
+from contextlib import suppress
 from dataclasses import dataclass
 
-from pyiceberg.exceptions import CommitFailedException, TableAlreadyExistsError
+from pyiceberg.exceptions import TableAlreadyExistsError
 from pyiceberg.io.pyarrow import pyarrow_to_schema
 from pyiceberg.partitioning import PartitionField, PartitionSpec
 from pyiceberg.table import Table
@@ -29,13 +30,24 @@ from pipelines.spark_history import write_run_with_spark
 from seqlake.catalog import open_catalog, spark_name, table_identifier
 from seqlake.config import Config
 from seqlake.errors import SeqlakeError
-from tableformat.registry import RunRecord, commit_runs, create_history_table, files_of_runs, live_runs
+from tableformat.registry import (
+    RunRecord,
+    RunsChanged,
+    WindowsAlreadyPublished,
+    check_matches_config,
+    commit_runs,
+    create_history_table,
+    files_of_runs,
+    live_runs,
+    published_windows,
+)
 from tableformat.schema import history_arrow_schema, with_field_ids
 from tableformat.writer import open_output
 
 HISTORY = "history"
 DETAIL = "history_detail"
 CRASH_POINTS = ("before_write", "after_write", "after_detail", "after_commit")
+COMMIT_ATTEMPTS = 5  # a publication that loses a race re-decides on the new snapshot this many times
 
 
 class SimulatedCrash(SeqlakeError):
@@ -62,7 +74,7 @@ def history_tables(config: Config) -> tuple[Table, Table]:
     history_id, detail_id = table_identifier(config, HISTORY), table_identifier(config, DETAIL)
     history = create_history_table(catalog, history_id, config)
     if catalog.table_exists(detail_id):
-        return history, catalog.load_table(detail_id)
+        return history, check_matches_config(catalog.load_table(detail_id), config, check_schema=False)
     iceberg_schema = pyarrow_to_schema(with_field_ids(landing_schema(config)))
     # By window (a compaction replaces its window) and by the users' bucket, as history: a rebuild of
     # one bucket's samples reads only that bucket's events. Sorted by user within each file.
@@ -99,21 +111,29 @@ def _crash(point: str, fail_at: str | None) -> None:
         raise SimulatedCrash(f"simulated crash at {point}")
 
 
-def window_events(spark: SparkSession, config: Config, paths: LandingPaths, window_id: int) -> DataFrame:
-    """The window's events, each once: first arrival wins; ids published by other windows drop."""
-    landing = spark.read.format("delta").load(paths.events).where(F.col("window_id") == window_id)
+def window_events(
+    spark: SparkSession, config: Config, paths: LandingPaths, window_id: int, published: set[int]
+) -> DataFrame:
+    """The window's events, each once.
+
+    An event id belongs to the earliest landing window it arrived in (within the detail retention),
+    and within a window to its first arrival: a pure function of the landing tier, so windows
+    compacted in any order, or at the same time, agree on where each event goes. Ids that a published
+    window holds in detail drop too (an old event imported again after its window was published)."""
+    landing = spark.read.format("delta").load(paths.events)
     # View names carry the window: windows compacted in parallel threads of one session stay apart.
-    landing.createOrReplaceTempView(f"_seqlake_landing_w{window_id}")
+    landing.where(F.col("window_id") == window_id).createOrReplaceTempView(f"_seqlake_landing_w{window_id}")
     events = spark.sql(dedupe_sql(f"_seqlake_landing_w{window_id}"))
     horizon = window_id - config.layout.detail_retention_windows
-    # Ids published by any other window drop, not only earlier ones: a window compacted out of order
-    # (say, re-run by hand after a crash) still counts each event once.
-    published = (
-        spark.table(spark_name(config, DETAIL))
-        .where((F.col("window_id") != window_id) & (F.col("window_id") >= horizon))
-        .select("event_id")
-    )
-    return events.join(published, "event_id", "left_anti").select(*landing_schema(config).names)
+    earlier = landing.where((F.col("window_id") < window_id) & (F.col("window_id") >= horizon)).select("event_id")
+    events = events.join(earlier, "event_id", "left_anti")
+    # Only published windows' detail counts: detail rows of a window whose commit failed are not
+    # published events and must not hide an event from the window it belongs to.
+    elsewhere = sorted(w for w in published if w != window_id and w >= horizon)
+    if elsewhere:
+        held = spark.table(spark_name(config, DETAIL)).where(F.col("window_id").isin(elsewhere)).select("event_id")
+        events = events.join(held, "event_id", "left_anti")
+    return events.select(*landing_schema(config).names)
 
 
 def published_frontier(history: Table) -> dict[int, int]:
@@ -125,11 +145,10 @@ def published_frontier(history: Table) -> dict[int, int]:
     return {}
 
 
-def lsn_frontier(spark: SparkSession, paths: LandingPaths, history: Table, window_id: int) -> dict[str, int]:
-    """The frontier once the window is published: per source partition, the highest LSN of its records
-    (landed or quarantined) or of what was published before. LSNs grow with arrival, so only this
-    window's partition of the landing tier is read, never the whole of it."""
-    frontier = published_frontier(history)
+def window_lsns(spark: SparkSession, paths: LandingPaths, window_id: int) -> dict[int, int]:
+    """Per source partition, the highest LSN of the window's records (landed or quarantined). LSNs grow
+    with arrival, so only this window's partition of the landing tier is read, never the whole of it."""
+    highest: dict[int, int] = {}
     for path in (paths.events, paths.quarantine):
         if not delta_exists(spark, path):
             continue
@@ -142,15 +161,17 @@ def lsn_frontier(spark: SparkSession, paths: LandingPaths, history: Table, windo
             .collect()
         )
         for row in rows:
-            frontier[row["source_partition"]] = max(frontier.get(row["source_partition"], -1), row["lsn"])
+            highest[row["source_partition"]] = max(highest.get(row["source_partition"], -1), row["lsn"])
+    return highest
+
+
+def lsn_frontier(history: Table, window_lsn: dict[int, int]) -> dict[str, int]:
+    """The frontier once the window is published: per source partition, the highest LSN of the
+    window's records or of what was published before."""
+    frontier = published_frontier(history)
+    for partition, lsn in window_lsn.items():
+        frontier[partition] = max(frontier.get(partition, -1), lsn)
     return {str(k): v for k, v in sorted(frontier.items())}
-
-
-def _detail_has_window(detail: Table, window_id: int) -> bool:
-    return any(
-        s.summary is not None and s.summary.additional_properties.get("seqlake.window-id") == str(window_id)
-        for s in detail.snapshots()
-    )
 
 
 def compact_window(
@@ -162,12 +183,13 @@ def compact_window(
     fail_at: str | None = None,
 ) -> CompactionResult:
     """Publish closed window `window_id` as one sorted run (or do nothing if it is published)."""
-    history, detail = history_tables(config)
+    history, _ = history_tables(config)
     run_id = window_run_id(window_id)
-    if window_id in published_windows(history):
+    published = published_windows(history)
+    if window_id in published:
         return CompactionResult(window_id, run_id, published=False)
 
-    events = window_events(spark, config, paths, window_id).persist()
+    events = window_events(spark, config, paths, window_id, published).persist()
     try:
         events.createOrReplaceTempView(f"_seqlake_events_w{window_id}")
         rows = spark.sql(aggregation_sql(config, f"_seqlake_events_w{window_id}")).select(
@@ -176,53 +198,56 @@ def compact_window(
         _crash("before_write", fail_at)
         files = write_run_with_spark(rows, history, config, run_id)
         _crash("after_write", fail_at)
-        detail.refresh()
-        if not _detail_has_window(detail, window_id):
-            # Replace the window's partition, never append: two jobs racing on one window both get
-            # here, and the second must replace the first's (identical) events, not add them again.
-            events.writeTo(spark_name(config, DETAIL)).option(
-                "snapshot-property.seqlake.window-id", str(window_id)
-            ).overwrite(F.col("window_id") == F.lit(window_id))
+        # Replace the window's partition, never append: a re-run after a failed commit, or a job racing
+        # on the same window, replaces the same events instead of adding them again.
+        events.writeTo(spark_name(config, DETAIL)).option(
+            "snapshot-property.seqlake.window-id", str(window_id)
+        ).overwrite(F.col("window_id") == F.lit(window_id))
         _crash("after_detail", fail_at)
         event_count = events.count()
     finally:
         events.unpersist()
 
     row_count = sum(f.facts.row_count for f in files)
-    record = RunRecord(run_id, "window", [window_id, window_id], len(files), row_count)
-    properties = {
-        "seqlake.window-id": str(window_id),
-        "seqlake.frontier": json.dumps(lsn_frontier(spark, paths, history, window_id)),
-    }
-    try:
-        commit_runs(history, [(record, files)], snapshot_properties=properties)
-    except (CommitFailedException, SeqlakeError):
-        # Another job published this window first: ours becomes a no-op.
-        history.refresh()
-        if run_id in live_runs(history):
-            _delete_files([f.uri for f in files])
+    record = RunRecord(run_id, "window", [window_id], len(files), row_count)
+    own_lsns = window_lsns(spark, paths, window_id)
+    for _ in range(COMMIT_ATTEMPTS):
+        properties = {
+            "seqlake.window-id": str(window_id),
+            "seqlake.frontier": json.dumps(lsn_frontier(history, own_lsns)),
+        }
+        try:
+            commit_runs(history, [(record, files)], snapshot_properties=properties)
+            break
+        except WindowsAlreadyPublished:
+            # Another job published this window first: ours becomes a no-op and leaves no file behind.
+            delete_files([f.uri for f in files])
             return CompactionResult(window_id, run_id, published=False)
-        raise
+        except RunsChanged:
+            history.refresh()  # another window or a merge committed first: decide again on the new state
+    else:
+        delete_files([f.uri for f in files])
+        raise RunsChanged(f"window {window_id}: the history table kept changing; run compact again")
     _crash("after_commit", fail_at)
     return CompactionResult(window_id, run_id, True, event_count, row_count, len(files))
 
 
-def published_windows(history: Table) -> set[int]:
-    covered: set[int] = set()
-    for record in live_runs(history).values():
-        covered.update(range(record.windows[0], record.windows[1] + 1))
-    return covered
+def merge_run_id(windows: list[int]) -> str:
+    """`m<first>t<last>n<count>`: the count tells runs over the same span apart (a window published
+    after a merge joins the next one)."""
+    return f"m{windows[0]}t{windows[-1]}n{len(windows)}"
 
 
 def merge_runs_if_needed(spark: SparkSession, config: Config) -> str | None:
-    """Capacity merge: when the table holds more than `layout.max_runs` runs, rewrite them into one."""
+    """Capacity merge: when the table holds more than `layout.max_runs` runs, rewrite them into one
+    that holds the union of their window sets. Returns the new run's id, or None when there was
+    nothing to merge or a concurrent commit changed the runs first (its files are then removed)."""
     history, _ = history_tables(config)
     runs = live_runs(history)
     if len(runs) <= config.layout.max_runs:
         return None
-    first = min(r.windows[0] for r in runs.values())
-    last = max(r.windows[1] for r in runs.values())
-    run_id = f"m{first}t{last}"
+    windows = sorted({w for record in runs.values() for w in record.windows})
+    run_id = merge_run_id(windows)
     paths = [f.file_path for f in files_of_runs(history, set(runs))]
     names = history_arrow_schema(config).names
     rows = (
@@ -231,12 +256,18 @@ def merge_runs_if_needed(spark: SparkSession, config: Config) -> str | None:
         else spark.createDataFrame([], spark.table(spark_name(config, HISTORY)).schema)
     )
     files = write_run_with_spark(rows, history, config, run_id)
-    record = RunRecord(run_id, "merge", [first, last], len(files), sum(f.facts.row_count for f in files))
-    commit_runs(history, [(record, files)], replaces=list(runs))
+    record = RunRecord(run_id, "merge", windows, len(files), sum(f.facts.row_count for f in files))
+    try:
+        commit_runs(history, [(record, files)], replaces=list(runs))
+    except (RunsChanged, WindowsAlreadyPublished):
+        # Another job published or merged first; our rewrite is stale. The next compaction decides again.
+        delete_files([f.uri for f in files])
+        return None
     return run_id
 
 
-def _delete_files(uris: list[str]) -> None:
+def delete_files(uris: list[str]) -> None:
     for uri in uris:
         fs, path = open_output(uri)
-        fs.delete_file(path)
+        with suppress(FileNotFoundError):
+            fs.delete_file(path)

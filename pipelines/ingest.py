@@ -11,15 +11,18 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema
 
 from pipelines.landing import LandingPaths, append_idempotent, last_applied_version
 from pipelines.parse import QUARANTINE_SCHEMA, landing_schema, parse_batch, parsed_schema
-from seqlake.catalog import load_existing_table, spark_name, table_identifier
+from seqlake.catalog import load_existing_table, open_catalog, spark_name, table_identifier
 from seqlake.config import Config
 from seqlake.progress import Progress
+from tableformat.registry import published_windows
+
+HISTORY = "history"  # the table compaction publishes to (pipelines.compaction.HISTORY)
 
 
 @dataclass
@@ -33,6 +36,36 @@ class IngestResult:
 
 def ingest_app_id(config: Config, source: str) -> str:
     return f"seqlake-ingest:{table_identifier(config, source)}"
+
+
+def current_published_windows(config: Config) -> set[int]:
+    """Windows the history table holds now (none before its first publication)."""
+    catalog = open_catalog(config)
+    identifier = table_identifier(config, HISTORY)
+    return published_windows(catalog.load_table(identifier)) if catalog.table_exists(identifier) else set()
+
+
+def home_windows(published: set[int]) -> dict[int, int]:
+    """Each published window -> the first unpublished window after it. A record that arrives (or is
+    imported with an arrival time) in a window already published lands there instead, so the next
+    compaction publishes it: late data always has a home, never a window no one compacts again."""
+    homes: dict[int, int] = {}
+    for window in sorted(published, reverse=True):
+        homes[window] = homes.get(window + 1, window + 1)
+    return homes
+
+
+def redirect_published(spark: SparkSession, parsed: DataFrame, homes: dict[int, int]) -> DataFrame:
+    """`parsed` with the window of records in published windows replaced by their home window."""
+    if not homes:
+        return parsed
+    mapping = spark.createDataFrame(list(homes.items()), "window_id long, _home_window long")
+    columns = parsed.columns
+    return (
+        parsed.join(F.broadcast(mapping), "window_id", "left")
+        .withColumn("window_id", F.coalesce(F.col("_home_window"), F.col("window_id")))
+        .select(*columns)
+    )
 
 
 def ingest_source(
@@ -70,7 +103,8 @@ def ingest_source(
             reader = reader.option("start-snapshot-id", snapshot.parent_snapshot_id).option(
                 "end-snapshot-id", snapshot.snapshot_id
             )
-        parsed = reader.load(name).mapInArrow(parse, parsed_spark_schema).persist()
+        parsed = reader.load(name).mapInArrow(parse, parsed_spark_schema)
+        parsed = redirect_published(spark, parsed, home_windows(current_published_windows(config))).persist()
         try:
             counts = {r["reason"]: r["count"] for r in parsed.groupBy("reason").count().collect()}
             valid = parsed.filter(F.col("reason").isNull()).select(*landing_columns)

@@ -2,9 +2,24 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from pyspark.sql import SparkSession
 
 from pipelines.landing import LandingPaths, delta_exists
+
+
+@dataclass(frozen=True)
+class LandedWindows:
+    landed: list[int]  # windows with at least one record (landed or quarantined), ascending
+    watermark: int | None  # windows below it are closed; None: no partition has moved past anything
+
+    def closed(self, end_of_stream: bool = False) -> list[int]:
+        if end_of_stream:
+            return self.landed
+        if self.watermark is None:
+            return []
+        return [w for w in self.landed if w < self.watermark]
 
 
 def _windows_by_partition(spark: SparkSession, path: str) -> dict[int, set[int]]:
@@ -17,15 +32,17 @@ def _windows_by_partition(spark: SparkSession, path: str) -> dict[int, set[int]]
     return found
 
 
-def closed_windows(spark: SparkSession, paths: LandingPaths, end_of_stream: bool = False) -> list[int]:
-    """Windows no record can arrive in any more. A window is closed once every source partition
-    has delivered a record of a later window (the watermark); at the end of the stream, all are."""
+def landed_windows(spark: SparkSession, paths: LandingPaths) -> LandedWindows:
+    """The windows the landing tier holds and its watermark: a window is closed once every source
+    partition has delivered a record of a later window."""
     events = _windows_by_partition(spark, paths.events)
     quarantined = _windows_by_partition(spark, paths.quarantine)
     windows = sorted(set().union(*events.values(), *quarantined.values()))
-    if end_of_stream or not windows:
-        return windows
-    if not events:
-        return []  # only quarantined records: no partition has moved past anything
-    watermark = min(max(ws) for ws in events.values())
-    return [w for w in windows if w < watermark]
+    # Only quarantined records: no partition has moved past anything.
+    watermark = min(max(ws) for ws in events.values()) if events else None
+    return LandedWindows(windows, watermark)
+
+
+def closed_windows(spark: SparkSession, paths: LandingPaths, end_of_stream: bool = False) -> list[int]:
+    """Windows no record can arrive in any more; at the end of the stream, all are."""
+    return landed_windows(spark, paths).closed(end_of_stream)

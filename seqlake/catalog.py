@@ -13,9 +13,11 @@ from pathlib import Path
 from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.exceptions import NamespaceAlreadyExistsError
 from pyiceberg.table import Table
+from sqlalchemy.exc import SQLAlchemyError
 
 from seqlake.config import Config
-from seqlake.errors import SchemaError
+from seqlake.errors import SchemaError, SetupError
+from seqlake.uris import masked_text, masked_uri
 
 
 def _use_wal(sqlite_uri: str) -> None:
@@ -34,13 +36,18 @@ def open_catalog(config: Config) -> SqlCatalog:
         config.warehouse_path().mkdir(parents=True, exist_ok=True)
     if config.catalog_uri().startswith("sqlite:///"):
         _use_wal(config.catalog_uri())
-    catalog = SqlCatalog(
-        config.warehouse.catalog_name,
-        uri=config.catalog_uri(),
-        warehouse=config.warehouse_uri(),
-    )
-    with suppress(NamespaceAlreadyExistsError):
-        catalog.create_namespace(config.warehouse.namespace)
+    uri = config.catalog_uri()
+    try:
+        catalog = SqlCatalog(config.warehouse.catalog_name, uri=uri, warehouse=config.warehouse_uri())
+        with suppress(NamespaceAlreadyExistsError):
+            catalog.create_namespace(config.warehouse.namespace)
+    except ImportError as error:
+        raise SetupError(
+            f"the catalog at {masked_uri(uri)} needs a database driver that is not installed ({error.name or error})"
+        ) from None
+    except (SQLAlchemyError, OSError) as error:
+        first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise SetupError(f"cannot open the catalog at {masked_uri(uri)}: {masked_text(first_line, uri)}") from None
     return catalog
 
 
@@ -59,5 +66,5 @@ def load_existing_table(config: Config, table: str) -> Table:
     catalog = open_catalog(config)
     identifier = table_identifier(config, table)
     if not catalog.table_exists(identifier):
-        raise SchemaError(f"table {identifier} does not exist in the catalog at {config.catalog_uri()}")
+        raise SchemaError(f"table {identifier} does not exist in the catalog at {masked_uri(config.catalog_uri())}")
     return catalog.load_table(identifier)

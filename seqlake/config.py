@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from seqlake.errors import ConfigError
 from seqlake.operators import get_operator
+from seqlake.uris import masked_uri
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_CONFIG_PATH = PROJECT_ROOT / "conf" / "seqlake.yaml"
@@ -213,7 +214,7 @@ def format_validation_error(error: ValidationError, what: str, source: str) -> s
     for item in error.errors():
         key = ".".join(str(part) for part in item["loc"]) or "<root>"
         value = item.get("input")
-        shown = repr(value) if not isinstance(value, dict) else "{...}"
+        shown = masked_uri(repr(value)) if not isinstance(value, dict) else "{...}"
         lines.append(f"  {key} = {shown}: {item['msg']}")
     return f"invalid {what} in {source}:\n" + "\n".join(lines)
 

@@ -14,6 +14,7 @@ from urllib.parse import urlsplit
 
 from seqlake.config import PROJECT_ROOT, Config
 from seqlake.errors import ConfigError, SetupError
+from seqlake.uris import masked_uri
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -51,7 +52,9 @@ def jdbc_catalog_options(catalog_uri: str) -> dict[str, str]:
         if parts.password:
             options["jdbc.password"] = parts.password
         return options
-    raise ConfigError(f"warehouse.catalog_uri = {catalog_uri!r}: Spark supports sqlite:/// and postgresql:// catalogs")
+    raise ConfigError(
+        f"warehouse.catalog_uri = {masked_uri(catalog_uri)!r}: Spark supports sqlite:/// and postgresql:// catalogs"
+    )
 
 
 def spark_conf(config: Config, master: str = "local[2]") -> dict[str, str]:

@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass
 
 import pyarrow.parquet as pq
 from pyiceberg.catalog import Catalog
-from pyiceberg.exceptions import TableAlreadyExistsError
+from pyiceberg.exceptions import CommitFailedException, TableAlreadyExistsError
 from pyiceberg.io.pyarrow import (
     compute_statistics_plan,
     data_file_statistics_from_parquet_metadata,
@@ -24,10 +24,11 @@ from pyiceberg.io.pyarrow import (
 )
 from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
 from pyiceberg.table import Table
+from pyiceberg.transforms import BucketTransform
 from pyiceberg.typedef import Record
 
 from seqlake.config import Config
-from seqlake.errors import SeqlakeError
+from seqlake.errors import SchemaError, SeqlakeError
 from tableformat.layout import STATISTICS_COLUMNS
 from tableformat.schema import (
     FORMAT_VERSION,
@@ -43,13 +44,31 @@ GROUPS_PROPERTY = "seqlake.feature-groups"
 COMMIT_RETRIES = "commit.retry.num-retries"
 
 
+class RunsChanged(SeqlakeError):
+    """A concurrent commit changed the table between our read of its runs and our commit."""
+
+
+class WindowsAlreadyPublished(SeqlakeError):
+    """A run would publish a window that a live run already holds."""
+
+    def __init__(self, table: str, windows: set[int]) -> None:
+        super().__init__(f"windows {sorted(windows)} are already published in {table}")
+        self.windows = windows
+
+
 @dataclass(frozen=True)
 class RunRecord:
     run_id: str
     kind: str  # "window": one closed window; "merge": runs merged by capacity
-    windows: list[int]  # [first, last] processing windows covered
+    # The exact set of processing windows whose rows the run holds (sorted): a merge holds the union
+    # of its inputs' sets, never a [first, last] range, so a window left out of every run stays
+    # publishable whatever was merged around it.
+    windows: list[int]
     files: int
     rows: int
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "windows", sorted({int(w) for w in self.windows}))
 
 
 def create_history_table(catalog: Catalog, identifier: str, config: Config, replace: bool = False) -> Table:
@@ -57,7 +76,7 @@ def create_history_table(catalog: Catalog, identifier: str, config: Config, repl
     if replace and catalog.table_exists(identifier):
         catalog.purge_table(identifier)
     if catalog.table_exists(identifier):
-        return catalog.load_table(identifier)
+        return check_matches_config(catalog.load_table(identifier), config)
     schema = history_iceberg_schema(config)
     properties = {
         FORMAT_PROPERTY: FORMAT_VERSION,
@@ -81,13 +100,48 @@ def create_history_table(catalog: Catalog, identifier: str, config: Config, repl
             properties=properties,
         )
     except TableAlreadyExistsError:  # another job created it between the check and the create
-        return catalog.load_table(identifier)
+        return check_matches_config(catalog.load_table(identifier), config)
+
+
+def table_bucket_count(table: Table) -> int | None:
+    """N of the table's `bucket(N, user_id)` partition field (None if it has none)."""
+    for field in table.spec().fields:
+        if isinstance(field.transform, BucketTransform):
+            return field.transform.num_buckets
+    return None
+
+
+def check_matches_config(table: Table, config: Config, *, check_schema: bool = True) -> Table:
+    """Refuse a table whose bucket count or columns differ from the configuration's: writers and
+    readers take both from the configuration, and a mismatch silently misplaces or misses rows."""
+    buckets = table_bucket_count(table)
+    if buckets is not None and buckets != config.layout.bucket_count:
+        raise SchemaError(
+            f"{table.name()} is partitioned by bucket({buckets}, user_id) but layout.bucket_count is "
+            f"{config.layout.bucket_count}; set layout.bucket_count: {buckets} or write to a new table"
+        )
+    if check_schema:
+        expected = {f.name: str(f.field_type) for f in history_iceberg_schema(config).fields}
+        actual = {f.name: str(f.field_type) for f in table.schema().fields}
+        if expected != actual:
+            differ = sorted(
+                f"{name} ({actual.get(name, 'absent')} in the table, {expected.get(name, 'absent')} configured)"
+                for name in expected.keys() | actual.keys()
+                if expected.get(name) != actual.get(name)
+            )
+            raise SchemaError(f"{table.name()} does not match the configuration's columns: {'; '.join(differ)}")
+    return table
 
 
 def live_runs(table: Table) -> dict[str, RunRecord]:
     """The sorted runs of the table's current snapshot, oldest first."""
     raw = json.loads(table.metadata.properties.get(RUNS_PROPERTY, "{}"))
     return {run_id: RunRecord(**record) for run_id, record in raw.items()}
+
+
+def published_windows(table: Table) -> set[int]:
+    """Windows held by a live run of the table's current snapshot."""
+    return {w for record in live_runs(table).values() for w in record.windows}
 
 
 def data_file_for(table: Table, written: WrittenFile) -> DataFile:
@@ -140,16 +194,23 @@ def commit_runs(
     replaces: Sequence[str] = (),
     snapshot_properties: dict[str, str] | None = None,
 ) -> int:
-    """Add runs (and drop the runs in `replaces`) in one snapshot; return its id."""
+    """Add runs (and drop the runs in `replaces`) in one snapshot; return its id.
+
+    Raises RunsChanged when another commit won the race (the caller refreshes and decides again),
+    WindowsAlreadyPublished when a new run would hold a window a remaining live run holds."""
     runs = live_runs(table)
     missing = [r for r in replaces if r not in runs]
     if missing:
-        raise SeqlakeError(f"cannot replace runs {missing}: not live in {table.name()}")
-    for record, _ in new_runs:
-        if record.run_id in runs:
-            raise SeqlakeError(f"run {record.run_id} is already published in {table.name()}")
+        raise RunsChanged(f"cannot replace runs {missing}: not live in {table.name()}")
     for run_id in replaces:
         del runs[run_id]
+    held = {w for record in runs.values() for w in record.windows}
+    for record, _ in new_runs:
+        if record.run_id in runs:
+            raise WindowsAlreadyPublished(table.name(), set(record.windows) & held or set(record.windows))
+        if held & set(record.windows):
+            raise WindowsAlreadyPublished(table.name(), held & set(record.windows))
+        held |= set(record.windows)
     for record, _ in new_runs:
         runs[record.run_id] = record
     properties = {
@@ -160,16 +221,19 @@ def commit_runs(
     if replaces:
         properties["seqlake.replaced-runs"] = ",".join(replaces)
     removed = files_of_runs(table, set(replaces)) if replaces else []
-    with table.transaction() as tx:
-        tx.set_properties({RUNS_PROPERTY: json.dumps({k: asdict(v) for k, v in runs.items()})})
-        update = tx.update_snapshot(snapshot_properties=properties)
-        producer = update.overwrite() if replaces else update.fast_append()
-        with producer as files:
-            for data_file in removed:
-                files.delete_data_file(data_file)
-            for _, written in new_runs:
-                for item in written:
-                    files.append_data_file(data_file_for(table, item))
+    try:
+        with table.transaction() as tx:
+            tx.set_properties({RUNS_PROPERTY: json.dumps({k: asdict(v) for k, v in runs.items()})})
+            update = tx.update_snapshot(snapshot_properties=properties)
+            producer = update.overwrite() if replaces else update.fast_append()
+            with producer as files:
+                for data_file in removed:
+                    files.delete_data_file(data_file)
+                for _, written in new_runs:
+                    for item in written:
+                        files.append_data_file(data_file_for(table, item))
+    except CommitFailedException as error:
+        raise RunsChanged(f"{table.name()} changed while committing runs: {error}") from error
     table.refresh()
     return table.current_snapshot().snapshot_id
 
