@@ -10,7 +10,8 @@ import sys
 
 from pipelines.compaction import compact_window, history_tables, merge_runs_if_needed, published_windows
 from pipelines.landing import landing_paths
-from pipelines.windows import LandedWindows, landed_windows
+from pipelines.publication_check import landing_windows
+from pipelines.windows import LandedWindows
 from seqlake.cli_args import integer_at_least
 from seqlake.config import load_config
 from seqlake.errors import SeqlakeError
@@ -32,13 +33,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     config = load_config(args.config)
-    spark = spark_session(config, "seqlake-compact")
     paths = landing_paths(config)
     history, _ = history_tables(config)
     done = published_windows(history)
-    state = landed_windows(spark, paths)
+    state = landing_windows(paths)  # DuckDB: a refused request costs no JVM start
     if args.window:
         check_requested(args.window, state, args.end_of_stream)
+    spark = spark_session(config, "seqlake-compact")
     windows = args.window or [w for w in state.closed(args.end_of_stream) if w not in done]
     progress = Progress("compact", every=0)
     for window in windows:

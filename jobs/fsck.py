@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from pipelines.landing import landing_paths
+from pipelines.publication_check import publication_findings
 from seqlake.catalog import load_existing_table, table_identifier
 from seqlake.config import load_config
 from tableformat.fsck import FsckError, fsck_table
@@ -28,6 +30,12 @@ def main(argv: list[str] | None = None) -> int:
     except FsckError as error:
         print(f"seqlake fsck: BROKEN: {error}", file=sys.stderr)
         return 1
+    if args.table == "history":
+        findings = publication_findings(table, landing_paths(config))
+        for finding in findings:
+            print(f"seqlake fsck: BROKEN: {identifier}: {finding}", file=sys.stderr)
+        if findings:
+            return 1
     print(
         f"{identifier}: OK: {report.runs} runs, {report.files} files, {report.rows:,} rows, "
         f"{report.bytes / 2**20:,.1f} MiB"

@@ -25,7 +25,6 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from seqlake.catalog import open_catalog, table_identifier
 from seqlake.config import Config, load_config
@@ -135,8 +134,7 @@ def build_table(
             group_order=list(config.feature_groups),
             policy=policy,
         )
-        windows = [w.as_py() for w in pc.min_max(data["window_id"]).values()]
-        record = RunRecord(run_id, "window", windows, len(files), data.num_rows)
+        record = RunRecord(run_id, "window", [run + 1], len(files), data.num_rows)
         commit_runs(table, [(record, files)])
     return table, user_ids, totals
 

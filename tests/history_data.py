@@ -63,8 +63,10 @@ def publish_run(table, config: Config, data: pa.Table, run_id: str, batch_rows: 
         group_order=list(config.feature_groups),
         policy=policy or DEFAULT_POLICY,
     )
-    windows = pa.compute.min_max(data["window_id"]).values()
-    record = RunRecord(run_id, "window", [w.as_py() for w in windows], len(files), data.num_rows)
+    # A window run holds the window its id names; the synthetic rows' window_id need not say so.
+    named = run_id[1:] if run_id.startswith("w") and run_id[1:].isdigit() else None
+    windows = [int(named)] if named is not None else pa.compute.unique(data["window_id"]).to_pylist()
+    record = RunRecord(run_id, "window", windows, len(files), data.num_rows)
     commit_runs(table, [(record, files)])
     return files
 

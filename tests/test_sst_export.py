@@ -73,7 +73,7 @@ def lake(tmp_path_factory: pytest.TempPathFactory) -> Lake:
                 bucket_count=config.layout.bucket_count,
                 group_order=list(config.feature_groups),
             )
-            commit_runs(table, [(RunRecord(run, "window", [0, 0], len(files), data.num_rows), files)])
+            commit_runs(table, [(RunRecord(run, "window", [int(run[1:])], len(files), data.num_rows), files)])
     return Lake(config, table, base)
 
 
