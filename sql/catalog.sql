@@ -98,8 +98,9 @@ CREATE OR REPLACE VIEW history_runs AS
     SELECT
         run.run_id,
         run.kind,
-        run.windows[1] AS first_window,
-        run.windows[2] AS last_window,
+        list_min(run.windows) AS first_window,
+        list_max(run.windows) AS last_window,
+        run.windows,  -- the exact set of windows the run holds (a merge: the union of its inputs')
         run.files,
         run."rows" AS row_count
     FROM (
@@ -111,9 +112,9 @@ CREATE OR REPLACE VIEW history_runs AS
     )
     ORDER BY first_window, run.run_id;
 
--- Each processing window a live run covers (a merged run covers all the windows it merged).
+-- Each processing window a live run holds (a merged run holds every window of the runs it merged).
 CREATE OR REPLACE VIEW window_runs AS
-    SELECT unnest(generate_series(first_window, last_window)) AS window_id, run_id, kind
+    SELECT unnest(windows) AS window_id, run_id, kind
     FROM history_runs
     ORDER BY window_id;
 

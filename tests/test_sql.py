@@ -310,8 +310,8 @@ def test_catalog_runs_and_windows(session, small):
     # Every user has rows in every window, so each run has one file per bucket of the four users.
     files = len(set(bucket_of(pa.array(list(USER_ROWS), pa.int64()), small.config.layout.bucket_count).tolist()))
     assert rows(session, "FROM history_runs") == [
-        (MERGED, "merge", W0, W0 + 1, files, 3630),
-        (LAST, "window", W0 + 2, W0 + 2, files, 1813),
+        (MERGED, "merge", W0, W0 + 1, [W0, W0 + 1], files, 3630),
+        (LAST, "window", W0 + 2, W0 + 2, [W0 + 2], files, 1813),
     ]
     assert rows(session, "SELECT window_id, run_id, kind FROM window_runs") == [
         (W0, MERGED, "merge"),
