@@ -7,14 +7,15 @@ commands to run.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import sys
 from dataclasses import dataclass
 
+from jobs.history import load_history_table
 from seqlake.catalog import load_existing_table, table_identifier
+from seqlake.cli_args import ArgumentParser, table_name
 from seqlake.config import Config, load_config
-from seqlake.errors import SeqlakeError
+from seqlake.errors import SchemaError, SeqlakeError
 from tableformat.fsck import Finding, FsckReport, check_table
 from tableformat.registry import RunRecord, live_runs
 
@@ -92,9 +93,9 @@ def repair_plan(config: Config, table, findings: list[Finding]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="seqlake fsck", description=__doc__)
+    parser = ArgumentParser(prog="seqlake fsck", description=__doc__)
     parser.add_argument("--config", help="configuration YAML (default: conf/seqlake.yaml)")
-    parser.add_argument("--table", default="history", help="history table name (default: history)")
+    parser.add_argument("--table", default="history", type=table_name, help="history table name (default: history)")
     parser.add_argument(
         "--quick",
         action="store_true",
@@ -107,9 +108,9 @@ def main(argv: list[str] | None = None) -> int:
     config = load_config(args.config)
     identifier = table_identifier(config, args.table)
     try:
-        table = load_existing_table(config, args.table)
-    except SeqlakeError:
-        raise
+        table = load_history_table(config, args.table)
+    except SchemaError:
+        raise  # a user mistake (no such table, not a history table): one line, exit 2
     except Exception as error:  # a catalog or metadata file that cannot be read is a finding, not a crash
         what = " ".join(str(error).split())[:300] or type(error).__name__
         print(f"seqlake fsck: BROKEN: {identifier}: [catalog] cannot load the table: {what}", file=sys.stderr)

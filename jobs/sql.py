@@ -39,7 +39,7 @@ import duckdb
 
 from pipelines.landing import landing_paths
 from seqlake.catalog import open_catalog, table_identifier
-from seqlake.cli_args import integer_at_least
+from seqlake.cli_args import ArgumentParser, integer_at_least
 from seqlake.config import PROJECT_ROOT, Config, load_config
 from seqlake.duckdb_session import connect, restrict_access
 from seqlake.errors import SeqlakeError
@@ -455,7 +455,7 @@ def _param(value: str) -> tuple[str, str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog="seqlake sql",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -502,5 +502,5 @@ if __name__ == "__main__":
     try:
         sys.exit(main())
     except SeqlakeError as error:
-        print(f"seqlake sql: error: {error}", file=sys.stderr)
+        print(f"seqlake sql: error: {' '.join(str(error).split())}", file=sys.stderr)
         sys.exit(2)

@@ -6,6 +6,7 @@ database, so a table committed by either engine is visible to the other.
 
 from __future__ import annotations
 
+import re
 import sqlite3
 from contextlib import closing, suppress
 from pathlib import Path
@@ -13,9 +14,10 @@ from pathlib import Path
 from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.exceptions import NamespaceAlreadyExistsError
 from pyiceberg.table import Table
+from sqlalchemy.exc import SQLAlchemyError
 
 from seqlake.config import Config
-from seqlake.errors import SchemaError
+from seqlake.errors import SchemaError, SetupError
 
 
 def _use_wal(sqlite_uri: str) -> None:
@@ -28,19 +30,39 @@ def _use_wal(sqlite_uri: str) -> None:
         con.execute("PRAGMA journal_mode=WAL")
 
 
+# Database drivers SQLAlchemy imports by module name -> the package that provides it.
+DRIVER_PACKAGES = {"psycopg2": "psycopg2-binary", "psycopg": "psycopg[binary]", "MySQLdb": "mysqlclient"}
+
+
+def masked_uri(uri: str) -> str:
+    """`uri` with its password replaced by ***, for messages."""
+    return re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", uri)
+
+
 def open_catalog(config: Config) -> SqlCatalog:
-    """Open (and initialise on first use) the configured SQL catalog with its namespace."""
-    if config.warehouse_uri().startswith("file://"):
-        config.warehouse_path().mkdir(parents=True, exist_ok=True)
-    if config.catalog_uri().startswith("sqlite:///"):
-        _use_wal(config.catalog_uri())
-    catalog = SqlCatalog(
-        config.warehouse.catalog_name,
-        uri=config.catalog_uri(),
-        warehouse=config.warehouse_uri(),
-    )
-    with suppress(NamespaceAlreadyExistsError):
-        catalog.create_namespace(config.warehouse.namespace)
+    """Open (and initialise on first use) the configured SQL catalog with its namespace.
+
+    A catalog that cannot be opened (a misspelled or unreachable URI, a missing database driver, a
+    damaged SQLite file) is a one-line SetupError naming the URI (password masked).
+    """
+    uri = config.catalog_uri()
+    try:
+        if config.warehouse_uri().startswith("file://"):
+            config.warehouse_path().mkdir(parents=True, exist_ok=True)
+        if uri.startswith("sqlite:///"):
+            _use_wal(uri)
+        catalog = SqlCatalog(config.warehouse.catalog_name, uri=uri, warehouse=config.warehouse_uri())
+        with suppress(NamespaceAlreadyExistsError):
+            catalog.create_namespace(config.warehouse.namespace)
+    except ModuleNotFoundError as error:
+        package = DRIVER_PACKAGES.get(error.name or "", error.name)
+        raise SetupError(
+            f"catalog {masked_uri(uri)}: its database driver {error.name!r} is not installed (pip install {package})"
+        ) from None
+    except (SQLAlchemyError, sqlite3.Error, OSError) as error:
+        detail = " ".join(str(getattr(error, "orig", None) or error).split())
+        detail = detail.split(" (Background on this error")[0]
+        raise SetupError(f"cannot open the catalog {masked_uri(uri)}: {masked_uri(detail)}") from None
     return catalog
 
 
@@ -59,5 +81,5 @@ def load_existing_table(config: Config, table: str) -> Table:
     catalog = open_catalog(config)
     identifier = table_identifier(config, table)
     if not catalog.table_exists(identifier):
-        raise SchemaError(f"table {identifier} does not exist in the catalog at {config.catalog_uri()}")
+        raise SchemaError(f"table {identifier} does not exist in the catalog at {masked_uri(config.catalog_uri())}")
     return catalog.load_table(identifier)
