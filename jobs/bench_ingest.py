@@ -16,13 +16,13 @@ import sys
 from pathlib import Path
 
 from pipelines.ingest_bench import format_report, run_ingest_bench
-from seqlake.cli_args import integer_at_least
+from seqlake.cli_args import ArgumentParser, integer_at_least
 from seqlake.config import load_config
 from seqlake.spark_session import spark_session
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog="seqlake bench-ingest",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -55,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
         "--warmup", type=integer_at_least(0), default=1, help="untimed ingests per setup first (default: 1)"
     )
     parser.add_argument("--namespace", default="bench_ingest", help="catalog namespace prefix (default: bench_ingest)")
-    parser.add_argument("--seed", type=int, default=7, help="data seed (default: 7)")
+    parser.add_argument("--seed", type=integer_at_least(0), default=7, help="data seed (default: 7)")
     parser.add_argument("--json", metavar="FILE", help="also write the facts as JSON to this file")
     args = parser.parse_args(argv)
     if args.landing_prior > args.prior_events:

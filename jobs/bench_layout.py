@@ -11,13 +11,13 @@ import argparse
 import sys
 from pathlib import Path
 
-from seqlake.cli_args import integer_at_least
+from seqlake.cli_args import ArgumentParser, integer_at_least
 from seqlake.config import load_config
 from tableformat.layout_bench import format_table, run_layout_bench
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog="seqlake bench-layout",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -31,7 +31,7 @@ def main(argv: list[str] | None = None) -> int:
         "--heavy-rows", type=integer_at_least(1), default=20_000, help="rows of a heavy user (default: 20000)"
     )
     parser.add_argument("--repeats", type=integer_at_least(1), default=3, help="timing repeats (default: 3)")
-    parser.add_argument("--seed", type=int, default=1, help="data seed (default: 1)")
+    parser.add_argument("--seed", type=integer_at_least(0), default=1, help="data seed (default: 1)")
     parser.add_argument("--out", metavar="FILE.md", help="also write the table to this file")
     args = parser.parse_args(argv)
     if not 0 <= args.heavy_users <= args.users:

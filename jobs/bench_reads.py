@@ -15,13 +15,13 @@ import json
 import sys
 from pathlib import Path
 
-from seqlake.cli_args import integer_at_least, number_above
+from seqlake.cli_args import ArgumentParser, integer_at_least, number_above
 from seqlake.config import load_config
 from tableformat.read_bench import format_report, run_read_bench
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog="seqlake bench-reads",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -54,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
         "--repeats", type=integer_at_least(1), default=3, help="timed repeats of the multi-user part (default: 3)"
     )
     parser.add_argument("--workers", type=integer_at_least(1), default=4, help="histories() threads (default: 4)")
-    parser.add_argument("--seed", type=int, default=1, help="data seed (default: 1)")
+    parser.add_argument("--seed", type=integer_at_least(0), default=1, help="data seed (default: 1)")
     parser.add_argument("--out", metavar="FILE.md", help="also write the report to this file")
     parser.add_argument("--json", metavar="FILE", help="also write the measurements as JSON to this file")
     args = parser.parse_args(argv)

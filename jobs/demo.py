@@ -6,7 +6,6 @@ Run it as `seqlake demo` (or `spark-submit jobs/demo.py`). It prints a report an
 
 from __future__ import annotations
 
-import argparse
 import shutil
 import sys
 import time
@@ -26,6 +25,7 @@ from pipelines.training.tables import (
     training_table_name,
 )
 from seqlake.catalog import open_catalog, table_identifier
+from seqlake.cli_args import ArgumentParser
 from seqlake.config import Config, load_config
 from seqlake.duckdb_session import connect as duckdb_connect
 from seqlake.generator import EventGenerator
@@ -195,7 +195,7 @@ def _mib(n: int) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="seqlake demo", description=__doc__)
+    parser = ArgumentParser(prog="seqlake demo", description=__doc__)
     parser.add_argument("--config", help="configuration YAML (default: conf/seqlake.yaml)")
     args = parser.parse_args(argv)
     config = load_config(args.config)

@@ -9,21 +9,21 @@ from __future__ import annotations
 import argparse
 import sys
 
-from seqlake.catalog import load_existing_table
-from seqlake.cli_args import number_above
+from jobs.history import load_history_table
+from seqlake.cli_args import ArgumentParser, number_above, table_name
 from seqlake.config import load_config
 from seqlake.progress import Progress
 from tableformat.sst_export import DEFAULT_TARGET_FILE_BYTES, export_run_sst
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog="seqlake export-sst",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--config", help="configuration YAML (default: conf/seqlake.yaml)")
-    parser.add_argument("--table", default="history", help="history table name (default: history)")
+    parser.add_argument("--table", default="history", type=table_name, help="history table name (default: history)")
     parser.add_argument("--run", dest="run_id", metavar="RUN_ID", help="run to export (default: newest live run)")
     parser.add_argument("--out", required=True, metavar="DIR", help="output directory (new or empty)")
     parser.add_argument(
@@ -45,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
             parser.error("--columns names no column")
 
     config = load_config(args.config)
-    table = load_existing_table(config, args.table)
+    table = load_history_table(config, args.table)
 
     progress = Progress("export-sst")
     summary = export_run_sst(

@@ -6,14 +6,13 @@ partition such as a Kafka topic would deliver it. The same seed and configuratio
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from seqlake.cli_args import integer_at_least
+from seqlake.cli_args import ArgumentParser, integer_at_least
 from seqlake.config import load_config
 from seqlake.events import RAW_SCHEMA
 from seqlake.generator import EventGenerator
@@ -21,10 +20,10 @@ from seqlake.progress import Progress
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="seqlake generate", description=__doc__)
+    parser = ArgumentParser(prog="seqlake generate", description=__doc__)
     parser.add_argument("--config", help="configuration YAML (default: conf/seqlake.yaml)")
     parser.add_argument("--out", required=True, help="output file (.parquet or .jsonl)")
-    parser.add_argument("--seed", type=int, help="override generator.seed")
+    parser.add_argument("--seed", type=integer_at_least(0), help="override generator.seed")
     parser.add_argument("--users", type=integer_at_least(1), help="override generator.users")
     parser.add_argument("--windows", type=integer_at_least(1), help="override generator.windows")
     args = parser.parse_args(argv)

@@ -7,10 +7,14 @@ import json
 import sys
 from datetime import datetime
 
+from pyiceberg.table import Table
+
 from seqlake.catalog import load_existing_table
-from seqlake.cli_args import integer_at_least
-from seqlake.config import load_config
+from seqlake.cli_args import ArgumentParser, integer_at_least, table_name
+from seqlake.config import Config, load_config
+from seqlake.errors import SchemaError
 from tableformat.reader import HistoryReader, Selection
+from tableformat.registry import FORMAT_PROPERTY
 
 
 def _csv(value: str) -> tuple[str, ...]:
@@ -18,29 +22,43 @@ def _csv(value: str) -> tuple[str, ...]:
 
 
 def _time(value: str) -> datetime:
-    moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    try:
+        moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not an ISO 8601 time, e.g. 2026-01-05T10:00:00Z") from None
     if moment.tzinfo is None:
         raise argparse.ArgumentTypeError(f"{value!r} needs a time zone, e.g. 2026-01-05T10:00:00Z")
     return moment
 
 
+def load_history_table(config: Config, name: str) -> Table:
+    """The named table, if it is a seqlake history table; a one-line SchemaError otherwise."""
+    table = load_existing_table(config, name)
+    if FORMAT_PROPERTY not in table.metadata.properties:
+        raise SchemaError(
+            f"table {'.'.join(table.name())} is not a seqlake history table (no {FORMAT_PROPERTY} property); "
+            "history tables: history, or one written by seqlake compact"
+        )
+    return table
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="seqlake history", description=__doc__)
+    parser = ArgumentParser(prog="seqlake history", description=__doc__)
     parser.add_argument("--config", help="configuration YAML (default: conf/seqlake.yaml)")
-    parser.add_argument("--table", default="history", help="history table name (default: history)")
-    parser.add_argument("--user", type=int, required=True, help="user id")
+    parser.add_argument("--table", default="history", type=table_name, help="history table name (default: history)")
+    parser.add_argument("--user", type=integer_at_least(0), required=True, help="user id")
     parser.add_argument("--fg", type=_csv, help="feature groups, comma-separated (default: all)")
     parser.add_argument("--columns", type=_csv, help="columns, comma-separated (default: all)")
     parser.add_argument("--start", type=_time, help="first event time, inclusive (ISO 8601 with zone)")
     parser.add_argument("--end", type=_time, help="last event time, exclusive (ISO 8601 with zone)")
-    parser.add_argument("--as-of-lsn", type=int, help="only rows known at this LSN")
+    parser.add_argument("--as-of-lsn", type=integer_at_least(0), help="only rows known at this LSN")
     parser.add_argument("--top-k", type=integer_at_least(0), help="only the newest K rows")
     parser.add_argument("--newest-first", action="store_true", help="newest row first")
     parser.add_argument("--json", action="store_true", help="one JSON object per line, for machines")
     args = parser.parse_args(argv)
 
     config = load_config(args.config)
-    table = load_existing_table(config, args.table)
+    table = load_history_table(config, args.table)
     selection = Selection(
         feature_groups=args.fg,
         columns=(("feature_group", "event_ts", "lsn") + args.columns) if args.columns else None,

@@ -9,7 +9,6 @@ importing the same files with the same mapping again is a no-op unless --force. 
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import struct
 import sys
@@ -24,7 +23,7 @@ from pyiceberg.table import Table
 from pipelines.importers import ImportStats, import_file, load_mapping, mapping_digest
 from pipelines.raw_landing import create_raw_table, land_raw_records
 from seqlake.catalog import open_catalog, table_identifier
-from seqlake.cli_args import integer_at_least
+from seqlake.cli_args import ArgumentParser, integer_at_least, table_name
 from seqlake.config import load_config
 from seqlake.errors import SeqlakeError
 from seqlake.progress import Progress
@@ -88,7 +87,7 @@ def _fmt_ms(value: int | None) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="seqlake import", description=__doc__)
+    parser = ArgumentParser(prog="seqlake import", description=__doc__)
     parser.add_argument("--config", help="configuration YAML (default: conf/seqlake.yaml)")
     parser.add_argument(
         "--mapping", required=True, help="import mapping YAML, or the name of one in conf/mappings/ (e.g. otto)"
@@ -96,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--input", required=True, action="append", type=Path, help="event file to import (repeat for several)"
     )
-    parser.add_argument("--table", default="raw_events", help="raw source table (default: raw_events)")
+    parser.add_argument("--table", default="raw_events", type=table_name, help="raw source table (default: raw_events)")
     parser.add_argument(
         "--batch-rows", type=integer_at_least(1), default=65536, help="records per batch (default: 65536)"
     )

@@ -6,20 +6,22 @@ nothing twice. Usable as `seqlake ingest` or `spark-submit jobs/ingest.py`.
 
 from __future__ import annotations
 
-import argparse
 import sys
 
 from pipelines.ingest import ingest_source
 from pipelines.landing import landing_paths
+from seqlake.cli_args import ArgumentParser, table_name
 from seqlake.config import load_config
 from seqlake.progress import Progress
 from seqlake.spark_session import spark_session
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="seqlake ingest", description=__doc__)
+    parser = ArgumentParser(prog="seqlake ingest", description=__doc__)
     parser.add_argument("--config", help="configuration YAML (default: conf/seqlake.yaml)")
-    parser.add_argument("--source", default="raw_events", help="raw source table (default: raw_events)")
+    parser.add_argument(
+        "--source", default="raw_events", type=table_name, help="raw source table (default: raw_events)"
+    )
     args = parser.parse_args(argv)
     config = load_config(args.config)
     spark = spark_session(config, "seqlake-ingest")

@@ -10,18 +10,18 @@ writes nothing: it reports how often that would have been wrong. Usable as `seql
 
 from __future__ import annotations
 
-import argparse
 import sys
 
 from pipelines.training.materialize import fatrow_match, write_arrow_samples
 from pipelines.training.sequence import Tenant
 from pipelines.training.tables import samples_table_name
+from seqlake.cli_args import ArgumentParser
 from seqlake.config import load_config
 from seqlake.errors import ConfigError
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="seqlake samples", description=__doc__)
+    parser = ArgumentParser(prog="seqlake samples", description=__doc__)
     parser.add_argument("--config", help="configuration YAML (default: conf/seqlake.yaml)")
     parser.add_argument("--tenant", action="append", help="tenant to rebuild (repeatable; default: every tenant)")
     parser.add_argument(

@@ -18,6 +18,10 @@ runs only definitions (CREATE, SET, DROP, ALTER); a file's queries run with `--f
 that needs a table this warehouse lacks (or an object skipped for that reason) is skipped with a note.
 
 Values never go into SQL text: `--param uid=1000000` binds `$uid` in the query.
+
+The session is read-only: it reads files only inside the warehouse, cannot write, attach databases,
+install or load extensions, and cannot change these settings. `--allow-writes DIR` lets COPY ... TO and
+EXPORT DATABASE write into DIR (a folder outside the warehouse), and nowhere else.
 """
 
 from __future__ import annotations
@@ -35,10 +39,11 @@ import duckdb
 
 from pipelines.landing import landing_paths
 from seqlake.catalog import open_catalog, table_identifier
-from seqlake.cli_args import integer_at_least
+from seqlake.cli_args import ArgumentParser, integer_at_least
 from seqlake.config import PROJECT_ROOT, Config, load_config
-from seqlake.duckdb_session import connect
+from seqlake.duckdb_session import connect, restrict_access
 from seqlake.errors import SeqlakeError
+from seqlake.sql_guard import ReadOnlyError, check_statement, inside, resolve_local
 
 SQL_DIR = PROJECT_ROOT / "sql"
 ICEBERG_TABLES = ("history", "history_detail", "raw_events")
@@ -90,6 +95,8 @@ class SqlSession:
     tables: dict[str, WarehouseTable]
     missing: dict[str, str] = field(default_factory=dict)  # relation or object -> why it is absent
     notes: list[str] = field(default_factory=list)
+    read_only: bool = False  # set once access is restricted: from then on every statement is checked
+    export_dir: Path | None = None  # the one folder COPY ... TO may write into
 
     def run(self, text: str, params: dict[str, object] | None = None, source: str = "query") -> list[Result]:
         """Run every statement of `text`; return the results of those that return rows."""
@@ -98,9 +105,16 @@ class SqlSession:
     def query(self, text: str, **params: object):
         """One query's result as a pandas DataFrame, with `$name` parameters bound (for notebooks)."""
         try:
+            for statement in self.con.extract_statements(text):
+                self.check(statement)
             return self.con.execute(text, params or None).df()
-        except duckdb.Error as error:
+        except (duckdb.Error, ReadOnlyError) as error:
             raise SqlError(f"{_first_line(text)}: {error}") from None
+
+    def check(self, statement: duckdb.Statement) -> None:
+        """Refuse a statement a read-only session must not run (writes, ATTACH, INSTALL, LOAD...)."""
+        if self.read_only:
+            check_statement(statement, self.export_dir)
 
     def close(self) -> None:
         self.con.close()
@@ -229,6 +243,11 @@ def run_script(
     unused = sorted(set(params) - used)
     if unused:
         raise SqlError(f"{source}: parameters {unused} are not used (write $name in the SQL to bind one)")
+    try:  # every statement first: a script with one refused statement runs none
+        for statement in statements:
+            session.check(statement)
+    except ReadOnlyError as error:
+        raise SqlError(f"{source}: {error}") from None
     results = []
     for statement in statements:
         definition = statement.type in DEFINITIONS
@@ -237,7 +256,7 @@ def run_script(
         bound = {k: params[k] for k in statement.named_parameters if k in params}
         try:
             cursor = con.execute(statement.query, bound or None)
-            rows = cursor.fetchall() if not definition and cursor.description else None
+            rows = cursor.fetchall() if not definition and cursor is not None and cursor.description else None
         except duckdb.Error as error:
             needed = _needs(session, statement.query)
             if needed and definition:
@@ -258,18 +277,56 @@ def run_script(
     return results
 
 
+def readable_folders(session: SqlSession) -> list[str]:
+    """The folders a session may read: the warehouse and every table's root (local ones as plain paths)."""
+    folders = [session.config.warehouse_uri()]
+    folders += [t.location for t in session.tables.values()]
+    out = []
+    for folder in folders:
+        local = resolve_local(folder)
+        out.append(str(local) if local is not None else folder)
+    return out
+
+
+def export_folder(allow_writes: str | Path, readable: list[str]) -> Path:
+    """The export folder (created if needed); an error if it overlaps anything the session reads."""
+    folder = resolve_local(str(allow_writes))
+    if folder is None:
+        raise SqlError(f"--allow-writes {allow_writes}: exports go to a local folder")
+    for other in readable:
+        local = resolve_local(other)
+        if local is not None and (inside(folder, local) or inside(local, folder)):
+            raise SqlError(f"--allow-writes {allow_writes}: the export folder overlaps the warehouse ({local})")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise SqlError(f"--allow-writes {allow_writes}: {error.strerror or error}") from None
+    return folder
+
+
 def open_session(
     config: Config | None = None,
     sql_dir: Path = SQL_DIR,
     quiet: bool = False,
+    allow_writes: str | Path | None = None,
 ) -> SqlSession:
-    """A DuckDB session on the configured warehouse with every file of `sql_dir` loaded."""
+    """A read-only DuckDB session on the configured warehouse with every file of `sql_dir` loaded.
+
+    The session reads files only inside the warehouse and writes only into `allow_writes` (a folder
+    outside the warehouse; no writes at all without it), and no statement can change that.
+    """
     config = config or load_config()
     session = SqlSession(connect(), config, {})
     try:
         define_relations(session, quiet=quiet)
         for path in sql_files(sql_dir):
             run_script(session, path.read_text(), path.name, definitions_only=True, quiet=quiet)
+        readable = readable_folders(session)
+        if allow_writes is not None:
+            session.export_dir = export_folder(allow_writes, readable)
+            readable.append(str(session.export_dir))
+        restrict_access(session.con, readable)
+        session.read_only = True
     except BaseException:
         session.close()
         raise
@@ -398,7 +455,7 @@ def _param(value: str) -> tuple[str, str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog="seqlake sql",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -415,12 +472,17 @@ def main(argv: list[str] | None = None) -> int:
         "--max-rows", type=integer_at_least(0), default=100, help="rows printed per result (0: all; default 100)"
     )
     parser.add_argument("--quiet", action="store_true", help="no notes about tables this warehouse lacks")
+    parser.add_argument(
+        "--allow-writes",
+        metavar="DIR",
+        help="let COPY ... TO and EXPORT DATABASE write into DIR, a folder outside the warehouse (default: none)",
+    )
     args = parser.parse_args(argv)
 
     config = load_config(args.config)
     path = resolve_file(args.file) if args.file else None
     show = printer(args.json, args.max_rows, sys.stdout)
-    session = open_session(config, quiet=args.quiet)
+    session = open_session(config, quiet=args.quiet, allow_writes=args.allow_writes)
     try:
         params = dict(args.param)
         if path is not None:
@@ -440,5 +502,5 @@ if __name__ == "__main__":
     try:
         sys.exit(main())
     except SeqlakeError as error:
-        print(f"seqlake sql: error: {error}", file=sys.stderr)
+        print(f"seqlake sql: error: {' '.join(str(error).split())}", file=sys.stderr)
         sys.exit(2)

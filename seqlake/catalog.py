@@ -17,7 +17,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from seqlake.config import Config
 from seqlake.errors import SchemaError, SetupError
-from seqlake.uris import masked_text, masked_uri
+from seqlake.uris import masked_uri
 
 
 def _use_wal(sqlite_uri: str) -> None:
@@ -30,24 +30,34 @@ def _use_wal(sqlite_uri: str) -> None:
         con.execute("PRAGMA journal_mode=WAL")
 
 
+# Database drivers SQLAlchemy imports by module name -> the package that provides it.
+DRIVER_PACKAGES = {"psycopg2": "psycopg2-binary", "psycopg": "psycopg[binary]", "MySQLdb": "mysqlclient"}
+
+
 def open_catalog(config: Config) -> SqlCatalog:
-    """Open (and initialise on first use) the configured SQL catalog with its namespace."""
-    if config.warehouse_uri().startswith("file://"):
-        config.warehouse_path().mkdir(parents=True, exist_ok=True)
-    if config.catalog_uri().startswith("sqlite:///"):
-        _use_wal(config.catalog_uri())
+    """Open (and initialise on first use) the configured SQL catalog with its namespace.
+
+    A catalog that cannot be opened (a misspelled or unreachable URI, a missing database driver, a
+    damaged SQLite file) is a one-line SetupError naming the URI (password masked).
+    """
     uri = config.catalog_uri()
     try:
+        if config.warehouse_uri().startswith("file://"):
+            config.warehouse_path().mkdir(parents=True, exist_ok=True)
+        if uri.startswith("sqlite:///"):
+            _use_wal(uri)
         catalog = SqlCatalog(config.warehouse.catalog_name, uri=uri, warehouse=config.warehouse_uri())
         with suppress(NamespaceAlreadyExistsError):
             catalog.create_namespace(config.warehouse.namespace)
-    except ImportError as error:
+    except ModuleNotFoundError as error:
+        package = DRIVER_PACKAGES.get(error.name or "", error.name)
         raise SetupError(
-            f"the catalog at {masked_uri(uri)} needs a database driver that is not installed ({error.name or error})"
+            f"catalog {masked_uri(uri)}: its database driver {error.name!r} is not installed (pip install {package})"
         ) from None
-    except (SQLAlchemyError, OSError) as error:
-        first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        raise SetupError(f"cannot open the catalog at {masked_uri(uri)}: {masked_text(first_line, uri)}") from None
+    except (SQLAlchemyError, sqlite3.Error, OSError) as error:
+        detail = " ".join(str(getattr(error, "orig", None) or error).split())
+        detail = detail.split(" (Background on this error")[0]
+        raise SetupError(f"cannot open the catalog {masked_uri(uri)}: {masked_uri(detail)}") from None
     return catalog
 
 

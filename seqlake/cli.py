@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Callable
 
+from seqlake.cli_args import ArgumentParser
 from seqlake.errors import SeqlakeError
+
+DEBUG_ENV = "SEQLAKE_DEBUG"
 
 
 def _job(module: str) -> Callable[[list[str]], int]:
@@ -44,7 +48,7 @@ COMMANDS: dict[str, tuple[Callable[[list[str]], int], str]] = {
 def build_parser() -> argparse.ArgumentParser:
     width = max(len(name) for name in COMMANDS)
     lines = "\n".join(f"  {name:<{width}}  {help_}" for name, (_, help_) in COMMANDS.items())
-    return argparse.ArgumentParser(
+    return ArgumentParser(
         prog="seqlake",
         description="seqlake: sorted, compacted, versioned storage for long user-interaction histories.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -70,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return COMMANDS[command][0](rest)
     except SeqlakeError as error:
-        print(f"seqlake {command}: error: {error}", file=sys.stderr)
+        print(f"seqlake {command}: error: {_one_line(str(error))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"seqlake {command}: interrupted", file=sys.stderr)
@@ -78,6 +82,20 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:
         sys.stderr.close()
         return 1
+    except Exception as error:  # not a deliberate error: one line still, the traceback on request
+        if os.environ.get(DEBUG_ENV):
+            raise
+        what = _one_line(str(error)) or "no message"
+        print(
+            f"seqlake {command}: unexpected {type(error).__name__}: {what} (set {DEBUG_ENV}=1 for the traceback)",
+            file=sys.stderr,
+        )
+        return 1
+
+
+def _one_line(text: str) -> str:
+    """A multi-line message (DuckDB's, pyiceberg's) as one line."""
+    return " ".join(part.strip() for part in text.splitlines() if part.strip())
 
 
 if __name__ == "__main__":

@@ -35,7 +35,8 @@ RESERVED_COLUMNS = frozenset(
 
 
 class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    # Strict: `bucket_count: true` or `users: "8"` is an error, not 1 or 8 (a float key still takes 2).
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
 
 
 class ColumnSpec(_Frozen):
@@ -106,7 +107,7 @@ class GeneratorSpec(_Frozen):
     very_late_share: float = Field(default=0.02, ge=0, le=1)
     duplicate_share: float = Field(default=0.01, ge=0, le=1)
     malformed_share: float = Field(default=0.002, ge=0, le=1)
-    start_ts: datetime = datetime.fromisoformat("2026-01-05T00:00:00+00:00")
+    start_ts: datetime = Field(default=datetime.fromisoformat("2026-01-05T00:00:00+00:00"), strict=False)
 
     @model_validator(mode="after")
     def _consistent(self) -> GeneratorSpec:
@@ -209,14 +210,14 @@ class Config(_Frozen):
 
 
 def format_validation_error(error: ValidationError, what: str, source: str) -> str:
-    """One line per bad key: its dotted path, the value given and what is wrong with it."""
-    lines = []
+    """One line: each bad key's dotted path, the value given and what is wrong with it ("; " between keys)."""
+    parts = []
     for item in error.errors():
         key = ".".join(str(part) for part in item["loc"]) or "<root>"
         value = item.get("input")
         shown = masked_uri(repr(value)) if not isinstance(value, dict) else "{...}"
-        lines.append(f"  {key} = {shown}: {item['msg']}")
-    return f"invalid {what} in {source}:\n" + "\n".join(lines)
+        parts.append(f"{key} = {shown}: {item['msg']}")
+    return f"invalid {what} in {source}: " + "; ".join(parts)
 
 
 def parse_config(data: dict, source: str = "<dict>") -> Config:
@@ -247,5 +248,5 @@ def load_config(path: str | Path | None = None) -> Config:
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as error:
-        raise ConfigError(f"configuration {path} is not valid YAML: {error}") from None
+        raise ConfigError(f"configuration {path} is not valid YAML: {' '.join(str(error).split())}") from None
     return parse_config(data or {}, str(path))

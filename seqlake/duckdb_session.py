@@ -50,3 +50,16 @@ def connect(
     for name in extensions:
         con.execute(f"LOAD {sql_literal(str(extension_path(name)))}")
     return con
+
+
+def restrict_access(con: duckdb.DuckDBPyConnection, readable: list[str]) -> None:
+    """Confine `con` to files under `readable` folders, with no network and no extension loading, for good.
+
+    Load extensions and define views first: afterwards the configuration is locked, so no statement can
+    switch access back on. DuckDB lets a statement write wherever it may read; `seqlake.sql_guard`
+    refuses the statements that write.
+    """
+    folders = sorted({folder.rstrip("/") + "/" for folder in readable})
+    con.execute(f"SET allowed_directories = [{', '.join(sql_literal(f) for f in folders)}]")
+    con.execute("SET enable_external_access = false")
+    con.execute("SET lock_configuration = true")

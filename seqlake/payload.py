@@ -5,8 +5,11 @@ group. ``validate_payload`` returns the typed event or the first reason it is ma
 the order of ``REASONS`` so that a payload with several defects always gets the same reason.
 
 Strict by design: ``user_id`` and ``event_ts`` must be JSON integers (a numeric string is rejected),
-integers must fit the declared width, floats must be finite, strings must be JSON strings. A missing
-or non-string ``event_id`` counts as ``wrong_type``. Attribute columns may be absent or null.
+integers must fit the declared width, floats must be finite and fit the declared width, strings must be
+JSON strings. A missing or non-string ``event_id`` counts as ``wrong_type``. Attribute columns may be
+absent or null. Every string must be encodable as UTF-8: JSON can spell a lone surrogate (``"\\ud800"``)
+that no Parquet file, Arrow array or Spark row can hold (``invalid_utf8``). Every value that passes fits
+its column in every later stage, so a bad value is quarantined here instead of stopping a job later.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ REASONS = (
     "missing_event_ts",
     "event_ts_out_of_range",
     "wrong_type",
+    "invalid_utf8",
     "oversize_value",
     "unknown_column",
 )
@@ -60,12 +64,24 @@ def _typed(value: Any, kind: str) -> tuple[bool, Any]:
     if kind in ("float32", "float64"):
         if not (_is_int(value) or isinstance(value, float)):
             return False, None
-        number = float(value)
+        try:
+            number = float(value)
+        except OverflowError:  # an integer beyond every float (1e400 written out)
+            return False, None
         limit = _FLOAT32_MAX if kind == "float32" else math.inf
         return (math.isfinite(number) and abs(number) <= limit), number
     if kind == "bool":
         return isinstance(value, bool), value
     return isinstance(value, str), value  # string
+
+
+def _utf8(value: Any) -> bool:
+    """A string Parquet, Arrow and Spark can store: encodable as UTF-8 (no lone surrogate)."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def validate_payload(payload: str, config: Config) -> tuple[dict | None, str | None]:
@@ -116,6 +132,8 @@ def validate_payload(payload: str, config: Config) -> tuple[dict | None, str | N
             if not ok:
                 return None, "wrong_type"
         event[name] = value
+    if not all(_utf8(v) for v in event.values() if isinstance(v, str)):
+        return None, "invalid_utf8"
 
     if len(payload) > MAX_PAYLOAD_BYTES // 4 and len(payload.encode("utf-8")) > MAX_PAYLOAD_BYTES:
         return None, "oversize_value"

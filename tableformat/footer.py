@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
 
 PREFIX = "seqlake."
 
@@ -21,6 +26,10 @@ class FileFacts:
     lsn_ranges: dict[str, list[int]] = field(default_factory=dict)  # partition -> [min, max]
     windows: list[int] = field(default_factory=list)  # [first, last] window ids
     checksum: str = ""
+    # SHA-256 of what a reader trusts the footer for: column names, and each row group's row count and
+    # min/max of the pruning columns. Parquet checksums pages, not its footer: a flipped statistic would
+    # otherwise make a lookup skip a row group silently. Empty in files written before it existed.
+    layout_digest: str = ""
 
     def to_metadata(self) -> dict[str, str]:
         return {PREFIX + k: json.dumps(v) for k, v in asdict(self).items()}
@@ -37,3 +46,52 @@ class FileFacts:
         }
         known = {k: values[k] for k in cls.__dataclass_fields__ if k in values}
         return cls(**known)
+
+
+# The columns whose footer statistics readers prune row groups by (tableformat.layout.STATISTICS_COLUMNS).
+DIGEST_COLUMNS = ("user_id", "feature_group", "event_ts", "lsn", "window_id")
+
+
+def _plain(value: Any) -> Any:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+
+
+class LayoutDigest:
+    """The layout digest, built by the writer from the row groups it writes (`FileFacts.layout_digest`)."""
+
+    def __init__(self, names: list[str]) -> None:
+        self._hash = hashlib.sha256(json.dumps(list(names)).encode())
+        self._columns = [c for c in DIGEST_COLUMNS if c in names]
+
+    def add(self, rows: int, bounds: list[tuple[Any, Any]]) -> None:
+        self._hash.update(json.dumps([rows, [[_plain(lo), _plain(hi)] for lo, hi in bounds]]).encode())
+
+    def add_table(self, chunk: pa.Table) -> None:
+        """A row group as written: its rows and the min/max of each pruning column, in Parquet's physical values."""
+        bounds = []
+        for name in self._columns:
+            column = chunk.column(name)
+            if pa.types.is_timestamp(column.type):
+                column = column.cast(pa.int64())
+            low, high = pc.min_max(column).values()
+            bounds.append((low.as_py(), high.as_py()))
+        self.add(chunk.num_rows, bounds)
+
+    def hexdigest(self) -> str:
+        return self._hash.hexdigest()
+
+
+def layout_digest_of(meta) -> str:
+    """The layout digest recomputed from a Parquet footer (pyarrow FileMetaData)."""
+    names = [meta.schema.column(i).name for i in range(meta.num_columns)]
+    digest = LayoutDigest(names)
+    index = {name: i for i, name in enumerate(names)}
+    for g in range(meta.num_row_groups):
+        group = meta.row_group(g)
+        bounds = []
+        for name in digest._columns:
+            stats = group.column(index[name]).statistics
+            has = stats is not None and stats.has_min_max
+            bounds.append((stats.min_raw, stats.max_raw) if has else (None, None))
+        digest.add(group.num_rows, bounds)
+    return digest.hexdigest()

@@ -20,7 +20,7 @@ import pyarrow.parquet as pq
 
 from seqlake.errors import SeqlakeError
 from tableformat.checksum import ContentChecksum
-from tableformat.footer import FileFacts
+from tableformat.footer import FileFacts, LayoutDigest
 from tableformat.io import resolve_uri
 from tableformat.layout import DEFAULT_POLICY, LayoutPolicy, parquet_writer_options
 from tableformat.schema import FORMAT_VERSION
@@ -105,9 +105,12 @@ class HistoryFileWriter:
         self._fs, self._path = open_output(uri)
         self._fs.create_dir(self._path.rsplit("/", 1)[0], recursive=True)
         self._sink = self._fs.open_output_stream(self._path)
-        self._writer = pq.ParquetWriter(self._sink, schema, **parquet_writer_options(schema, policy, expected_users))
+        # Page checksums (CRC-32 of every page) let readers refuse a corrupt page instead of decoding it.
+        options = parquet_writer_options(schema, policy, expected_users) | {"write_page_checksum": True}
+        self._writer = pq.ParquetWriter(self._sink, schema, **options)
         self._order = KeyOrder(group_order)
         self._checksum = ContentChecksum(schema)
+        self._layout = LayoutDigest(schema.names)
         self._pending: list[pa.Table] = []  # packed short histories awaiting a row group
         self._pending_rows = 0
         self._user: int | None = None
@@ -194,6 +197,7 @@ class HistoryFileWriter:
             chunk = rows.slice(offset, step).combine_chunks()
             self._writer.write_table(chunk, row_group_size=len(chunk))
             self._checksum.update(chunk)
+            self._layout.add_table(chunk)
             self._row_groups += 1
 
     # -- facts ---------------------------------------------------------------------------------
@@ -237,6 +241,7 @@ class HistoryFileWriter:
             lsn_ranges={str(k): v for k, v in sorted(self._lsn_ranges.items())},
             windows=self._windows,
             checksum=self._checksum.hexdigest(),
+            layout_digest=self._layout.hexdigest(),
         )
         self._writer.add_key_value_metadata(facts.to_metadata())
         self._writer.close()

@@ -39,6 +39,20 @@ def test_default_config_loads_with_feature_groups_and_tenants():
             "column 'item_id' is int32 in 'search' but int64 in 'engagement'",
         ),
         (lambda d: d["feature_groups"]["search"].update(item_column="sku"), "item_column 'sku'"),
+        # Strict types: YAML's true is not the integer 1, a quoted number is not a number.
+        (
+            lambda d: d["layout"].update(bucket_count=True),
+            "layout.bucket_count = True: Input should be a valid integer",
+        ),
+        (lambda d: d["layout"].update(window_seconds="3600"), "layout.window_seconds = '3600'"),
+        (lambda d: d["layout"].update(max_runs=4.0), "layout.max_runs = 4.0"),
+        (lambda d: d["generator"].update(late_share=False), "generator.late_share = False"),
+        (lambda d: d["tenants"]["retrieval"].update(max_length=True), "tenants.retrieval.max_length = True"),
+        (lambda d: d["warehouse"].update(path=5), "warehouse.path = 5"),
+        (
+            lambda d: d["feature_groups"]["purchase"]["columns"]["currency"].update(max_length="3"),
+            "feature_groups.purchase.columns.currency.max_length = '3'",
+        ),
     ],
 )
 def test_invalid_config_names_key_and_value(edit, expected):
@@ -48,6 +62,7 @@ def test_invalid_config_names_key_and_value(edit, expected):
         parse_config(data, "seqlake.yaml")
     assert expected in str(error.value)
     assert "seqlake.yaml" in str(error.value)
+    assert "\n" not in str(error.value)  # one line, as the command prints it
 
 
 def test_bit_or_on_a_string_column_is_rejected():

@@ -1,0 +1,122 @@
+"""Verified reads of seqlake's Parquet files: a corrupt, truncated or missing file is one clear error.
+
+Files are written with Parquet page checksums (CRC-32 of every page, `tableformat.writer`); opening
+them with `open_verified` makes pyarrow check each page it decodes, so a flipped bit fails the read
+instead of turning into wrong rows. Parquet has no checksum over its footer, so `verified_footer`
+compares the footer with the layout digest the writer stored in it (`FileFacts.layout_digest`): a
+flipped row-group statistic would otherwise make a lookup skip the user's rows. `verified_file` opens
+the file and turns whatever pyarrow or the operating system raises while it is read (a missing file,
+a short read, undecodable metadata, a checksum mismatch) into one `CorruptFileError` that names the
+table, the file and what is wrong:
+
+    with verified_file(fs, uri) as handle:
+        meta = verified_footer(handle, uri)
+        parquet = open_verified(handle, metadata=meta, pre_buffer=False)
+        rows = parquet.read_row_groups(groups, columns=columns)
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from seqlake.errors import SeqlakeError
+from tableformat.footer import FileFacts, layout_digest_of
+from tableformat.io import read_footer
+
+# Errors pyarrow, the file system and footer parsing raise on damaged bytes (ArrowInvalid is a ValueError).
+DAMAGE = (OSError, EOFError, pa.ArrowException, ValueError, KeyError, IndexError, UnicodeDecodeError, struct.error)
+
+
+class CorruptFileError(SeqlakeError):
+    """A table's data file cannot be read as written: missing, truncated or corrupt. Never rows from it."""
+
+    def __init__(self, table: str, uri: str, problem: str) -> None:
+        super().__init__(f"table {table}: file {uri}: {problem}")
+        self.table, self.uri, self.problem = table, uri, problem
+
+
+def table_of(uri: str) -> str:
+    """The table a data file belongs to: the folder above its `data/` folder (Iceberg's layout)."""
+    head = uri.rsplit("/data/", 1)[0] if "/data/" in uri else uri.rsplit("/", 1)[0]
+    return head.rstrip("/").rsplit("/", 1)[-1] or uri
+
+
+def describe(error: BaseException) -> str:
+    """What is wrong with a file, in words, from the error reading it raised."""
+    text = " ".join(str(error).split()) or type(error).__name__
+    if isinstance(error, FileNotFoundError):
+        return "missing (the file does not exist)"
+    if "CRC checksum" in text or "page integrity" in text:
+        return f"corrupt page (checksum mismatch): {text}"
+    if any(s in text for s in ("end of stream", "end of file", "file size", "PAR1", "magic", "too small")):
+        return f"truncated or not a Parquet file: {text}"
+    if "thrift" in text.lower() or "metadata" in text.lower():
+        return f"corrupt metadata: {text}"
+    if isinstance(error, PermissionError):
+        return f"unreadable (permission denied): {text}"
+    return f"corrupt or unreadable ({type(error).__name__}): {text}"
+
+
+def check_footer(meta: pq.FileMetaData, uri: str) -> pq.FileMetaData:
+    """`meta`, if it is the footer its writer wrote (layout digest); else CorruptFileError."""
+    try:
+        facts = FileFacts.from_metadata(meta.metadata)
+        if facts is None or not facts.layout_digest:
+            return meta  # not a seqlake history file, or written before the digest: nothing to compare
+        actual = layout_digest_of(meta)
+    except DAMAGE as error:
+        raise CorruptFileError(table_of(uri), uri, f"corrupt metadata: {describe(error)}") from error
+    if actual != facts.layout_digest:
+        raise CorruptFileError(
+            table_of(uri),
+            uri,
+            "corrupt metadata: the footer's schema or row-group statistics differ from what was written",
+        )
+    return meta
+
+
+def verified_footer(handle: pa.NativeFile, uri: str) -> pq.FileMetaData:
+    """The file's footer (two exact reads, `tableformat.io.read_footer`), checked against its layout digest."""
+    size = handle.size()
+    if size >= 12:
+        handle.seek(size - 8)
+        tail = handle.read(8)
+        length = int.from_bytes(tail[:4], "little")
+    if size < 12 or tail[4:] != b"PAR1" or length > size - 12:
+        raise CorruptFileError(
+            table_of(uri), uri, f"truncated or not a Parquet file ({size} bytes, no complete footer)"
+        )
+    return check_footer(read_footer(handle), uri)
+
+
+def open_verified(source: pa.NativeFile | str, **options) -> pq.ParquetFile:
+    """A ParquetFile whose reads check every page's checksum (pages written without one are read as they are)."""
+    return pq.ParquetFile(source, page_checksum_verification=True, **options)
+
+
+@contextmanager
+def verified_file(fs: pa.fs.FileSystem, path: str, uri: str | None = None) -> Iterator[pa.NativeFile]:
+    """Open `path` on `fs`; any damage met while the block reads it is raised as CorruptFileError."""
+    uri = uri or path
+    try:
+        with fs.open_input_file(path) as handle:
+            yield handle
+    except CorruptFileError:
+        raise
+    except DAMAGE as error:
+        raise CorruptFileError(table_of(uri), uri, describe(error)) from error
+
+
+def read_verified(uri: str, columns: list[str] | None = None) -> pa.Table:
+    """Every row of a local or remote Parquet file (optionally some columns), pages verified."""
+    from tableformat.writer import open_output
+
+    fs, path = open_output(uri)
+    with verified_file(fs, path, uri) as handle:
+        meta = verified_footer(handle, uri)
+        return open_verified(handle, metadata=meta).read(columns=columns)
