@@ -59,10 +59,11 @@ class Lake:
     delivered: int = 0  # chunks landed in the raw source so far
 
 
-def new_lake(lake_config: Config, max_runs: int = 2) -> Lake:
+def new_lake(lake_config: Config, max_runs: int = 2, seed: int | None = None, **generator) -> Lake:
     """A fresh namespace (raw source, history, detail) and landing tier on the session's warehouse."""
     n = next(_lakes)
-    spec = GeneratorSpec.model_validate({**lake_config.generator.model_dump(), **GENERATOR, "seed": 100 + n})
+    chosen = {**GENERATOR, **generator, "seed": 100 + n if seed is None else seed}
+    spec = GeneratorSpec.model_validate({**lake_config.generator.model_dump(), **chosen})
     layout = lake_config.layout.model_copy(update={"bucket_count": 2, "max_runs": max_runs})
     warehouse = lake_config.warehouse.model_copy(update={"namespace": f"races{n}"})
     config = lake_config.model_copy(update={"generator": spec, "layout": layout, "warehouse": warehouse})
