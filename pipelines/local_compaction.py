@@ -13,13 +13,12 @@ import pyarrow as pa
 from pipelines.aggregation import aggregation_sql, dedupe_sql
 from seqlake.config import Config
 from seqlake.duckdb_session import connect
-from tableformat.schema import KEY_COLUMNS, TIMESTAMP_US, history_arrow_schema
+from tableformat.schema import STORAGE_ORDER, TIMESTAMP_US, history_arrow_schema
 
 _EVENTS = "_seqlake_window_landing"
 _PUBLISHED = "_seqlake_published_ids"
 _WINDOW_EVENTS = "_seqlake_window_events"
-# The history key plus source_partition: `lsn` is unique within a source partition, so this order is total.
-SORT_COLUMNS = (*KEY_COLUMNS, "source_partition")
+SORT_COLUMNS = STORAGE_ORDER
 
 
 def _microseconds_utc(table: pa.Table) -> pa.Table:

@@ -23,7 +23,7 @@ from tableformat.footer import FileFacts
 from tableformat.layout import DEFAULT_POLICY, LayoutPolicy
 from tableformat.registry import history_file_uri
 from tableformat.run_writer import check_run_id, write_run
-from tableformat.schema import KEY_COLUMNS, history_arrow_schema
+from tableformat.schema import STORAGE_ORDER, history_arrow_schema
 from tableformat.writer import WrittenFile
 
 FILE_ROW_SCHEMA = "uri string, bucket int, file_size long, row_groups int, facts string"
@@ -89,7 +89,7 @@ def write_run_with_spark(
     staged = (
         with_bucket(df.select(*names), config)
         .repartition(bucket_count, BUCKET)
-        .sortWithinPartitions(BUCKET, *KEY_COLUMNS)
+        .sortWithinPartitions(BUCKET, *STORAGE_ORDER)
     )
     rows = staged.mapInArrow(write_partition, FILE_ROW_SCHEMA).collect()
     return [

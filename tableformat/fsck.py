@@ -24,7 +24,7 @@ from tableformat.bucketing import bucket_of
 from tableformat.checksum import ContentChecksum
 from tableformat.footer import FileFacts
 from tableformat.registry import FORMAT_PROPERTY, GROUPS_PROPERTY, live_runs, run_id_of_path
-from tableformat.schema import FORMAT_VERSION, KEY_COLUMNS
+from tableformat.schema import FORMAT_VERSION, KEY_COLUMNS, STORAGE_ORDER
 from tableformat.writer import KeyOrder, UnsortedInputError, open_output
 
 
@@ -100,7 +100,7 @@ def _check_content(path: str, parquet: pq.ParquetFile, facts: FileFacts, group_o
         try:
             order.check(batch)
         except UnsortedInputError as error:
-            _fail(path, f"rows are not sorted by {KEY_COLUMNS}: {error}")
+            _fail(path, f"rows are not sorted by {STORAGE_ORDER}: {error}")
         buckets = bucket_of(batch.column("user_id"), bucket_count)
         if not np.all(buckets == facts.bucket):
             _fail(path, f"holds users of bucket(s) {sorted(set(buckets.tolist()) - {facts.bucket})}")

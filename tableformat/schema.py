@@ -20,6 +20,9 @@ from seqlake.events import ARROW_TYPES
 
 FORMAT_VERSION = "1"
 KEY_COLUMNS = ("user_id", "feature_group", "event_ts", "lsn")
+# The order rows are stored in: the key, then the source partition (LSNs count per partition, so
+# two partitions may give one user equal keys; the partition makes the order total).
+STORAGE_ORDER = (*KEY_COLUMNS, "source_partition")
 TIMESTAMP_US = pa.timestamp("us", tz="UTC")
 FIELD_ID = b"PARQUET:field_id"
 

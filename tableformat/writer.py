@@ -44,11 +44,14 @@ def open_output(uri: str) -> tuple[pafs.FileSystem, str]:
 
 
 class KeyOrder:
-    """Checks that keys strictly increase, within and across batches."""
+    """Checks that rows strictly increase in storage order, within and across batches: the key
+    (user_id, feature group rank, event_ts, lsn), then source_partition. LSNs count per source
+    partition, so two partitions may give one user equal keys (two imports of one user's events);
+    the partition breaks the tie."""
 
     def __init__(self, group_order: Sequence[str]) -> None:
         self.groups = pa.array(sorted(group_order))
-        self.last: tuple[int, int, int, int] | None = None
+        self.last: tuple[int, ...] | None = None
 
     def keys(self, batch: pa.RecordBatch) -> tuple[np.ndarray, ...]:
         ranks = pc.index_in(batch.column("feature_group"), value_set=self.groups)
@@ -60,26 +63,24 @@ class KeyOrder:
             ranks.to_numpy(),
             batch.column("event_ts").cast(pa.int64()).to_numpy(),
             batch.column("lsn").to_numpy(),
+            batch.column("source_partition").cast(pa.int64()).to_numpy(),
         )
 
     def check(self, batch: pa.RecordBatch) -> None:
-        u, g, t, s = self.keys(batch)
+        columns = self.keys(batch)
         if self.last is not None:
-            u = np.concatenate([[self.last[0]], u])
-            g = np.concatenate([[self.last[1]], g])
-            t = np.concatenate([[self.last[2]], t])
-            s = np.concatenate([[self.last[3]], s])
+            columns = tuple(np.concatenate([[last], column]) for last, column in zip(self.last, columns, strict=True))
         # Element-wise comparisons, not np.diff: differences of int64 keys can overflow.
-        gt = [x[1:] > x[:-1] for x in (u, g, t, s)]
-        eq = [x[1:] == x[:-1] for x in (u, g, t, s)]
-        increasing = gt[0] | (eq[0] & (gt[1] | (eq[1] & (gt[2] | (eq[2] & gt[3])))))
+        increasing = np.zeros(len(columns[0]) - 1, dtype=bool)
+        for column in reversed(columns):
+            increasing = (column[1:] > column[:-1]) | ((column[1:] == column[:-1]) & increasing)
         if not increasing.all():
             i = int(np.argmin(increasing))
             raise UnsortedInputError(
-                f"key {(int(u[i + 1]), int(g[i + 1]), int(t[i + 1]), int(s[i + 1]))} does not follow "
-                f"{(int(u[i]), int(g[i]), int(t[i]), int(s[i]))} (user, group rank, event_ts, lsn)"
+                f"key {tuple(int(c[i + 1]) for c in columns)} does not follow {tuple(int(c[i]) for c in columns)} "
+                "(user, group rank, event_ts, lsn, source partition)"
             )
-        self.last = (int(u[-1]), int(g[-1]), int(t[-1]), int(s[-1]))
+        self.last = tuple(int(c[-1]) for c in columns)
 
 
 class HistoryFileWriter:

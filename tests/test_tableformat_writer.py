@@ -149,3 +149,13 @@ def test_unsorted_or_repeated_keys_are_refused_and_leave_no_file(config, tmp_pat
 def test_policy_validates_itself():
     with pytest.raises(ValueError, match="bloom_filter_fpp must be between 0 and 1"):
         LayoutPolicy(bloom_filter_fpp=1.5)
+
+
+def test_equal_keys_from_two_source_partitions_are_ordered_by_partition(config, tmp_path):
+    # LSNs count per source partition: two imports of one user's events can give equal keys.
+    row = one_bucket(config, {1: 1})
+    other = pa.Table.from_pylist([{**row.to_pylist()[0], "source_partition": 9}], schema=row.schema)
+    written = write(config, pa.concat_tables([row, other]), tmp_path / "tie.parquet")
+    assert written.facts.row_count == 2
+    with pytest.raises(UnsortedInputError, match="source partition"):
+        write(config, pa.concat_tables([other, row]), tmp_path / "tie_reversed.parquet")
