@@ -36,7 +36,7 @@ from seqlake.duckdb_session import connect
 from tableformat.bucketing import bucket_of
 from tableformat.registry import RunRecord, commit_runs, files_of_runs, history_file_uri, live_runs, published_windows
 from tableformat.run_writer import write_run
-from tableformat.schema import KEY_COLUMNS, history_arrow_schema
+from tableformat.schema import STORAGE_ORDER, history_arrow_schema
 
 BATCH_ROWS = 65_536
 
@@ -106,9 +106,9 @@ def _window_lsns(con, paths: LandingPaths, windows: list[int]) -> dict[int, int]
 
 
 def _bucket_ordered(rows: pa.Table, bucket_count: int) -> pa.Table:
-    """Rows in the writer's order: (bucket of user_id, user_id, feature_group, event_ts, lsn)."""
+    """Rows in the writer's order: the bucket of user_id, then the storage order."""
     with_bucket = rows.append_column("_bucket", pa.array(bucket_of(rows["user_id"], bucket_count), pa.int32()))
-    order = [("_bucket", "ascending")] + [(k, "ascending") for k in KEY_COLUMNS]
+    order = [("_bucket", "ascending")] + [(k, "ascending") for k in STORAGE_ORDER]
     return with_bucket.sort_by(order).drop_columns(["_bucket"])
 
 
@@ -153,7 +153,7 @@ def compact_batch_duckdb(
 
 
 def _merged_buckets(con, by_bucket: dict[int, list[str]], names: list[str]) -> Iterator[pa.RecordBatch]:
-    order = ", ".join(KEY_COLUMNS)
+    order = ", ".join(STORAGE_ORDER)
     columns = ", ".join(names)
     for bucket in sorted(by_bucket):
         reader = con.execute(
