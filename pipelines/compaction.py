@@ -228,6 +228,8 @@ def compact_batch(
 ) -> CompactionResult:
     """Publish closed windows as one sorted run that holds exactly them; windows published already
     are left out (all of them: a no-op)."""
+    if not windows:
+        raise SeqlakeError("no windows to compact")
     history, _ = history_tables(config)
     published = published_windows(history)
     todo = sorted(set(windows) - published)

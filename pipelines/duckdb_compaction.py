@@ -33,6 +33,7 @@ from pipelines.landing import LandingPaths
 from pipelines.parse import landing_schema
 from seqlake.config import Config
 from seqlake.duckdb_session import connect
+from seqlake.errors import SeqlakeError
 from tableformat.bucketing import bucket_of
 from tableformat.registry import RunRecord, commit_runs, files_of_runs, history_file_uri, live_runs, published_windows
 from tableformat.run_writer import write_run
@@ -116,6 +117,8 @@ def compact_batch_duckdb(
     config: Config, paths: LandingPaths, windows: list[int], *, fail_at: str | None = None
 ) -> CompactionResult:
     """`pipelines.compaction.compact_batch` on DuckDB: the same run content, no Spark session."""
+    if not windows:
+        raise SeqlakeError("no windows to compact")
     history, detail = history_tables(config)
     published = published_windows(history)
     todo = sorted(set(windows) - published)
