@@ -15,14 +15,13 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema
 
+from pipelines.compaction import HISTORY
 from pipelines.landing import LandingPaths, append_idempotent, last_applied_version
 from pipelines.parse import QUARANTINE_SCHEMA, landing_schema, parse_batch, parsed_schema
 from seqlake.catalog import load_existing_table, open_catalog, spark_name, table_identifier
 from seqlake.config import Config
 from seqlake.progress import Progress
 from tableformat.registry import published_windows
-
-HISTORY = "history"  # the table compaction publishes to (pipelines.compaction.HISTORY)
 
 
 @dataclass

@@ -67,4 +67,7 @@ def load_existing_table(config: Config, table: str) -> Table:
     identifier = table_identifier(config, table)
     if not catalog.table_exists(identifier):
         raise SchemaError(f"table {identifier} does not exist in the catalog at {masked_uri(config.catalog_uri())}")
-    return catalog.load_table(identifier)
+    from tableformat.registry import check_matches_config  # tableformat depends on seqlake, not back
+
+    # A table bucketed by user must be read and written with its own bucket count.
+    return check_matches_config(catalog.load_table(identifier), config, check_schema=False)

@@ -108,6 +108,14 @@ def test_a_window_left_out_of_a_merge_stays_publishable(tmp_path: Path) -> None:
     assert f"window {H0 + 1} already published" in again.stderr
     assert_every_event_once(config, len(lines))
 
+    # A changed bucket count would look for users in the wrong files: refused, naming both values.
+    changed = yaml.safe_load(config.read_text())
+    changed["layout"]["bucket_count"] = 4
+    config.write_text(yaml.safe_dump(changed, sort_keys=False))
+    for command in (("history", "--user", "1000000001"), ("compact", "--end-of-stream"), ("fsck",)):
+        refused = seqlake(config, *command, expect=2)
+        assert "bucket(2, user_id)" in refused.stderr and "layout.bucket_count is 4" in refused.stderr
+
 
 @pytest.mark.parametrize("engine", ["spark", "duckdb"])
 def test_old_events_imported_after_their_windows_were_published_reach_history(tmp_path: Path, engine: str) -> None:
