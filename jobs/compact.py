@@ -1,18 +1,18 @@
-"""Close processing windows: publish each closed window's events as one sorted run of the history
-table, then merge runs when there are more than `layout.max_runs`. Re-running is always safe.
-Usable as `seqlake compact` or `spark-submit jobs/compact.py`.
+"""Close processing windows: publish every closed, unpublished window's events in sorted runs of the
+history table, a backlog in batches of at most `layout.compaction_batch_rows` landing rows (one pass
+and one commit each), then merge runs when there are more than `layout.max_runs`. Re-running is
+always safe. Usable as `seqlake compact` or `spark-submit jobs/compact.py`.
 """
 
 from __future__ import annotations
 
-import argparse
 import sys
 
-from pipelines.compaction import compact_window, history_tables, merge_runs_if_needed, published_windows
+from pipelines.compaction import compact_batch, history_tables, merge_runs_if_needed, plan_batches, published_windows
 from pipelines.landing import landing_paths
 from pipelines.publication_check import landing_windows
 from pipelines.windows import LandedWindows
-from seqlake.cli_args import integer_at_least
+from seqlake.cli_args import ArgumentParser, integer_at_least
 from seqlake.config import load_config
 from seqlake.errors import SeqlakeError
 from seqlake.progress import Progress
@@ -20,7 +20,7 @@ from seqlake.spark_session import spark_session
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="seqlake compact", description=__doc__)
+    parser = ArgumentParser(prog="seqlake compact", description=__doc__)
     parser.add_argument("--config", help="configuration YAML (default: conf/seqlake.yaml)")
     parser.add_argument(
         "--window",
@@ -31,6 +31,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--end-of-stream", action="store_true", help="treat every landed window as closed (no more arrivals)"
     )
+    parser.add_argument(
+        "--engine",
+        choices=("spark", "duckdb"),
+        default="spark",
+        help="spark (default; local mode or SEQLAKE_SPARK_MASTER) or duckdb (in-process, no JVM); same runs",
+    )
     args = parser.parse_args(argv)
     config = load_config(args.config)
     paths = landing_paths(config)
@@ -39,17 +45,39 @@ def main(argv: list[str] | None = None) -> int:
     state = landing_windows(paths)  # DuckDB: a refused request costs no JVM start
     if args.window:
         check_requested(args.window, state, args.end_of_stream)
-    spark = spark_session(config, "seqlake-compact")
+    if args.engine == "spark":
+        spark = spark_session(config, "seqlake-compact")
+
+        def compact(batch: list[int]):
+            return compact_batch(spark, config, paths, batch)
+
+        def merge() -> str | None:
+            return merge_runs_if_needed(spark, config)
+    else:
+        from pipelines.duckdb_compaction import compact_batch_duckdb, merge_runs_if_needed_duckdb
+
+        def compact(batch: list[int]):
+            return compact_batch_duckdb(config, paths, batch)
+
+        def merge() -> str | None:
+            return merge_runs_if_needed_duckdb(config)
+
     windows = args.window or [w for w in state.closed(args.end_of_stream) if w not in done]
-    progress = Progress("compact", every=0)
-    for window in windows:
-        result = compact_window(spark, config, paths, window)
+    progress = Progress("compact", every=0, rows_unit="events", steps_unit="windows", show_bytes=False)
+    for window in sorted(set(windows) & done):
+        progress.add(note=f"window {window} already published: nothing to do")
+    todo = {w: state.rows.get(w, 0) for w in windows if w not in done}
+    batches = plan_batches(todo, config.layout.compaction_batch_rows)
+    for batch in batches:
+        result = compact(batch)
+        span = f"window {batch[0]}" if len(batch) == 1 else f"windows {batch[0]}..{batch[-1]} ({len(batch)})"
         outcome = "published" if result.published else "already published"
-        progress.add(rows=result.rows, steps=1, note=f"window {window} {outcome}: {result.events:,} events")
-        merged = merge_runs_if_needed(spark, config)
+        progress.add(rows=result.events, steps=len(batch), note=f"{span} {outcome}: {result.events:,} events")
+        merged = merge()
         if merged:
             progress.add(note=f"merged runs into {merged}")
-    progress.done(f"{len(windows)} windows" if windows else "nothing to do: no closed window awaits publication")
+    summary = f"{len(todo)} windows in {len(batches)} batch(es)"
+    progress.done(summary if todo else "nothing to do: no closed window awaits publication")
     return 0
 
 

@@ -67,6 +67,20 @@ def dedupe_sql(source: str, dialect: Dialect = "spark") -> str:
     return _transpile(sql, dialect)  # DuckDB spells EXCEPT as EXCLUDE; sqlglot rewrites it
 
 
+def first_arrivals_sql(source: str, retention_windows: int, dialect: Dialect = "spark") -> str:
+    """Keep each event id's first arrival: the first by (source_partition, lsn) in the earliest window
+    it arrived in; a copy in a later window counts again only when more than `retention_windows`
+    windows after the previous one (what the detail table can still tell). Over one window this is
+    `dedupe_sql`; over several it gives each window what compacting it alone would."""
+    sql = f"""
+    SELECT * EXCEPT (_previous_window) FROM (
+      SELECT *, lag(window_id) OVER (PARTITION BY event_id ORDER BY window_id, source_partition, lsn)
+        AS _previous_window
+      FROM {source}
+    ) WHERE _previous_window IS NULL OR _previous_window < window_id - {int(retention_windows)}"""
+    return _transpile(sql, dialect)
+
+
 def aggregation_sql(
     config: Config, source: str, dialect: Dialect = "spark", group_by_extra: tuple[str, ...] = ()
 ) -> str:

@@ -1,11 +1,15 @@
-"""Window-close compaction on Spark: a closed window's landing rows become one sorted run.
+"""Window-close compaction on Spark: closed windows' landing rows become one sorted run.
 
-Steps, each safe to repeat: deduplicate the window's events (first arrival of an event id wins;
-ids already published by earlier windows are dropped), aggregate per (user, feature group, item)
-with the declared merge operators, write the run's files, keep the original events in the detail
-table, then publish the run in one Iceberg commit that records the window and the LSN frontier.
-A window already published is a no-op; a job killed anywhere leaves nothing visible and succeeds when
-run again; of two jobs racing on one window, one publishes and the other finds it published.
+A batch is one closed window (the steady state) or many (a backlog: an import, a job that was down),
+compacted in one pass: one read of their landing rows, one aggregation grouped by (window, user,
+feature group, item) with the declared merge operators, one run holding exactly those windows, one
+detail write and one Iceberg commit that records them and the LSN frontier.
+
+Steps, each safe to repeat: deduplicate (an event id counts in the earliest landing window it arrived
+in, at its first arrival; ids that published windows hold drop), aggregate, write the run's files,
+keep the original events in the detail table, publish. A window already published is a no-op; a job
+killed anywhere leaves nothing visible and succeeds when run again; of two jobs racing on one window,
+one publishes and the other finds it published.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from pyiceberg.transforms import BucketTransform, IdentityTransform
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from pipelines.aggregation import aggregation_sql, dedupe_sql
+from pipelines.aggregation import aggregation_sql, first_arrivals_sql
 from pipelines.landing import LandingPaths, delta_exists
 from pipelines.parse import landing_schema
 from pipelines.spark_history import write_run_with_spark
@@ -56,16 +60,24 @@ class SimulatedCrash(SeqlakeError):
 
 @dataclass(frozen=True)
 class CompactionResult:
-    window_id: int
+    window_id: int  # the batch's last window
     run_id: str
-    published: bool  # False: the window was published before (no-op)
+    published: bool  # False: the windows were published before (no-op)
     events: int = 0
     rows: int = 0
     files: int = 0
+    windows: tuple[int, ...] = ()  # the windows the published run holds
 
 
 def window_run_id(window_id: int) -> str:
     return f"w{window_id}"
+
+
+def batch_run_id(windows: list[int]) -> str:
+    """`w<window>` for one window, `b<first>t<last>n<count>` for a batch of several."""
+    if len(windows) == 1:
+        return window_run_id(windows[0])
+    return f"b{windows[0]}t{windows[-1]}n{len(windows)}"
 
 
 def history_tables(config: Config) -> tuple[Table, Table]:
@@ -111,29 +123,49 @@ def _crash(point: str, fail_at: str | None) -> None:
         raise SimulatedCrash(f"simulated crash at {point}")
 
 
-def window_events(
-    spark: SparkSession, config: Config, paths: LandingPaths, window_id: int, published: set[int]
+def batch_events(
+    spark: SparkSession, config: Config, paths: LandingPaths, windows: list[int], published: set[int]
 ) -> DataFrame:
-    """The window's events, each once.
+    """The batch's events, each once.
 
     An event id belongs to the earliest landing window it arrived in (within the detail retention),
     and within a window to its first arrival: a pure function of the landing tier, so windows
-    compacted in any order, or at the same time, agree on where each event goes. Ids that a published
-    window holds in detail drop too (an old event imported again after its window was published)."""
+    compacted in any order, in any batches, or at the same time, agree on where each event goes. Ids
+    that a published window holds in detail drop too (an old event imported again after its window
+    was published)."""
+    retention = config.layout.detail_retention_windows
     landing = spark.read.format("delta").load(paths.events)
-    # View names carry the window: windows compacted in parallel threads of one session stay apart.
-    landing.where(F.col("window_id") == window_id).createOrReplaceTempView(f"_seqlake_landing_w{window_id}")
-    events = spark.sql(dedupe_sql(f"_seqlake_landing_w{window_id}"))
-    horizon = window_id - config.layout.detail_retention_windows
-    earlier = landing.where((F.col("window_id") < window_id) & (F.col("window_id") >= horizon)).select("event_id")
-    events = events.join(earlier, "event_id", "left_anti")
+    window = F.col("window_id")
+    # View names carry the batch: batches compacted in parallel threads of one session stay apart.
+    view = f"_seqlake_landing_{batch_run_id(windows)}"
+    landing.where(window.isin(windows)).createOrReplaceTempView(view)
+    events = spark.sql(first_arrivals_sql(view, retention)).alias("e")
+    e_window, e_id = F.col("e.window_id"), F.col("e.event_id")
+    # Arrivals in earlier windows outside the batch (published ones, or ones left for later).
+    earlier = (
+        landing.where((window >= windows[0] - retention) & (window < windows[-1]) & ~window.isin(windows))
+        .select("event_id", "window_id")
+        .alias("x")
+    )
+    seen_earlier = (F.col("x.event_id") == e_id) & (F.col("x.window_id") < e_window)
+    seen_earlier &= F.col("x.window_id") >= e_window - retention
+    events = events.join(earlier, seen_earlier, "left_anti")
     # Only published windows' detail counts: detail rows of a window whose commit failed are not
     # published events and must not hide an event from the window it belongs to.
-    elsewhere = sorted(w for w in published if w != window_id and w >= horizon)
+    elsewhere = sorted(w for w in published if w >= windows[0] - retention and w not in windows)
     if elsewhere:
-        held = spark.table(spark_name(config, DETAIL)).where(F.col("window_id").isin(elsewhere)).select("event_id")
-        events = events.join(held, "event_id", "left_anti")
+        held = spark.table(spark_name(config, DETAIL)).where(window.isin(elsewhere)).select("event_id", "window_id")
+        held = held.alias("d")
+        in_detail = (F.col("d.event_id") == e_id) & (F.col("d.window_id") >= e_window - retention)
+        events = events.join(held, in_detail, "left_anti")
     return events.select(*landing_schema(config).names)
+
+
+def window_events(
+    spark: SparkSession, config: Config, paths: LandingPaths, window_id: int, published: set[int]
+) -> DataFrame:
+    """One window's events, each once (see `batch_events`)."""
+    return batch_events(spark, config, paths, [window_id], published)
 
 
 def published_frontier(history: Table) -> dict[int, int]:
@@ -145,9 +177,9 @@ def published_frontier(history: Table) -> dict[int, int]:
     return {}
 
 
-def window_lsns(spark: SparkSession, paths: LandingPaths, window_id: int) -> dict[int, int]:
-    """Per source partition, the highest LSN of the window's records (landed or quarantined). LSNs grow
-    with arrival, so only this window's partition of the landing tier is read, never the whole of it."""
+def window_lsns(spark: SparkSession, paths: LandingPaths, windows: list[int]) -> dict[int, int]:
+    """Per source partition, the highest LSN of the windows' records (landed or quarantined). LSNs
+    grow with arrival, so only these windows' partitions of the landing tier are read."""
     highest: dict[int, int] = {}
     for path in (paths.events, paths.quarantine):
         if not delta_exists(spark, path):
@@ -155,7 +187,7 @@ def window_lsns(spark: SparkSession, paths: LandingPaths, window_id: int) -> dic
         rows = (
             spark.read.format("delta")
             .load(path)
-            .where(F.col("window_id") == window_id)
+            .where(F.col("window_id").isin(windows))
             .groupBy("source_partition")
             .agg(F.max("lsn").alias("lsn"))
             .collect()
@@ -166,8 +198,8 @@ def window_lsns(spark: SparkSession, paths: LandingPaths, window_id: int) -> dic
 
 
 def lsn_frontier(history: Table, window_lsn: dict[int, int]) -> dict[str, int]:
-    """The frontier once the window is published: per source partition, the highest LSN of the
-    window's records or of what was published before."""
+    """The frontier once the windows are published: per source partition, the highest LSN of their
+    records or of what was published before."""
     frontier = published_frontier(history)
     for partition, lsn in window_lsn.items():
         frontier[partition] = max(frontier.get(partition, -1), lsn)
@@ -183,53 +215,103 @@ def compact_window(
     fail_at: str | None = None,
 ) -> CompactionResult:
     """Publish closed window `window_id` as one sorted run (or do nothing if it is published)."""
-    history, _ = history_tables(config)
-    run_id = window_run_id(window_id)
-    published = published_windows(history)
-    if window_id in published:
-        return CompactionResult(window_id, run_id, published=False)
+    return compact_batch(spark, config, paths, [window_id], fail_at=fail_at)
 
-    events = window_events(spark, config, paths, window_id, published).persist()
+
+def compact_batch(
+    spark: SparkSession,
+    config: Config,
+    paths: LandingPaths,
+    windows: list[int],
+    *,
+    fail_at: str | None = None,
+) -> CompactionResult:
+    """Publish closed windows as one sorted run that holds exactly them; windows published already
+    are left out (all of them: a no-op)."""
+    if not windows:
+        raise SeqlakeError("no windows to compact")
+    history, _ = history_tables(config)
+    published = published_windows(history)
+    todo = sorted(set(windows) - published)
+    if not todo:
+        last = max(windows)
+        return CompactionResult(last, batch_run_id(sorted(windows)), published=False)
+    run_id = batch_run_id(todo)
+
+    events = batch_events(spark, config, paths, todo, published).persist()
     try:
-        events.createOrReplaceTempView(f"_seqlake_events_w{window_id}")
-        rows = spark.sql(aggregation_sql(config, f"_seqlake_events_w{window_id}")).select(
-            *history_arrow_schema(config).names
-        )
+        events.createOrReplaceTempView(f"_seqlake_events_{run_id}")
+        sql = aggregation_sql(config, f"_seqlake_events_{run_id}", group_by_extra=("window_id",))
+        rows = spark.sql(sql).select(*history_arrow_schema(config).names)
         _crash("before_write", fail_at)
         files = write_run_with_spark(rows, history, config, run_id)
         _crash("after_write", fail_at)
-        # Replace the window's partition, never append: a re-run after a failed commit, or a job racing
-        # on the same window, replaces the same events instead of adding them again.
+        # Replace the windows' partitions, never append: a re-run after a failed commit, or a job
+        # racing on the same windows, replaces the same events instead of adding them again.
         events.writeTo(spark_name(config, DETAIL)).option(
-            "snapshot-property.seqlake.window-id", str(window_id)
-        ).overwrite(F.col("window_id") == F.lit(window_id))
+            "snapshot-property.seqlake.window-id", str(todo[-1])
+        ).overwrite(F.col("window_id").isin(todo))
         _crash("after_detail", fail_at)
         event_count = events.count()
     finally:
         events.unpersist()
 
+    own_lsns = window_lsns(spark, paths, todo)
+    return publish_batch(history, todo, files, own_lsns, event_count, fail_at=fail_at)
+
+
+def publish_batch(
+    history: Table,
+    windows: list[int],
+    files: list,
+    own_lsns: dict[int, int],
+    event_count: int,
+    *,
+    fail_at: str | None = None,
+) -> CompactionResult:
+    """Commit a written batch run (any engine); a lost race retries on the new snapshot, or removes
+    the files when the windows were published by someone else."""
+    run_id = batch_run_id(windows)
     row_count = sum(f.facts.row_count for f in files)
-    record = RunRecord(run_id, "window", [window_id], len(files), row_count)
-    own_lsns = window_lsns(spark, paths, window_id)
+    record = RunRecord(run_id, "window" if len(windows) == 1 else "batch", windows, len(files), row_count)
     for _ in range(COMMIT_ATTEMPTS):
         properties = {
-            "seqlake.window-id": str(window_id),
+            "seqlake.window-id": str(windows[-1]),
             "seqlake.frontier": json.dumps(lsn_frontier(history, own_lsns)),
         }
+        if len(windows) > 1:
+            properties["seqlake.windows"] = json.dumps(windows)
         try:
             commit_runs(history, [(record, files)], snapshot_properties=properties)
             break
         except WindowsAlreadyPublished:
-            # Another job published this window first: ours becomes a no-op and leaves no file behind.
+            # Another job published these windows first: ours becomes a no-op and leaves no file behind.
             delete_files([f.uri for f in files])
-            return CompactionResult(window_id, run_id, published=False)
+            return CompactionResult(windows[-1], run_id, published=False)
         except RunsChanged:
             history.refresh()  # another window or a merge committed first: decide again on the new state
     else:
         delete_files([f.uri for f in files])
-        raise RunsChanged(f"window {window_id}: the history table kept changing; run compact again")
+        raise RunsChanged(f"windows {windows[0]}..{windows[-1]}: the history table kept changing; run compact again")
     _crash("after_commit", fail_at)
-    return CompactionResult(window_id, run_id, True, event_count, row_count, len(files))
+    return CompactionResult(windows[-1], run_id, True, event_count, row_count, len(files), tuple(windows))
+
+
+def plan_batches(window_rows: dict[int, int], max_rows: int) -> list[list[int]]:
+    """Windows (ascending) cut into batches of at most `max_rows` landing rows each; a window larger
+    than the bound is a batch of its own. Bounds the memory and the size of each pass."""
+    batches: list[list[int]] = []
+    current: list[int] = []
+    rows = 0
+    for window in sorted(window_rows):
+        if current and rows + window_rows[window] > max_rows:
+            batches.append(current)
+            current, rows = [], 0
+        current.append(window)
+        rows += window_rows[window]
+    if current:
+        batches.append(current)
+    return batches
 
 
 def merge_run_id(windows: list[int]) -> str:

@@ -24,25 +24,31 @@ def _is_delta_table(uri: str) -> bool:
     return fs.get_file_info(f"{path}/_delta_log").type == pafs.FileType.Directory
 
 
-def _windows_by_partition(con, uri: str) -> dict[int, set[int]]:
+def _windows_by_partition(con, uri: str, rows: dict[int, int] | None = None) -> dict[int, set[int]]:
+    """{source partition: windows it has records in}; adds the rows per window to `rows`."""
     if not _is_delta_table(uri):
         return {}  # nothing has landed there yet
     path = uri.removeprefix("file://")
-    rows = con.execute("SELECT DISTINCT source_partition, window_id FROM delta_scan(?)", [path]).fetchall()
+    counted = con.execute(
+        "SELECT source_partition, window_id, count(*) FROM delta_scan(?) GROUP BY ALL", [path]
+    ).fetchall()
     found: dict[int, set[int]] = {}
-    for partition, window in rows:
+    for partition, window, count in counted:
         found.setdefault(int(partition), set()).add(int(window))
+        if rows is not None:
+            rows[int(window)] = rows.get(int(window), 0) + int(count)
     return found
 
 
 def landing_windows(paths: LandingPaths) -> LandedWindows:
     """The same windows and watermark as `pipelines.windows.landed_windows`, read with DuckDB."""
+    rows: dict[int, int] = {}
     with connect(extensions=("delta",)) as con:
-        events = _windows_by_partition(con, paths.events)
+        events = _windows_by_partition(con, paths.events, rows)
         quarantined = _windows_by_partition(con, paths.quarantine)
     windows = sorted(set().union(*events.values(), *quarantined.values()))
     watermark = min(max(ws) for ws in events.values()) if events else None
-    return LandedWindows(windows, watermark)
+    return LandedWindows(windows, watermark, {w: rows.get(w, 0) for w in windows})
 
 
 def publication_findings(history: Table, paths: LandingPaths) -> list[str]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from pyspark.sql import SparkSession
 
@@ -13,6 +13,7 @@ from pipelines.landing import LandingPaths, delta_exists
 class LandedWindows:
     landed: list[int]  # windows with at least one record (landed or quarantined), ascending
     watermark: int | None  # windows below it are closed; None: no partition has moved past anything
+    rows: dict[int, int] = field(default_factory=dict)  # landed event rows per window (when counted)
 
     def closed(self, end_of_stream: bool = False) -> list[int]:
         if end_of_stream:

@@ -37,6 +37,7 @@ COMMANDS: dict[str, tuple[Callable[[list[str]], int], str]] = {
     "bench-layout": (_job("jobs.bench_layout"), "measure candidate file layouts side by side (ratios to the default)"),
     "bench-ingest": (_job("jobs.bench_ingest"), "measure ingest cost for users with 0 and 10^5 prior events (ratio)"),
     "bench-reads": (_job("jobs.bench_reads"), "measure multi-user reads and the read cache side by side (ratios)"),
+    "bench-compact": (_job("jobs.bench_compact"), "measure catch-up compaction cost against the number of windows"),
     "samples": (
         _job("jobs.samples"),
         "rebuild training samples from pointers, verified (versioned late materialization)",

@@ -91,6 +91,8 @@ class LayoutSpec(_Frozen):
     max_runs: int = Field(default=4, ge=1)
     # Closed windows whose original events stay in the detail table (to rebuild older versions).
     detail_retention_windows: int = Field(default=168, ge=1)
+    # A backlog of closed windows is compacted in passes of at most this many landing rows each.
+    compaction_batch_rows: int = Field(default=2_000_000, ge=1)
 
 
 class GeneratorSpec(_Frozen):

@@ -117,16 +117,17 @@ def test_a_window_left_out_of_a_merge_stays_publishable(tmp_path: Path) -> None:
         assert "bucket(2, user_id)" in refused.stderr and "layout.bucket_count is 4" in refused.stderr
 
 
-def test_old_events_imported_after_their_windows_were_published_reach_history(tmp_path: Path) -> None:
+@pytest.mark.parametrize("engine", ["spark", "duckdb"])
+def test_old_events_imported_after_their_windows_were_published_reach_history(tmp_path: Path, engine: str) -> None:
     config = make_warehouse(tmp_path)
     first = ratings([0, 1, 2])
     import_lines(config, tmp_path, "first", first)
-    seqlake(config, "compact", "--end-of-stream")
+    seqlake(config, "compact", "--end-of-stream", "--engine", engine)
 
     # A second file: events of hours already published, and one of a new hour.
     second = ratings([0, 1], salt=1) + ratings([3], salt=1)
     import_lines(config, tmp_path, "second", second)
-    seqlake(config, "compact", "--end-of-stream")
+    seqlake(config, "compact", "--end-of-stream", "--engine", engine)
     assert_every_event_once(config, len(first) + len(second))
 
 

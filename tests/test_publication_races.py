@@ -21,7 +21,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pipelines import compaction
-from pipelines.compaction import CRASH_POINTS, SimulatedCrash, compact_window, history_tables, merge_runs_if_needed
+from pipelines.compaction import (
+    CRASH_POINTS,
+    SimulatedCrash,
+    compact_batch,
+    compact_window,
+    history_tables,
+    merge_runs_if_needed,
+)
+from pipelines.duckdb_compaction import compact_batch_duckdb
 from pipelines.ingest import ingest_source
 from pipelines.landing import LandingPaths
 from pipelines.parse import window_ids
@@ -59,10 +67,11 @@ class Lake:
     delivered: int = 0  # chunks landed in the raw source so far
 
 
-def new_lake(lake_config: Config, max_runs: int = 2) -> Lake:
+def new_lake(lake_config: Config, max_runs: int = 2, seed: int | None = None, **generator) -> Lake:
     """A fresh namespace (raw source, history, detail) and landing tier on the session's warehouse."""
     n = next(_lakes)
-    spec = GeneratorSpec.model_validate({**lake_config.generator.model_dump(), **GENERATOR, "seed": 100 + n})
+    chosen = {**GENERATOR, **generator, "seed": 100 + n if seed is None else seed}
+    spec = GeneratorSpec.model_validate({**lake_config.generator.model_dump(), **chosen})
     layout = lake_config.layout.model_copy(update={"bucket_count": 2, "max_runs": max_runs})
     warehouse = lake_config.warehouse.model_copy(update={"namespace": f"races{n}"})
     config = lake_config.model_copy(update={"generator": spec, "layout": layout, "warehouse": warehouse})
@@ -227,10 +236,11 @@ STEPS = st.one_of(
     st.just(("end_of_stream",)),
     st.just(("merge",)),
     st.just(("import_old",)),
+    st.tuples(st.just("batch"), st.integers(1, 3), st.sampled_from(("spark", "duckdb"))),
 )
 
 
-@settings(max_examples=4, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+@settings(max_examples=5, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
 @given(steps=st.lists(STEPS, min_size=3, max_size=7))
 def test_any_interleaving_counts_every_valid_event_once(spark, lake_config, steps):
     lake = new_lake(lake_config, max_runs=2)
@@ -247,6 +257,13 @@ def test_any_interleaving_counts_every_valid_event_once(spark, lake_config, step
             else:
                 with pytest.raises(SimulatedCrash):
                     compact_window(spark, lake.config, lake.paths, window, fail_at=step[2])
+        elif step[0] == "batch":
+            # A batch of closed windows, every `stride`-th one: batches with gaps, on either engine.
+            batch = closed_unpublished(lake)[:: step[1]]
+            if batch and step[2] == "spark":
+                compact_batch(spark, lake.config, lake.paths, batch)
+            elif batch:
+                compact_batch_duckdb(lake.config, lake.paths, batch)
         elif step[0] == "end_of_stream":
             compact_all(spark, lake)
         elif step[0] == "merge":

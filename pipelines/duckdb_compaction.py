@@ -1,0 +1,200 @@
+"""Compaction on DuckDB, in-process: the embedded profile's engine, no JVM.
+
+The same steps and the same SQL as the Spark engine (`pipelines.compaction`): first arrivals over
+the landing tier (`first_arrivals_sql`), the declared merge operators (`aggregation_sql`), transpiled
+to DuckDB by sqlglot; the rows are cut into buckets with Iceberg's own bucket function and written by
+the same file writer, the detail table is replaced per window, and the run is committed by the same
+`publish_batch`. Both engines publish the same history content. Merges read each bucket's files of
+every run with DuckDB, in key order, and stream them to the writer one bucket at a time.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+
+import pyarrow as pa
+import pyarrow.fs as pafs
+from pyiceberg.expressions import In
+
+from pipelines.aggregation import aggregation_sql, first_arrivals_sql
+from pipelines.compaction import (
+    CompactionResult,
+    RunsChanged,
+    WindowsAlreadyPublished,
+    _crash,
+    batch_run_id,
+    delete_files,
+    history_tables,
+    merge_run_id,
+    publish_batch,
+)
+from pipelines.landing import LandingPaths
+from pipelines.parse import landing_schema
+from seqlake.config import Config
+from seqlake.duckdb_session import connect
+from seqlake.errors import SeqlakeError
+from tableformat.bucketing import bucket_of
+from tableformat.registry import RunRecord, commit_runs, files_of_runs, history_file_uri, live_runs, published_windows
+from tableformat.run_writer import write_run
+from tableformat.schema import STORAGE_ORDER, history_arrow_schema
+
+BATCH_ROWS = 65_536
+
+
+def _local(uri: str) -> str:
+    return uri.removeprefix("file://")
+
+
+def _is_delta(uri: str) -> bool:
+    fs, path = pafs.FileSystem.from_uri(uri)
+    return fs.get_file_info(f"{path}/_delta_log").type == pafs.FileType.Directory
+
+
+def _as_history(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    # DuckDB labels TIMESTAMPTZ with its session time zone and may widen types: cast to the target.
+    return table.select(schema.names).cast(schema)
+
+
+def _windows_list(windows: list[int]) -> str:
+    return ", ".join(str(int(w)) for w in windows)
+
+
+def batch_events_duckdb(con, config: Config, paths: LandingPaths, windows: list[int], detail, published) -> pa.Table:
+    """The batch's events, each once, by the same rule as the Spark engine's `batch_events`."""
+    retention = int(config.layout.detail_retention_windows)
+    listed = _windows_list(windows)
+    con.execute(
+        f"CREATE OR REPLACE TEMP VIEW _batch_landing AS SELECT * FROM delta_scan(?) WHERE window_id IN ({listed})",
+        [_local(paths.events)],
+    )
+    con.execute(
+        "CREATE OR REPLACE TEMP VIEW _earlier AS SELECT event_id, window_id FROM delta_scan(?) "
+        f"WHERE window_id >= {windows[0] - retention} AND window_id < {windows[-1]} AND window_id NOT IN ({listed})",
+        [_local(paths.events)],
+    )
+    elsewhere = sorted(w for w in published if w >= windows[0] - retention and w not in windows)
+    held = (
+        detail.scan(row_filter=In("window_id", elsewhere), selected_fields=("event_id", "window_id")).to_arrow()
+        if elsewhere
+        else pa.table({"event_id": pa.array([], pa.string()), "window_id": pa.array([], pa.int64())})
+    )
+    con.register("_held", held)
+    sql = f"""
+        SELECT e.* FROM ({first_arrivals_sql("_batch_landing", retention, "duckdb")}) AS e
+        WHERE NOT EXISTS (
+            SELECT 1 FROM _earlier AS x
+            WHERE x.event_id = e.event_id AND x.window_id < e.window_id AND x.window_id >= e.window_id - {retention})
+          AND NOT EXISTS (
+            SELECT 1 FROM _held AS d WHERE d.event_id = e.event_id AND d.window_id >= e.window_id - {retention})
+    """
+    return _as_history(con.execute(sql).to_arrow_table(), landing_schema(config))
+
+
+def _window_lsns(con, paths: LandingPaths, windows: list[int]) -> dict[int, int]:
+    highest: dict[int, int] = {}
+    for uri in (paths.events, paths.quarantine):
+        if not _is_delta(uri):
+            continue
+        rows = con.execute(
+            f"SELECT source_partition, max(lsn) FROM delta_scan(?) WHERE window_id IN ({_windows_list(windows)}) "
+            "GROUP BY ALL",
+            [_local(uri)],
+        ).fetchall()
+        for partition, lsn in rows:
+            highest[int(partition)] = max(highest.get(int(partition), -1), int(lsn))
+    return highest
+
+
+def _bucket_ordered(rows: pa.Table, bucket_count: int) -> pa.Table:
+    """Rows in the writer's order: the bucket of user_id, then the storage order."""
+    with_bucket = rows.append_column("_bucket", pa.array(bucket_of(rows["user_id"], bucket_count), pa.int32()))
+    order = [("_bucket", "ascending")] + [(k, "ascending") for k in STORAGE_ORDER]
+    return with_bucket.sort_by(order).drop_columns(["_bucket"])
+
+
+def compact_batch_duckdb(
+    config: Config, paths: LandingPaths, windows: list[int], *, fail_at: str | None = None
+) -> CompactionResult:
+    """`pipelines.compaction.compact_batch` on DuckDB: the same run content, no Spark session."""
+    if not windows:
+        raise SeqlakeError("no windows to compact")
+    history, detail = history_tables(config)
+    published = published_windows(history)
+    todo = sorted(set(windows) - published)
+    if not todo:
+        return CompactionResult(max(windows), batch_run_id(sorted(windows)), published=False)
+    run_id = batch_run_id(todo)
+    schema = history_arrow_schema(config)
+    with connect(extensions=("delta",)) as con:
+        events = batch_events_duckdb(con, config, paths, todo, detail, published)
+        con.register("_events", events)
+        sql = aggregation_sql(config, "_events", "duckdb", group_by_extra=("window_id",))
+        rows = _as_history(con.execute(f"SELECT * FROM ({sql})").to_arrow_table(), schema)
+        own_lsns = _window_lsns(con, paths, todo)
+    rows = _bucket_ordered(rows, config.layout.bucket_count)
+    _crash("before_write", fail_at)
+    attempt = uuid.uuid4().hex[:12]
+    files = write_run(
+        rows.to_batches(max_chunksize=BATCH_ROWS),
+        file_uri=lambda bucket: history_file_uri(history.location(), run_id, bucket, attempt),
+        schema=schema,
+        run_id=run_id,
+        bucket_count=config.layout.bucket_count,
+        group_order=list(config.feature_groups),
+    )
+    _crash("after_write", fail_at)
+    # Replace the windows' partitions, never append (a re-run replaces the same events).
+    detail_rows = events.cast(detail.schema().as_arrow()) if len(events) else events
+    detail.refresh().overwrite(
+        detail_rows,
+        overwrite_filter=In("window_id", todo),
+        snapshot_properties={"seqlake.window-id": str(todo[-1])},
+    )
+    _crash("after_detail", fail_at)
+    return publish_batch(history, todo, files, own_lsns, events.num_rows, fail_at=fail_at)
+
+
+def _merged_buckets(con, by_bucket: dict[int, list[str]], names: list[str]) -> Iterator[pa.RecordBatch]:
+    order = ", ".join(STORAGE_ORDER)
+    columns = ", ".join(names)
+    for bucket in sorted(by_bucket):
+        reader = con.execute(
+            f"SELECT {columns} FROM read_parquet(?) ORDER BY {order}", [[_local(p) for p in by_bucket[bucket]]]
+        ).fetch_record_batch(BATCH_ROWS)
+        yield from reader
+
+
+def merge_runs_if_needed_duckdb(config: Config) -> str | None:
+    """`pipelines.compaction.merge_runs_if_needed` on DuckDB, bucket by bucket."""
+    history, _ = history_tables(config)
+    runs = live_runs(history)
+    if len(runs) <= config.layout.max_runs:
+        return None
+    windows = sorted({w for record in runs.values() for w in record.windows})
+    run_id = merge_run_id(windows)
+    by_bucket: dict[int, list[str]] = {}
+    for data_file in files_of_runs(history, set(runs)):
+        by_bucket.setdefault(int(data_file.partition[0]), []).append(data_file.file_path)
+    schema = history_arrow_schema(config)
+    attempt = uuid.uuid4().hex[:12]
+    with connect(extensions=()) as con:
+        batches = (
+            pa.Table.from_batches([b]).cast(schema).to_batches()[0] if b.num_rows else b
+            for b in _merged_buckets(con, by_bucket, schema.names)
+        )
+        files = write_run(
+            (b for b in batches if b.num_rows),
+            file_uri=lambda bucket: history_file_uri(history.location(), run_id, bucket, attempt),
+            schema=schema,
+            run_id=run_id,
+            bucket_count=config.layout.bucket_count,
+            group_order=list(config.feature_groups),
+        )
+    record = RunRecord(run_id, "merge", windows, len(files), sum(f.facts.row_count for f in files))
+    try:
+        commit_runs(history, [(record, files)], replaces=list(runs))
+    except (RunsChanged, WindowsAlreadyPublished):
+        delete_files([f.uri for f in files])
+        return None
+    return run_id
