@@ -94,9 +94,9 @@ def _lake(spark: SparkSession, config: Config, namespace: str, rows: pa.Table) -
     root = lake.warehouse_path() / f"{namespace}_landing"
     shutil.rmtree(root, ignore_errors=True)
     paths = LandingPaths(events=f"{root.as_uri()}/events", quarantine=f"{root.as_uri()}/quarantine")
-    spark.createDataFrame(rows.to_pandas(), schema=spark_schema(rows.schema)).write.format("delta").partitionBy(
-        "window_id"
-    ).save(paths.events)
+    spark.createDataFrame(rows, schema=spark_schema(rows.schema)).write.format("delta").partitionBy("window_id").save(
+        paths.events
+    )
     history_tables(lake)  # created before the clock starts
     return lake, paths
 

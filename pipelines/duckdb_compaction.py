@@ -32,7 +32,7 @@ from pipelines.compaction import (
 from pipelines.landing import LandingPaths
 from pipelines.parse import landing_schema
 from seqlake.config import Config
-from seqlake.duckdb_session import connect
+from seqlake.duckdb_session import connect, sql_literal
 from seqlake.errors import SeqlakeError
 from tableformat.bucketing import bucket_of
 from tableformat.registry import RunRecord, commit_runs, files_of_runs, history_file_uri, live_runs, published_windows
@@ -64,14 +64,11 @@ def batch_events_duckdb(con, config: Config, paths: LandingPaths, windows: list[
     """The batch's events, each once, by the same rule as the Spark engine's `batch_events`."""
     retention = int(config.layout.detail_retention_windows)
     listed = _windows_list(windows)
+    landing = f"delta_scan({sql_literal(_local(paths.events))})"  # views take no prepared parameters
+    con.execute(f"CREATE OR REPLACE TEMP VIEW _batch_landing AS SELECT * FROM {landing} WHERE window_id IN ({listed})")
     con.execute(
-        f"CREATE OR REPLACE TEMP VIEW _batch_landing AS SELECT * FROM delta_scan(?) WHERE window_id IN ({listed})",
-        [_local(paths.events)],
-    )
-    con.execute(
-        "CREATE OR REPLACE TEMP VIEW _earlier AS SELECT event_id, window_id FROM delta_scan(?) "
-        f"WHERE window_id >= {windows[0] - retention} AND window_id < {windows[-1]} AND window_id NOT IN ({listed})",
-        [_local(paths.events)],
+        f"CREATE OR REPLACE TEMP VIEW _earlier AS SELECT event_id, window_id FROM {landing} "
+        f"WHERE window_id >= {windows[0] - retention} AND window_id < {windows[-1]} AND window_id NOT IN ({listed})"
     )
     elsewhere = sorted(w for w in published if w >= windows[0] - retention and w not in windows)
     held = (
