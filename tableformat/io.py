@@ -140,3 +140,21 @@ def read_footer(handle: pa.NativeFile) -> pq.FileMetaData:
     handle.seek(size - 8 - length)
     footer = handle.read(length)
     return pq.read_metadata(pa.BufferReader(b"PAR1" + footer + tail))
+
+
+def load_footer(fs, footers: FooterCache, uri: str) -> pq.FileMetaData:
+    """A file's parsed footer, from the cache or read with two exact reads and cached."""
+    meta = footers.get(uri)
+    if meta is None:
+        with fs.open_input_file(uri) as handle:
+            meta = read_footer(handle)
+        footers.put(uri, meta)
+    return meta
+
+
+def read_row_groups(fs, uri: str, meta: pq.FileMetaData, groups: list[int], columns: list[str]) -> pa.Table:
+    """The rows of `groups` (ascending) with `columns`: the one place readers open a data file to read
+    rows. Pre-buffering coalesces the column chunks of adjacent row groups into one read."""
+    with fs.open_input_file(uri) as handle:
+        parquet = pq.ParquetFile(handle, metadata=meta, pre_buffer=len(groups) > 1)
+        return parquet.read_row_groups(groups, columns=columns)
