@@ -111,6 +111,19 @@ class CachedHistoryReader(HistoryReader):
         super().__init__(table, filesystem, footer_cache)
         self.cache = cache if cache is not None else HistoryCache(max_bytes)
 
+    def read_rows(self, uri: str, rg: int, low: int, high: int, columns: list[str]) -> pa.Table | None:
+        """Rows [low, high) of one row group: sliced from its cached chunks when all are cached, else
+        decoded from their pages and cached as such (a hot user's Top-K asks the same range again)."""
+        if all((uri, rg, c) in self.cache for c in columns):
+            return self.read_groups(uri, [rg], columns).slice(low, high - low)
+        key = (uri, rg, low, high, tuple(columns))
+        rows = self.cache.get(key)
+        if rows is None:
+            rows = super().read_rows(uri, rg, low, high, columns)
+            if rows is not None:
+                self.cache.put(key, rows)
+        return rows
+
     def read_groups(self, uri: str, groups: list[int], columns: list[str]) -> pa.Table:
         """The rows of `groups` (ascending) with `columns`, from cached chunks; the missing chunks are
         decoded in one `read_row_groups` call and cached, one Arrow array per (row group, column)."""

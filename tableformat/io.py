@@ -152,9 +152,29 @@ def load_footer(fs, footers: FooterCache, uri: str) -> pq.FileMetaData:
     return meta
 
 
+def open_parquet(source, meta: pq.FileMetaData | None = None, pre_buffer: bool = False) -> pq.ParquetFile:
+    """The one place readers turn bytes into a ParquetFile to decode rows (whole row groups of a data
+    file, or the pages `tableformat.page_reader` assembles): read options belong here."""
+    return pq.ParquetFile(source, metadata=meta, pre_buffer=pre_buffer)
+
+
 def read_row_groups(fs, uri: str, meta: pq.FileMetaData, groups: list[int], columns: list[str]) -> pa.Table:
-    """The rows of `groups` (ascending) with `columns`: the one place readers open a data file to read
-    rows. Pre-buffering coalesces the column chunks of adjacent row groups into one read."""
+    """The rows of `groups` (ascending) with `columns`. Pre-buffering coalesces the column chunks of
+    adjacent row groups into one read."""
     with fs.open_input_file(uri) as handle:
-        parquet = pq.ParquetFile(handle, metadata=meta, pre_buffer=len(groups) > 1)
-        return parquet.read_row_groups(groups, columns=columns)
+        return open_parquet(handle, meta, pre_buffer=len(groups) > 1).read_row_groups(groups, columns=columns)
+
+
+def read_byte_ranges(fs, uri: str, ranges: list[tuple[int, int]]) -> list[bytes]:
+    """The bytes of each (offset, length) range of a file, in one open (page index, single pages)."""
+    out = []
+    with fs.open_input_file(uri) as handle:
+        for offset, length in ranges:
+            handle.seek(offset)
+            out.append(handle.read(length))
+    return out
+
+
+def decode_parquet(data: bytes) -> pa.Table:
+    """All rows of a small Parquet file held in memory."""
+    return open_parquet(pa.BufferReader(data)).read_row_group(0)

@@ -33,6 +33,7 @@ from pyiceberg.table import Table
 from pyiceberg.transforms import BucketTransform
 
 from tableformat.bucketing import bucket_of
+from tableformat.page_reader import PagedFile
 
 LOW = np.iinfo(np.int64).min
 HIGH = np.iinfo(np.int64).max
@@ -202,7 +203,17 @@ class FileEntry:
         self.sorted = bool(np.all(np.diff(self.user_min) >= 0) and np.all(np.diff(self.user_max) >= 0))
         self.pure = (self.user_min == self.user_max) & (self.group_min == self.group_max) & (self.group_min != None)  # noqa: E711
         self._runs: dict[int, tuple[np.ndarray, ...]] = {}  # mixed row group -> its (user, group) runs
+        self._paged: PagedFile | None = None
         self._lock = threading.Lock()
+
+    def paged(self) -> PagedFile:
+        """The footer as thrift structures, for reading row ranges by pages (parsed on first use)."""
+        if self._paged is None:
+            paged = PagedFile(self.meta)
+            with self._lock:
+                if self._paged is None:
+                    self._paged = paged
+        return self._paged
 
     def row_groups_of(self, user: int) -> np.ndarray:
         if self.sorted:

@@ -13,7 +13,7 @@ one segment as stored, segments whose time ranges do not overlap concatenated, o
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime
@@ -34,7 +34,14 @@ from pyiceberg.expressions import (
 from pyiceberg.table import Table
 
 from seqlake.errors import SchemaError
-from tableformat.io import FooterCache, PlainFileSystem, load_footer, read_row_groups
+from tableformat.io import (
+    FooterCache,
+    PlainFileSystem,
+    decode_parquet,
+    load_footer,
+    read_byte_ranges,
+    read_row_groups,
+)
 from tableformat.lookup_index import FileEntry, LookupIndex, ReadGroups, Segments, micros, select_segments, snapshot_key
 
 SEQUENCE_ORDER = ("event_ts", "lsn")
@@ -109,6 +116,16 @@ class HistoryReader:
         """The rows of `groups` (ascending) with `columns` (the step subclasses change, e.g. to cache)."""
         return read_row_groups(self.fs, uri, self.footer(uri), groups, columns)
 
+    def read_rows(self, uri: str, rg: int, low: int, high: int, columns: list[str]) -> pa.Table | None:
+        """Rows [low, high) of one row group, decoded from the pages that hold them (page index)."""
+        entry = self.lookup_index().entry(uri)
+
+        def read(ranges: list[tuple[int, int]]) -> list[bytes]:
+            return read_byte_ranges(self.fs, uri, ranges)
+
+        rows = entry.paged().read_rows(rg, low, high, columns, read, decode_parquet)
+        return None if rows is None else rows.replace_schema_metadata(entry.schema.metadata)
+
     def read_user(
         self, user_id: int, columns: Sequence[str] | None = None, selection: Selection | None = None
     ) -> pa.Table:
@@ -124,7 +141,10 @@ class HistoryReader:
         self.check(selection)
         wanted = list(dict.fromkeys(selection.columns or self.columns))
         entries, segments = self.lookup_index().segments(user_ids, selection, self.read_groups)
-        return read_segments(self.read_groups, entries, segments, selection, wanted, self.empty(wanted), max_workers)
+        empty = self.empty(wanted)
+        return read_segments(
+            self.read_groups, entries, segments, selection, wanted, empty, max_workers, read_rows=self.read_rows
+        )
 
     def read_user_in_file(
         self, uri: str, user_id: int, wanted: list[str], selection: Selection | None = None
@@ -134,7 +154,10 @@ class HistoryReader:
         user = int(user_id)
         entry = self.lookup_index().entry(uri)
         segments = select_segments(entry.segments(0, user, self.read_groups), selection)
-        return read_segments(self.read_groups, [entry], {user: segments}, selection, wanted, self.empty(wanted))[user]
+        found = read_segments(
+            self.read_groups, [entry], {user: segments}, selection, wanted, self.empty(wanted), read_rows=self.read_rows
+        )
+        return found[user]
 
     def empty(self, wanted: list[str]) -> pa.Table:
         return self.arrow_schema().empty_table().select(wanted)
@@ -150,6 +173,13 @@ class HistoryReader:
 # -- reading segments -------------------------------------------------------------------------------
 
 
+# (uri, row group, first row, end row, columns) -> those rows, decoded from their pages only; None when
+# the file cannot serve row ranges (then the row group is read whole).
+ReadRows = Callable[[str, int, int, int, list[str]], pa.Table | None]
+# A Top-K reads a segment's newest rows by pages when this many older rows can be skipped.
+PAGED_SKIP_ROWS = 8192
+
+
 def read_segments(
     read_groups: ReadGroups,
     entries: list[FileEntry],
@@ -159,24 +189,42 @@ def read_segments(
     empty: pa.Table,
     max_workers: int = 1,
     with_lsn: bool = False,
+    read_rows: ReadRows | None = None,
 ) -> dict[int, pa.Table]:
     """Each user's rows of its segments, cut to the selection and put in sequence order.
 
     Per file, one read of the union of the users' row groups, with the columns wanted plus the keys
-    that cutting or merging needs."""
+    that cutting or merging needs. For a Top-K, a long segment's newest K rows are read by pages
+    (`read_rows`) instead of its whole row group."""
     merging = {u: needs_merge(s) for u, s in segments.items()}
+
+    def columns_for(user: int, cut_ts: bool = False, cut_lsn: bool = False) -> list[str]:
+        keys = ["event_ts"] if merging[user] or cut_ts else []
+        keys += ["lsn"] if cut_lsn or (with_lsn and merging[user]) else []
+        return list(dict.fromkeys(wanted + keys))
+
+    paged: dict[tuple[int, int], pa.Table] = {}  # (user, segment) -> its newest rows
+    if read_rows is not None and selection.top_k is not None:
+        k = selection.top_k
+        for user, s in segments.items():
+            for i in np.flatnonzero(s.exact & (s.length - k >= PAGED_SKIP_ROWS)).tolist():
+                end = int(s.start[i] + s.length[i])
+                rows = read_rows(entries[s.file[i]].uri, int(s.rg[i]), end - k, end, columns_for(user))
+                if rows is not None:
+                    paged[user, i] = rows
+
     groups: list[set[int]] = [set() for _ in entries]
     need_ts, need_lsn = [False] * len(entries), [False] * len(entries)
     for user, s in segments.items():
-        for position in np.unique(s.file).tolist():
-            mine = s.file == position
+        whole = np.ones(len(s), bool)
+        whole[[i for u, i in paged if u == user]] = False
+        for position in np.unique(s.file[whole]).tolist():
+            mine = whole & (s.file == position)
             groups[position].update(s.rg[mine].tolist())
             need_ts[position] |= merging[user] or bool(s.cut_ts[mine].any())
             need_lsn[position] |= bool(s.cut_lsn[mine].any()) or (with_lsn and merging[user])
 
     def read(position: int) -> tuple[pa.Table, dict[int, int]] | None:
-        if not groups[position]:
-            return None
         chosen = sorted(groups[position])
         keys = (["event_ts"] if need_ts[position] else []) + (["lsn"] if need_lsn[position] else [])
         table = read_groups(entries[position].uri, chosen, list(dict.fromkeys(wanted + keys)))
@@ -192,22 +240,19 @@ def read_segments(
 
     result: dict[int, pa.Table] = {}
     for user, s in segments.items():
-        parts = [
-            cut(found[f][0], found[f][1][rg] + start, n, ct, cl, selection)
-            for f, rg, start, n, ct, cl in zip(
-                s.file.tolist(),
-                s.rg.tolist(),
-                s.start.tolist(),
-                s.length.tolist(),
-                s.cut_ts.tolist(),
-                s.cut_lsn.tolist(),
-                strict=True,
-            )
-        ]
+        parts = []
+        for i, (f, rg, start, n, ct, cl) in enumerate(
+            zip(s.file, s.rg, s.start, s.length, s.cut_ts, s.cut_lsn, strict=True)
+        ):
+            if (user, i) in paged:
+                parts.append(paged[user, i])
+            else:
+                table, offsets = found[int(f)]
+                parts.append(cut(table, offsets[int(rg)] + int(start), int(n), bool(ct), bool(cl), selection))
         keep = [i for i, p in enumerate(parts) if p.num_rows]
         rows = in_sequence([parts[i] for i in keep], s.take(np.asarray(keep, np.int64)) if keep else s, merging[user])
         if rows is None:  # event-time ties across segments: read again with `lsn` to order them
-            again = read_segments(read_groups, entries, {user: s}, selection, wanted, empty, 1, with_lsn=True)
+            again = read_segments(read_groups, entries, {user: s}, selection, wanted, empty, 1, True, read_rows)
             result[user] = again[user]
             continue
         result[user] = shape(rows, wanted, selection, empty)
