@@ -37,6 +37,7 @@ from tableformat.page_reader import PagedFile
 
 LOW = np.iinfo(np.int64).min
 HIGH = np.iinfo(np.int64).max
+USERS_REMEMBERED = 8192  # users whose segments an index keeps (a few KiB each)
 _MASK_CELLS = 1 << 22  # files x users compared at once when assigning users to files
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
@@ -293,6 +294,8 @@ def select_segments(segments: Segments, selection) -> Segments:
     fewest segments that surely hold the newest K selected rows."""
     if not len(segments):
         return segments
+    if all(v is None for v in (selection.feature_groups, selection.start, selection.end, selection.as_of_lsn)):
+        return segments if selection.top_k is None else segments.take(newest_segments(segments, selection.top_k))
     keep = np.ones(len(segments), bool)
     cut_ts = np.zeros(len(segments), bool)
     cut_lsn = np.zeros(len(segments), bool)
@@ -352,6 +355,7 @@ class LookupIndex:
         self._footer = footer
         live = set(self.files.uris) if self.files is not None else set()
         self._entries = {uri: e for uri, e in (entries or {}).items() if uri in live}
+        self._users: dict[int, tuple[list[FileEntry], Segments]] = {}
         self._lock = threading.Lock()
 
     def entry(self, uri: str) -> FileEntry:
@@ -377,16 +381,34 @@ class LookupIndex:
         """The files that hold any of the users' selected rows (plan order) and each user's selected
         segments (`file` refers to the position in that list)."""
         ids = list(dict.fromkeys(int(u) for u in user_ids))
+        if len(ids) == 1:
+            entries, found = self.user_segments(ids[0], read_groups)
+            return entries, {ids[0]: select_segments(found, selection)}
         plans = self.plans(ids)
         entries = [self.entry(plan.uri) for plan in plans]
-        found: dict[int, list[Segments]] = {u: [] for u in ids}
+        parts: dict[int, list[Segments]] = {u: [] for u in ids}
         for position, (plan, entry) in enumerate(zip(plans, entries, strict=True)):
             entry.prepare(np.concatenate([entry.row_groups_of(u) for u in plan.users]).tolist(), read_groups)
             for user in plan.users:
-                found[user].append(entry.segments(position, user, read_groups))
-        return entries, {u: select_segments(Segments.concat(parts), selection) for u, parts in found.items()}
+                parts[user].append(entry.segments(position, user, read_groups))
+        return entries, {u: select_segments(Segments.concat(p), selection) for u, p in parts.items()}
+
+    def user_segments(self, user: int, read_groups: ReadGroups) -> tuple[list[FileEntry], Segments]:
+        """One user's files and all its segments, remembered for the next lookups of hot users."""
+        with self._lock:
+            found = self._users.get(user)
+        if found is not None:
+            return found
+        plans = self.plans([user])
+        entries = [self.entry(plan.uri) for plan in plans]
+        found = (entries, Segments.concat([e.segments(i, user, read_groups) for i, e in enumerate(entries)]))
+        with self._lock:
+            if len(self._users) >= USERS_REMEMBERED:
+                self._users.pop(next(iter(self._users)))  # oldest first: dicts keep insertion order
+            self._users[user] = found
+        return found
 
 
 def snapshot_key(table: Table) -> tuple:
     meta = table.metadata
-    return (str(meta.table_uuid), meta.current_snapshot_id)
+    return (meta.table_uuid, meta.current_snapshot_id)

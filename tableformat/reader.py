@@ -77,6 +77,7 @@ class HistoryReader:
         self.groups = table.metadata.properties.get("seqlake.feature-groups", "").split(",")
         self._schema: tuple[tuple, pa.Schema] | None = None
         self._index: LookupIndex | None = None
+        self._empties: dict[tuple, pa.Table] = {}
         self._index_lock = threading.Lock()
 
     def check(self, selection: Selection) -> None:
@@ -160,11 +161,17 @@ class HistoryReader:
         return found[user]
 
     def empty(self, wanted: list[str]) -> pa.Table:
-        return self.arrow_schema().empty_table().select(wanted)
+        """An empty result with `wanted` columns (kept per projection: building one costs a lookup)."""
+        schema = self.arrow_schema()
+        key = (self._schema[0], tuple(wanted))
+        found = self._empties.get(key)
+        if found is None:
+            found = self._empties[key] = schema.empty_table().select(wanted)
+        return found
 
     def arrow_schema(self) -> pa.Schema:
         """The table's schema in Arrow; converting it costs about a cached lookup, so once per schema."""
-        key = (str(self.table.metadata.table_uuid), self.table.metadata.current_schema_id)
+        key = (self.table.metadata.table_uuid, self.table.metadata.current_schema_id)
         if self._schema is None or self._schema[0] != key:
             self._schema = (key, self.table.schema().as_arrow())
         return self._schema[1]
