@@ -384,14 +384,33 @@ class LookupIndex:
         if len(ids) == 1:
             entries, found = self.user_segments(ids[0], read_groups)
             return entries, {ids[0]: select_segments(found, selection)}
-        plans = self.plans(ids)
-        entries = [self.entry(plan.uri) for plan in plans]
-        parts: dict[int, list[Segments]] = {u: [] for u in ids}
-        for position, (plan, entry) in enumerate(zip(plans, entries, strict=True)):
-            entry.prepare(np.concatenate([entry.row_groups_of(u) for u in plan.users]).tolist(), read_groups)
-            for user in plan.users:
-                parts[user].append(entry.segments(position, user, read_groups))
-        return entries, {u: select_segments(Segments.concat(p), selection) for u, p in parts.items()}
+        with self._lock:
+            known = {u: self._users[u] for u in ids if u in self._users}
+        missing = [u for u in ids if u not in known]
+        if missing:  # one pass over the files for all of them: mixed row groups' keys read together
+            plans = self.plans(missing)
+            for plan in plans:
+                entry = self.entry(plan.uri)
+                entry.prepare(np.concatenate([entry.row_groups_of(u) for u in plan.users]).tolist(), read_groups)
+            for user in missing:
+                known[user] = self.user_segments(user, read_groups)
+        # One list of files for all users, in first-seen order; each user's `file` renumbered into it.
+        entries: list[FileEntry] = []
+        position: dict[str, int] = {}
+        found: dict[int, Segments] = {}
+        for user in ids:
+            files, segments = known[user]
+            numbers = []
+            for entry in files:
+                if entry.uri not in position:
+                    position[entry.uri] = len(entries)
+                    entries.append(entry)
+                numbers.append(position[entry.uri])
+            renumber = np.array(numbers, np.int64)
+            if len(segments):
+                segments = Segments(**{**segments.__dict__, "file": renumber[segments.file]})
+            found[user] = select_segments(segments, selection)
+        return entries, found
 
     def user_segments(self, user: int, read_groups: ReadGroups) -> tuple[list[FileEntry], Segments]:
         """One user's files and all its segments, remembered for the next lookups of hot users."""

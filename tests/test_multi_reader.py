@@ -195,3 +195,15 @@ def test_bench_reads_at_small_size(measurement):
             f"bench-reads (small), {row['lookups']} Zipf lookups, {row['selection']}, cache "
             f"{row['max_bytes'] / 2**20:g} MiB: hit rate {row['hit_rate']:.3f}, speed-up ×{row['speedup']:.1f}"
         )
+
+
+def test_cached_reader_returns_a_hot_users_assembled_result_in_one_hit(table):
+    reader = CachedHistoryReader(table)
+    sel = Selection(columns=("item_id", "watch_time_ms"), top_k=50)
+    first = reader.read_user(1_000_007, selection=sel)
+    hits, misses = reader.cache.hits, reader.cache.misses
+    again = reader.read_user(1_000_007, selection=sel)
+    assert again is first  # the kept result itself: no chunk looked up, nothing assembled
+    assert (reader.cache.hits, reader.cache.misses) == (hits + 1, misses)
+    other = reader.read_user(1_000_007, selection=Selection(columns=("item_id",), top_k=50))
+    assert other["item_id"].equals(first["item_id"]) and reader.cache.misses > misses
