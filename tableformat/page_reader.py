@@ -24,6 +24,7 @@ from tableformat import thrift_compact as tc
 ReadRanges = Callable[[list[tuple[int, int]]], list[bytes]]
 # The decoder of a one-column Parquet file held in memory (tableformat.io.decode_parquet).
 Decode = Callable[[bytes], pa.Table]
+FOOTERS_KEPT = 4096  # narrowed footers a file keeps (a few hundred bytes each)
 
 
 class PagedFile:
@@ -45,6 +46,7 @@ class PagedFile:
         self.orders = orders[1] if orders is not None else None
         self.pages_read = 0  # data pages handed to the decoder, for tests and benchmarks
         self._locations: dict[tuple[int, int], tuple[np.ndarray, np.ndarray, np.ndarray] | None] = {}
+        self._footers: dict[tuple[int, int, int, int], bytes] = {}  # (rg, column, first row, end row)
         self._lock = threading.Lock()
 
     def chunk(self, rg: int, column: int) -> tc.Fields:
@@ -106,17 +108,27 @@ class PagedFile:
         for column, meta, has_dictionary, start_row, end_row, pages in plans:
             dictionary = next(blobs) if has_dictionary else b""
             data = next(blobs)
-            table = decode(self._one_column_file(column, meta, dictionary, data, end_row - start_row))
+            key = (rg, column, start_row, end_row)
+            with self._lock:
+                footer = self._footers.get(key)
+            if footer is None:  # the same pages are asked again for a hot user's Top-K
+                footer = self._footer(column, meta, len(dictionary), len(data), end_row - start_row)
+                with self._lock:
+                    if len(self._footers) >= FOOTERS_KEPT:
+                        self._footers.pop(next(iter(self._footers)))
+                    self._footers[key] = footer
+            table = decode(b"".join([b"PAR1", dictionary, data, footer]))
             arrays.append(table.column(0).slice(low - start_row, high - low))
             fields.append(table.schema.field(0))
             with self._lock:
                 self.pages_read += pages
         return pa.Table.from_arrays(arrays, schema=pa.schema(fields))
 
-    def _one_column_file(self, column: int, meta: tc.Fields, dictionary: bytes, data: bytes, rows: int) -> bytes:
-        """A Parquet file of one row group and one column chunk made of the given pages."""
-        data_offset = 4 + len(dictionary)
-        size = len(dictionary) + len(data)
+    def _footer(self, column: int, meta: tc.Fields, dictionary: int, data: int, rows: int) -> bytes:
+        """The footer (thrift, length, magic) of a Parquet file of one row group and one column chunk
+        made of a dictionary page of `dictionary` bytes (0: none) and data pages of `data` bytes."""
+        data_offset = 4 + dictionary
+        size = dictionary + data
         chunk_meta = tc.replaced(
             meta,
             {
@@ -146,4 +158,4 @@ class PagedFile:
         if self.orders is not None:
             footer.append([7, tc.LIST, (tc.STRUCT, [self.orders[column]])])
         encoded = tc.encode(footer)
-        return b"".join([b"PAR1", dictionary, data, encoded, len(encoded).to_bytes(4, "little"), b"PAR1"])
+        return encoded + len(encoded).to_bytes(4, "little") + b"PAR1"
