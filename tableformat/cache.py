@@ -115,9 +115,11 @@ class CachedHistoryReader(HistoryReader):
         footer_cache: FooterCache | None = None,
         cache: HistoryCache | None = None,
         max_bytes: int = DEFAULT_MAX_BYTES,
+        keep_results: bool = True,
     ) -> None:
         super().__init__(table, filesystem, footer_cache)
         self.cache = cache if cache is not None else HistoryCache(max_bytes)
+        self.keep_results = keep_results  # False: cache decoded chunks only, assemble every lookup
 
     def read_users(
         self, user_ids: Iterable[int], selection: Selection | None = None, max_workers: int = 1
@@ -125,6 +127,8 @@ class CachedHistoryReader(HistoryReader):
         """As `HistoryReader.read_users`, with each user's assembled result kept for its next lookup
         with the same selection in the same snapshot (its columns are slices of the cached chunks)."""
         selection = selection or Selection()
+        if not self.keep_results:
+            return super().read_users(user_ids, selection, max_workers)
         self.check(selection)
         snapshot = self.lookup_index().key
         ids = list(dict.fromkeys(int(u) for u in user_ids))
