@@ -10,8 +10,9 @@ cache keeps what that work produces:
   one entry serves every projection, selection and user that needs that chunk (neighbours packed in
   one row group share it), and `histories` uses it too.
 - `CachedHistoryReader`: a `HistoryReader` whose row groups are read through the cache, and which
-  also keeps each user's assembled result per (snapshot, selection): a hot user's repeated lookup is
-  one cache hit, returning the same zero-copy slices.
+  also keeps each user's assembled result per (snapshot, selection) for selections without time or
+  LSN bounds (serving reads; a bounded selection belongs to one request): a hot user's repeated
+  lookup is one cache hit, returning the same zero-copy slices.
 
 Sizing: every entry counts its Arrow `nbytes` against `max_bytes` (an assembled result counts the
 chunk bytes it references once more, so the bound is conservative). Size it to the working set: the
@@ -127,7 +128,8 @@ class CachedHistoryReader(HistoryReader):
         """As `HistoryReader.read_users`, with each user's assembled result kept for its next lookup
         with the same selection in the same snapshot (its columns are slices of the cached chunks)."""
         selection = selection or Selection()
-        if not self.keep_results:
+        bounded = any(v is not None for v in (selection.start, selection.end, selection.as_of_lsn))
+        if not self.keep_results or bounded:  # a time or LSN bound is one request's: rarely asked again
             return super().read_users(user_ids, selection, max_workers)
         self.check(selection)
         snapshot = self.lookup_index().key
