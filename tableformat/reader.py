@@ -75,6 +75,7 @@ class HistoryReader:
         self.footers = footer_cache if footer_cache is not None else FooterCache()
         self.columns = [f.name for f in table.schema().fields]
         self.groups = table.metadata.properties.get("seqlake.feature-groups", "").split(",")
+        self._column_set, self._group_set = frozenset(self.columns), frozenset(self.groups)
         self._schema: tuple[tuple, pa.Schema] | None = None
         self._index: LookupIndex | None = None
         self._empties: dict[tuple, pa.Table] = {}
@@ -82,10 +83,10 @@ class HistoryReader:
 
     def check(self, selection: Selection) -> None:
         """Identifiers from users are checked against the schema, never pasted anywhere."""
-        unknown = [c for c in selection.columns or () if c not in self.columns]
+        unknown = [c for c in selection.columns or () if c not in self._column_set]
         if unknown:
             raise SchemaError(f"unknown columns {unknown}; the history table has {self.columns}")
-        groups = [g for g in selection.feature_groups or () if g not in self.groups]
+        groups = [g for g in selection.feature_groups or () if g not in self._group_set]
         if groups:
             raise SchemaError(f"unknown feature groups {groups}; the history table has {self.groups}")
 
@@ -222,21 +223,26 @@ def read_segments(
 
     groups: list[set[int]] = [set() for _ in entries]
     need_ts, need_lsn = [False] * len(entries), [False] * len(entries)
-    for user, s in segments.items():
-        whole = np.ones(len(s), bool)
-        whole[[i for u, i in paged if u == user]] = False
-        for position in np.unique(s.file[whole]).tolist():
-            mine = whole & (s.file == position)
-            groups[position].update(s.rg[mine].tolist())
-            need_ts[position] |= merging[user] or bool(s.cut_ts[mine].any())
-            need_lsn[position] |= bool(s.cut_lsn[mine].any()) or (with_lsn and merging[user])
+    for user, s in segments.items():  # a handful of segments per user: plain Python is cheapest
+        merge, lsn_for_ties = merging[user], with_lsn and merging[user]
+        for i, (position, rg, cut_ts, cut_lsn) in enumerate(
+            zip(s.file.tolist(), s.rg.tolist(), s.cut_ts.tolist(), s.cut_lsn.tolist(), strict=True)
+        ):
+            if (user, i) in paged:
+                continue
+            groups[position].add(rg)
+            need_ts[position] |= merge or cut_ts
+            need_lsn[position] |= cut_lsn or lsn_for_ties
 
     def read(position: int) -> tuple[pa.Table, dict[int, int]] | None:
         chosen = sorted(groups[position])
         keys = (["event_ts"] if need_ts[position] else []) + (["lsn"] if need_lsn[position] else [])
         table = read_groups(entries[position].uri, chosen, list(dict.fromkeys(wanted + keys)))
-        rows = entries[position].rows[chosen]
-        return table, dict(zip(chosen, np.concatenate([[0], np.cumsum(rows)[:-1]]).tolist(), strict=True))
+        offsets, offset = {}, 0
+        for rg in chosen:
+            offsets[rg] = offset
+            offset += int(entries[position].rows[rg])
+        return table, offsets
 
     used = [p for p in range(len(entries)) if groups[p]]
     if max_workers > 1 and len(used) > 1:
