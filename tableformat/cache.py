@@ -1,39 +1,42 @@
 """A bounded cache of decoded column chunks for repeated history reads.
 
-Decoding is what a warm lookup pays for: with footers cached, `read_user` still decompresses and
-decodes every projected column chunk of the user's row groups (all of a packed row group of up to
-16,384 rows for a short history), and pyiceberg plans the files anew on every call. The cache keeps
-what that work produces:
+Decoding is what a warm lookup pays for: with footers cached and the lookup planned from the
+per-snapshot lookup index, `read_user` still decompresses and decodes every projected column chunk
+of the user's row groups (all of a packed row group of up to 16,384 rows for a short history). The
+cache keeps what that work produces:
 
 - `HistoryCache`: decoded column chunks keyed by (file, row group, column), LRU-evicted by their
   Arrow `nbytes` under `max_bytes`, thread-safe. Files are immutable, so an entry never goes stale;
   one entry serves every projection, selection and user that needs that chunk (neighbours packed in
   one row group share it), and `histories` uses it too.
-- `CachedHistoryReader`: a `HistoryReader` whose lookups plan files from a per-snapshot file index
-  (one Iceberg scan per snapshot and time/LSN bounds, then the manifests' bucket and `user_id` bounds)
-  and read row groups through the cache.
+- `CachedHistoryReader`: a `HistoryReader` whose row groups are read through the cache, and which
+  also keeps each user's assembled result per (snapshot, selection) for selections without time or
+  LSN bounds (serving reads; a bounded selection belongs to one request): a hot user's repeated
+  lookup is one cache hit, returning the same zero-copy slices.
 
-Results are identical to `HistoryReader.read_user`: the same planner chooses the row groups, the same
-filter and `finish` shape the rows; only where the decoded chunks come from differs. A file that the
-index keeps but Iceberg would have pruned holds no selected rows of the user, so it adds nothing.
+Sizing: every entry counts its Arrow `nbytes` against `max_bytes` (an assembled result counts the
+chunk bytes it references once more, so the bound is conservative). Size it to the working set: the
+decoded bytes of the hot users' asked columns (about 8 B a row for an int64 column, 4 B for int32,
+plus the dictionary-decoded strings), twice over when their assembled results are kept too.
+`hits`, `misses`, `hit_rate` and `bytes` report how it does.
+
+Results are identical to `HistoryReader.read_user`: the same index plans the segments and the same
+code cuts and orders them; only where the decoded chunks come from differs.
 """
 
 from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Hashable
+from collections.abc import Hashable, Iterable
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 from pyiceberg.table import Table
 
 from tableformat.io import FooterCache
-from tableformat.multi_reader import WHOLE, FileIndex, FileLayout, read_users_from_file, scan_condition
 from tableformat.reader import HistoryReader, Selection
 
-DEFAULT_MAX_BYTES = 256 * 2**20
-INDEXES_KEPT = 16  # file indexes (per snapshot and time/LSN bounds) a cached reader keeps
+DEFAULT_MAX_BYTES = 1024 * 2**20  # 1 GiB: a realistic hot working set of long histories
 
 
 class HistoryCache:
@@ -104,7 +107,7 @@ class HistoryCache:
 
 
 class CachedHistoryReader(HistoryReader):
-    """`HistoryReader` with decoded column chunks cached (`cache`) and file plans indexed per snapshot."""
+    """`HistoryReader` whose row groups come from decoded column chunks cached in `cache`."""
 
     def __init__(
         self,
@@ -113,54 +116,50 @@ class CachedHistoryReader(HistoryReader):
         footer_cache: FooterCache | None = None,
         cache: HistoryCache | None = None,
         max_bytes: int = DEFAULT_MAX_BYTES,
+        keep_results: bool = True,
     ) -> None:
         super().__init__(table, filesystem, footer_cache)
         self.cache = cache if cache is not None else HistoryCache(max_bytes)
-        self._indexes: OrderedDict[tuple, FileIndex] = OrderedDict()
-        self._lock = threading.Lock()
+        self.keep_results = keep_results  # False: cache decoded chunks only, assemble every lookup
 
-    # -- planning ------------------------------------------------------------------------------
+    def read_users(
+        self, user_ids: Iterable[int], selection: Selection | None = None, max_workers: int = 1
+    ) -> dict[int, pa.Table]:
+        """As `HistoryReader.read_users`, with each user's assembled result kept for its next lookup
+        with the same selection in the same snapshot (its columns are slices of the cached chunks)."""
+        selection = selection or Selection()
+        bounded = any(v is not None for v in (selection.start, selection.end, selection.as_of_lsn))
+        if not self.keep_results or bounded:  # a time or LSN bound is one request's: rarely asked again
+            return super().read_users(user_ids, selection, max_workers)
+        self.check(selection)
+        snapshot = self.lookup_index().key
+        ids = list(dict.fromkeys(int(u) for u in user_ids))
+        found = {u: self.cache.get(("user", snapshot, u, selection)) for u in ids}
+        missing = [u for u, rows in found.items() if rows is None]
+        if missing:
+            for user, rows in super().read_users(missing, selection, max_workers).items():
+                self.cache.put(("user", snapshot, user, selection), rows)
+                found[user] = rows
+        return found
 
-    def file_index(self, selection: Selection = WHOLE) -> FileIndex:
-        """The files of the current snapshot within the selection's time and LSN bounds (one Iceberg
-        scan per snapshot and bounds, kept for the next lookups)."""
-        meta = self.table.metadata
-        key = (str(meta.table_uuid), meta.current_snapshot_id, selection.start, selection.end, selection.as_of_lsn)
-        with self._lock:
-            index = self._indexes.get(key)
-            if index is not None:
-                self._indexes.move_to_end(key)
-                return index
-        index = FileIndex(self.table, scan_condition(selection))
-        with self._lock:
-            self._indexes[key] = index
-            while len(self._indexes) > INDEXES_KEPT:
-                self._indexes.popitem(last=False)
-        return index
+    def read_rows(self, uri: str, rg: int, low: int, high: int, columns: list[str]) -> pa.Table | None:
+        """Rows [low, high) of one row group: sliced from its cached chunks when all are cached, else
+        decoded from their pages and cached as such (a hot user's Top-K asks the same range again)."""
+        if all((uri, rg, c) in self.cache for c in columns):
+            return self.read_groups(uri, [rg], columns).slice(low, high - low)
+        key = (uri, rg, low, high, tuple(columns))
+        rows = self.cache.get(key)
+        if rows is None:
+            rows = super().read_rows(uri, rg, low, high, columns)
+            if rows is not None:
+                self.cache.put(key, rows)
+        return rows
 
-    def files_for_user(self, user_id: int, selection: Selection = WHOLE) -> list[str]:
-        return [plan.uri for plan in self.file_index(selection).plans([int(user_id)])]
-
-    # -- reading -------------------------------------------------------------------------------
-
-    def read_user_in_file(
-        self, uri: str, user_id: int, wanted: list[str], selection: Selection | None = None
-    ) -> pa.Table:
-        user = int(user_id)
-        return read_users_from_file(self.fs, self.footers, uri, [user], wanted, selection or WHOLE, self.group_source)[
-            user
-        ]
-
-    def group_source(
-        self,
-        uri: str,
-        layout: FileLayout,
-        parquet: Callable[[], pq.ParquetFile],
-        groups: list[int],
-        columns: list[str],
-    ) -> pa.Table:
+    def read_groups(self, uri: str, groups: list[int], columns: list[str]) -> pa.Table:
         """The rows of `groups` (ascending) with `columns`, from cached chunks; the missing chunks are
         decoded in one `read_row_groups` call and cached, one Arrow array per (row group, column)."""
+        if self.cache.max_bytes == 0:  # nothing can be kept: no bookkeeping, no copies
+            return super().read_groups(uri, groups, columns)
         found: dict[tuple[int, str], pa.Array] = {}
         missing_groups, missing_columns = [], []
         for rg in groups:
@@ -176,10 +175,11 @@ class CachedHistoryReader(HistoryReader):
             if absent:
                 missing_groups.append(rg)
         if missing_groups:
-            read = parquet().read_row_groups(missing_groups, columns=missing_columns)
+            read = super().read_groups(uri, missing_groups, missing_columns)
             offset = 0
+            meta = self.footer(uri)
             for rg in missing_groups:
-                rows = layout.rows[rg]
+                rows = meta.row_group(rg).num_rows
                 for column in missing_columns:
                     chunk = read[column].slice(offset, rows)
                     # One array per row group that owns its buffers, so evicting it frees its memory.
@@ -190,6 +190,7 @@ class CachedHistoryReader(HistoryReader):
                     self.cache.put((uri, rg, column), value)
                     found[rg, column] = value
                 offset += rows
-        fields = [layout.schema.field(c) for c in columns]
+        schema = self.lookup_index().entry(uri).schema
+        fields = [schema.field(c) for c in columns]
         arrays = [pa.chunked_array([found[rg, f.name] for rg in groups], f.type) for f in fields]
-        return pa.Table.from_arrays(arrays, schema=pa.schema(fields, metadata=layout.schema.metadata))
+        return pa.Table.from_arrays(arrays, schema=pa.schema(fields, metadata=schema.metadata))

@@ -140,3 +140,43 @@ def read_footer(handle: pa.NativeFile) -> pq.FileMetaData:
     handle.seek(size - 8 - length)
     footer = handle.read(length)
     return pq.read_metadata(pa.BufferReader(b"PAR1" + footer + tail))
+
+
+def load_footer(fs, footers: FooterCache, uri: str) -> pq.FileMetaData:
+    """A file's parsed footer, from the cache or read with two exact reads and cached."""
+    meta = footers.get(uri)
+    if meta is None:
+        with fs.open_input_file(uri) as handle:
+            meta = read_footer(handle)
+        footers.put(uri, meta)
+    return meta
+
+
+def open_parquet(source, meta: pq.FileMetaData | None = None, pre_buffer: bool = False) -> pq.ParquetFile:
+    """The one place readers turn bytes into a ParquetFile to decode rows (whole row groups of a data
+    file, or the pages `tableformat.page_reader` assembles): read options belong here."""
+    return pq.ParquetFile(source, metadata=meta, pre_buffer=pre_buffer)
+
+
+def read_row_groups(fs, uri: str, meta: pq.FileMetaData, groups: list[int], columns: list[str]) -> pa.Table:
+    """The rows of `groups` (ascending) with `columns`. Pre-buffering fetches the column chunks in
+    few coalesced reads; decoding on the calling thread is faster than pyarrow's pool for a lookup's
+    few chunks (`seqlake bench-peers`), and leaves the parallelism to the caller."""
+    with fs.open_input_file(uri) as handle:
+        parquet = open_parquet(handle, meta, pre_buffer=True)
+        return parquet.read_row_groups(groups, columns=columns, use_threads=False)
+
+
+def read_byte_ranges(fs, uri: str, ranges: list[tuple[int, int]]) -> list[bytes]:
+    """The bytes of each (offset, length) range of a file, in one open (page index, single pages)."""
+    out = []
+    with fs.open_input_file(uri) as handle:
+        for offset, length in ranges:
+            handle.seek(offset)
+            out.append(handle.read(length))
+    return out
+
+
+def decode_parquet(data: bytes) -> pa.Table:
+    """All rows of a small Parquet file held in memory."""
+    return open_parquet(pa.BufferReader(data)).read_row_group(0, use_threads=False)

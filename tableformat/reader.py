@@ -1,15 +1,20 @@
 """Read users' histories from the history table with every selection pushed down to storage.
 
-Iceberg prunes files (bucket partition, then `user_id`, `event_ts` and `lsn` bounds in the
-manifests) to at most one per sorted run; the footer's statistics prune row groups (user, feature
-group, event time, LSN, and for Top-K the newest row groups); projection reads only the columns asked
-for plus the keys a filter needs. Rows come back in sequence order: (event_ts, lsn), oldest first
-unless `newest_first`.
+A lookup is planned from the per-snapshot lookup index (`tableformat/lookup_index.py`), built once per
+table snapshot: the manifests give at most one file per sorted run, the footers' row-group bounds
+give the user's segments (runs of one feature group within one row group, already in sequence order),
+and the selection prunes segments by their bounds (feature group, event time, LSN, and for Top-K the
+newest). Only the projected columns are read, plus `event_ts` when a segment is cut by time or
+several segments overlap in time and must be merged, and `lsn` when cut by LSN or to break event-time
+ties in a merge. Rows come back in sequence order, (event_ts, lsn), oldest first unless `newest_first`:
+one segment as stored, segments whose time ranges do not overlap concatenated, others merged.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import threading
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -29,8 +34,15 @@ from pyiceberg.expressions import (
 from pyiceberg.table import Table
 
 from seqlake.errors import SchemaError
-from tableformat.io import FooterCache, PlainFileSystem, read_footer
-from tableformat.schema import KEY_COLUMNS
+from tableformat.io import (
+    FooterCache,
+    PlainFileSystem,
+    decode_parquet,
+    load_footer,
+    read_byte_ranges,
+    read_row_groups,
+)
+from tableformat.lookup_index import FileEntry, LookupIndex, ReadGroups, Segments, micros, select_segments, snapshot_key
 
 SEQUENCE_ORDER = ("event_ts", "lsn")
 
@@ -63,47 +75,295 @@ class HistoryReader:
         self.footers = footer_cache if footer_cache is not None else FooterCache()
         self.columns = [f.name for f in table.schema().fields]
         self.groups = table.metadata.properties.get("seqlake.feature-groups", "").split(",")
+        self._column_set, self._group_set = frozenset(self.columns), frozenset(self.groups)
         self._schema: tuple[tuple, pa.Schema] | None = None
+        self._index: LookupIndex | None = None
+        self._empties: dict[tuple, pa.Table] = {}
+        self._index_lock = threading.Lock()
 
     def check(self, selection: Selection) -> None:
         """Identifiers from users are checked against the schema, never pasted anywhere."""
-        unknown = [c for c in selection.columns or () if c not in self.columns]
+        unknown = [c for c in selection.columns or () if c not in self._column_set]
         if unknown:
             raise SchemaError(f"unknown columns {unknown}; the history table has {self.columns}")
-        groups = [g for g in selection.feature_groups or () if g not in self.groups]
+        groups = [g for g in selection.feature_groups or () if g not in self._group_set]
         if groups:
             raise SchemaError(f"unknown feature groups {groups}; the history table has {self.groups}")
 
+    # -- planning ------------------------------------------------------------------------------
+
+    def lookup_index(self) -> LookupIndex:
+        """The index of the table's current snapshot: built on first use, rebuilt only when the
+        snapshot changes (keeping the entries of files still live)."""
+        key = snapshot_key(self.table)
+        index = self._index
+        if index is not None and index.key == key:
+            return index
+        with self._index_lock:
+            if self._index is None or self._index.key != key:
+                previous = self._index.entries if self._index is not None else None
+                self._index = LookupIndex(self.table, self.footer, previous)
+            return self._index
+
     def files_for_user(self, user_id: int, selection: Selection = Selection()) -> list[str]:
-        """Data files that may hold the user's selected rows: manifests prune the rest."""
-        condition = scan_condition(selection, [user_id])
-        return [task.file.file_path for task in self.table.scan(row_filter=condition).plan_files()]
+        """Data files that may hold the user's rows (bucket and `user_id` bounds), in plan order."""
+        return [plan.uri for plan in self.lookup_index().plans([int(user_id)])]
+
+    # -- reading -------------------------------------------------------------------------------
+
+    def footer(self, uri: str) -> pq.FileMetaData:
+        return load_footer(self.fs, self.footers, uri)
+
+    def read_groups(self, uri: str, groups: list[int], columns: list[str]) -> pa.Table:
+        """The rows of `groups` (ascending) with `columns` (the step subclasses change, e.g. to cache)."""
+        return read_row_groups(self.fs, uri, self.footer(uri), groups, columns)
+
+    def read_rows(self, uri: str, rg: int, low: int, high: int, columns: list[str]) -> pa.Table | None:
+        """Rows [low, high) of one row group, decoded from the pages that hold them (page index)."""
+        entry = self.lookup_index().entry(uri)
+
+        def read(ranges: list[tuple[int, int]]) -> list[bytes]:
+            return read_byte_ranges(self.fs, uri, ranges)
+
+        rows = entry.paged().read_rows(rg, low, high, columns, read, decode_parquet)
+        return None if rows is None else rows.replace_schema_metadata(entry.schema.metadata)
 
     def read_user(
         self, user_id: int, columns: Sequence[str] | None = None, selection: Selection | None = None
     ) -> pa.Table:
         """The user's selected rows in sequence order, with `columns` (default: all)."""
         selection = selection or Selection(columns=tuple(columns) if columns is not None else None)
+        return self.read_users([user_id], selection)[int(user_id)]
+
+    def read_users(
+        self, user_ids: Iterable[int], selection: Selection = Selection(), max_workers: int = 1
+    ) -> dict[int, pa.Table]:
+        """Each user's selected rows, as `read_user` returns them, keyed in first-given order; one read
+        per file for all the users it holds (files in parallel with `max_workers` > 1)."""
         self.check(selection)
         wanted = list(dict.fromkeys(selection.columns or self.columns))
-        parts = [
-            self.read_user_in_file(uri, int(user_id), wanted, selection)
-            for uri in self.files_for_user(user_id, selection)
-        ]
-        return finish(parts, wanted, selection, self.arrow_schema())
+        entries, segments = self.lookup_index().segments(user_ids, selection, self.read_groups)
+        empty = self.empty(wanted)
+        return read_segments(
+            self.read_groups, entries, segments, selection, wanted, empty, max_workers, read_rows=self.read_rows
+        )
 
     def read_user_in_file(
         self, uri: str, user_id: int, wanted: list[str], selection: Selection | None = None
     ) -> pa.Table:
-        """The user's selected rows in one data file (the step subclasses change, e.g. to cache)."""
-        return read_user_from_file(self.fs, self.footers, uri, user_id, wanted, selection or Selection())
+        """The user's selected rows in one data file, in sequence order."""
+        selection = selection or Selection()
+        user = int(user_id)
+        entry = self.lookup_index().entry(uri)
+        segments = select_segments(entry.segments(0, user, self.read_groups), selection)
+        found = read_segments(
+            self.read_groups, [entry], {user: segments}, selection, wanted, self.empty(wanted), read_rows=self.read_rows
+        )
+        return found[user]
+
+    def empty(self, wanted: list[str]) -> pa.Table:
+        """An empty result with `wanted` columns (kept per projection: building one costs a lookup)."""
+        schema = self.arrow_schema()
+        key = (self._schema[0], tuple(wanted))
+        found = self._empties.get(key)
+        if found is None:
+            found = self._empties[key] = schema.empty_table().select(wanted)
+        return found
 
     def arrow_schema(self) -> pa.Schema:
         """The table's schema in Arrow; converting it costs about a cached lookup, so once per schema."""
-        key = (str(self.table.metadata.table_uuid), self.table.metadata.current_schema_id)
+        key = (self.table.metadata.table_uuid, self.table.metadata.current_schema_id)
         if self._schema is None or self._schema[0] != key:
             self._schema = (key, self.table.schema().as_arrow())
         return self._schema[1]
+
+
+# -- reading segments -------------------------------------------------------------------------------
+
+
+# (uri, row group, first row, end row, columns) -> those rows, decoded from their pages only; None when
+# the file cannot serve row ranges (then the row group is read whole).
+ReadRows = Callable[[str, int, int, int, list[str]], pa.Table | None]
+# A Top-K reads a segment's newest rows by pages when this many older rows can be skipped.
+PAGED_SKIP_ROWS = 8192
+
+
+def read_segments(
+    read_groups: ReadGroups,
+    entries: list[FileEntry],
+    segments: dict[int, Segments],
+    selection: Selection,
+    wanted: list[str],
+    empty: pa.Table,
+    max_workers: int = 1,
+    with_lsn: bool = False,
+    read_rows: ReadRows | None = None,
+) -> dict[int, pa.Table]:
+    """Each user's rows of its segments, cut to the selection and put in sequence order.
+
+    Per file, one read of the union of the users' row groups, with the columns wanted plus the keys
+    that cutting or merging needs. For a Top-K, a long segment's newest K rows are read by pages
+    (`read_rows`) instead of its whole row group."""
+    merging = {u: needs_merge(s) for u, s in segments.items()}
+
+    def columns_for(user: int, cut_ts: bool = False, cut_lsn: bool = False) -> list[str]:
+        keys = ["event_ts"] if merging[user] or cut_ts else []
+        keys += ["lsn"] if cut_lsn or (with_lsn and merging[user]) else []
+        return list(dict.fromkeys(wanted + keys))
+
+    paged: dict[tuple[int, int], pa.Table] = {}  # (user, segment) -> its newest rows
+    if read_rows is not None and selection.top_k is not None:
+        k = selection.top_k
+        for user, s in segments.items():
+            for i in np.flatnonzero(s.exact & (s.length - k >= PAGED_SKIP_ROWS)).tolist():
+                end = int(s.start[i] + s.length[i])
+                rows = read_rows(entries[s.file[i]].uri, int(s.rg[i]), end - k, end, columns_for(user))
+                if rows is not None:
+                    paged[user, i] = rows
+
+    groups: list[set[int]] = [set() for _ in entries]
+    need_ts, need_lsn = [False] * len(entries), [False] * len(entries)
+    for user, s in segments.items():  # a handful of segments per user: plain Python is cheapest
+        merge, lsn_for_ties = merging[user], with_lsn and merging[user]
+        for i, (position, rg, cut_ts, cut_lsn) in enumerate(
+            zip(s.file.tolist(), s.rg.tolist(), s.cut_ts.tolist(), s.cut_lsn.tolist(), strict=True)
+        ):
+            if (user, i) in paged:
+                continue
+            groups[position].add(rg)
+            need_ts[position] |= merge or cut_ts
+            need_lsn[position] |= cut_lsn or lsn_for_ties
+
+    def read(position: int) -> tuple[pa.Table, dict[int, int]] | None:
+        chosen = sorted(groups[position])
+        keys = (["event_ts"] if need_ts[position] else []) + (["lsn"] if need_lsn[position] else [])
+        table = read_groups(entries[position].uri, chosen, list(dict.fromkeys(wanted + keys)))
+        offsets, offset = {}, 0
+        for rg in chosen:
+            offsets[rg] = offset
+            offset += int(entries[position].rows[rg])
+        return table, offsets
+
+    used = [p for p in range(len(entries)) if groups[p]]
+    if max_workers > 1 and len(used) > 1:
+        with ThreadPoolExecutor(max_workers=min(max_workers, len(used))) as pool:
+            found = dict(zip(used, pool.map(read, used), strict=True))
+    else:
+        found = {p: read(p) for p in used}
+
+    result: dict[int, pa.Table] = {}
+    for user, s in segments.items():
+        parts = []
+        for i, (f, rg, start, n, ct, cl) in enumerate(
+            zip(s.file, s.rg, s.start, s.length, s.cut_ts, s.cut_lsn, strict=True)
+        ):
+            if (user, i) in paged:
+                parts.append(paged[user, i])
+            else:
+                table, offsets = found[int(f)]
+                parts.append(cut(table, offsets[int(rg)] + int(start), int(n), bool(ct), bool(cl), selection))
+        keep = [i for i, p in enumerate(parts) if p.num_rows]
+        rows = in_sequence([parts[i] for i in keep], s.take(np.asarray(keep, np.int64)) if keep else s, merging[user])
+        if rows is None:  # event-time ties across segments: read again with `lsn` to order them
+            again = read_segments(read_groups, entries, {user: s}, selection, wanted, empty, 1, True, read_rows)
+            result[user] = again[user]
+            continue
+        result[user] = shape(rows, wanted, selection, empty)
+    return result
+
+
+def cut(table: pa.Table, offset: int, length: int, cut_ts: bool, cut_lsn: bool, selection: Selection) -> pa.Table:
+    """One segment's selected rows: a slice, narrowed by a binary search on its (sorted) event times,
+    filtered by LSN, and for Top-K its newest K rows."""
+    rows = table.slice(offset, length)
+    if cut_ts:
+        ts = timestamps(rows["event_ts"])
+        low = 0 if selection.start is None else int(np.searchsorted(ts, micros(selection.start), "left"))
+        high = len(ts) if selection.end is None else int(np.searchsorted(ts, micros(selection.end), "left"))
+        rows = rows.slice(low, max(0, high - low))
+    if cut_lsn:
+        rows = rows.filter(pc.less_equal(rows["lsn"], selection.as_of_lsn))
+    if selection.top_k is not None and rows.num_rows > selection.top_k:
+        rows = rows.slice(rows.num_rows - selection.top_k)
+    return rows
+
+
+def needs_merge(segments: Segments) -> bool:
+    """Whether the segments' time ranges overlap, so their rows must be merged on the key."""
+    if len(segments) < 2:
+        return False
+    order = np.argsort(segments.ts_min, kind="stable")
+    return not bool(np.all(segments.ts_max[order][:-1] < segments.ts_min[order][1:]))
+
+
+def in_sequence(parts: list[pa.Table], segments: Segments, merging: bool) -> pa.Table | None:
+    """The parts (each in sequence order) as one table in sequence order; None when event-time ties
+    across parts need `lsn`, which was not read."""
+    if not parts:
+        return pa.table({})
+    if len(parts) == 1:
+        return parts[0]
+    # Files may have read different keys (one cut by LSN, another not): keep the common columns.
+    common = [c for c in parts[0].column_names if all(c in p.column_names for p in parts)]
+    parts = [p.select(common) if p.column_names != common else p for p in parts]
+    if not merging:  # disjoint time ranges: concatenate in time order
+        return pa.concat_tables([parts[i] for i in np.argsort(segments.ts_min, kind="stable").tolist()])
+    ts = [timestamps(p["event_ts"]) for p in parts]
+    lsn = [p["lsn"].to_numpy() for p in parts] if "lsn" in common else None
+    order = merge_order(ts, lsn)
+    if order is None:
+        return None
+    return pa.concat_tables(parts).take(pa.array(order))
+
+
+def merge_order(ts: list[np.ndarray], lsn: list[np.ndarray] | None) -> np.ndarray | None:
+    """The merge of sorted runs on (event_ts, lsn): positions into their concatenation. A stable
+    timsort finds the runs and merges them (O(n log runs)); ties in event time between runs are
+    broken by `lsn` (None if it is needed and absent)."""
+    times = np.concatenate(ts)
+    order = np.argsort(times, kind="stable")
+    ordered = times[order]
+    tied = ordered[1:] == ordered[:-1]
+    if tied.any():
+        run = np.repeat(np.arange(len(ts)), [len(t) for t in ts])[order]
+        if (tied & (run[1:] != run[:-1])).any():
+            if lsn is None:
+                return None
+            order = np.lexsort((np.concatenate(lsn), times))
+    return order
+
+
+def shape(rows: pa.Table, wanted: list[str], selection: Selection, empty: pa.Table) -> pa.Table:
+    """Top-K, direction and projection of a user's rows in sequence order."""
+    if not rows.num_rows:
+        return empty
+    if selection.top_k is not None:
+        rows = rows.slice(max(0, rows.num_rows - selection.top_k))
+    if selection.newest_first:
+        rows = rows.take(pa.array(np.arange(rows.num_rows - 1, -1, -1, dtype=np.int64)))
+    return rows.select(wanted)
+
+
+def timestamps(column: pa.ChunkedArray | pa.Array) -> np.ndarray:
+    """Event times as int64 microseconds (zero-copy for one chunk)."""
+    return column.cast(pa.int64()).to_numpy()
+
+
+def read_user_from_file(
+    fs, footers: FooterCache, uri: str, user_id: int, columns: list[str], selection: Selection = Selection()
+) -> pa.Table:
+    """One user's selected rows in one history file, with `columns` plus the sequence keys, in
+    sequence order: the lookup of one file without a table (e.g. to compare file layouts)."""
+    meta = load_footer(fs, footers, uri)
+    entry = FileEntry(uri, meta)
+
+    def read(path: str, groups: list[int], names: list[str]) -> pa.Table:
+        return read_row_groups(fs, path, meta, groups, names)
+
+    wanted = list(dict.fromkeys(list(columns) + list(SEQUENCE_ORDER)))
+    segments = select_segments(entry.segments(0, int(user_id), read), selection)
+    empty = pa.table({c: pa.array([], entry.schema.field(c).type) for c in wanted})
+    return read_segments(read, [entry], {int(user_id): segments}, selection, wanted, empty)[int(user_id)]
 
 
 def scan_condition(selection: Selection, user_ids: Iterable[int] | None = None) -> BooleanExpression:
@@ -143,115 +403,6 @@ def stats_overlap(stats, low, high, high_exclusive: bool = False) -> bool:
     if high is None:
         return True
     return stats.min < high if high_exclusive else stats.min <= high
-
-
-def read_user_from_file(
-    fs, footers: FooterCache, uri: str, user_id: int, columns: list[str], selection: Selection = Selection()
-) -> pa.Table:
-    """One user's selected rows in one history file, with `columns` plus the sequence keys.
-
-    Row groups are chosen from footer statistics; the user_id and the other key columns are read only
-    when a chosen row group also holds rows the selection excludes.
-    """
-    columns = list(dict.fromkeys(columns))
-    with fs.open_input_file(uri) as handle:
-        meta = footers.get(uri)
-        if meta is None:
-            meta = read_footer(handle)
-            footers.put(uri, meta)
-        parquet = pq.ParquetFile(handle, metadata=meta, pre_buffer=False)
-        plan = plan_row_groups(meta, user_id, selection)
-        groups = [rg for rg, _ in plan]
-        exact = all(only for _, only in plan)  # every chosen row group holds only wanted rows
-        empty = {c: pa.array([], parquet.schema_arrow.field(c).type) for c in columns + list(SEQUENCE_ORDER)}
-        if not groups:
-            return pa.table(empty)
-        needed = list(SEQUENCE_ORDER) + ([] if exact else list(KEY_COLUMNS))
-        read_cols = list(dict.fromkeys(columns + needed))
-        table = parquet.read_row_groups(groups, columns=read_cols)
-    if not exact:
-        table = table.filter(row_filter(table, user_id, selection))
-    return table.select(list(dict.fromkeys(columns + list(SEQUENCE_ORDER))))
-
-
-def plan_row_groups(meta: pq.FileMetaData, user_id: int, selection: Selection) -> list[tuple[int, bool]]:
-    """The row groups that may hold the user's selected rows, from footer statistics alone, each with
-    whether it certainly holds nothing else (then no row filter and no key columns are needed)."""
-    names = meta.schema.to_arrow_schema().names
-    index = {name: names.index(name) for name in ("user_id", "feature_group", "event_ts", "lsn")}
-    plan: list[tuple[int, bool]] = []
-    for rg in range(meta.num_row_groups):
-        group = meta.row_group(rg)
-        stats = {k: group.column(i).statistics for k, i in index.items()}
-        if not stats_overlap(stats["user_id"], user_id, user_id):
-            continue
-        if not _group_overlaps(stats["feature_group"], selection.feature_groups):
-            continue
-        if not stats_overlap(stats["event_ts"], selection.start, selection.end, high_exclusive=True):
-            continue
-        if not stats_overlap(stats["lsn"], None, selection.as_of_lsn):
-            continue
-        plan.append((rg, _only(stats, user_id, selection)))
-    if selection.top_k is not None:
-        keep = set(_newest_groups(meta, plan, index["event_ts"], selection.top_k))
-        plan = [(rg, only) for rg, only in plan if rg in keep]
-    return plan
-
-
-def _only(stats: dict, user_id: int, selection: Selection) -> bool:
-    """Whether a row group certainly holds only selected rows (so no filter, no key columns needed)."""
-
-    def known(s) -> bool:
-        return s is not None and s.has_min_max
-
-    if not (known(stats["user_id"]) and stats["user_id"].min == stats["user_id"].max == user_id):
-        return False
-    if selection.feature_groups is not None and not (
-        known(stats["feature_group"])
-        and stats["feature_group"].min == stats["feature_group"].max
-        and stats["feature_group"].min in selection.feature_groups
-    ):
-        return False
-    ts = stats["event_ts"]
-    if selection.start is not None and not (known(ts) and ts.min >= selection.start):
-        return False
-    if selection.end is not None and not (known(ts) and ts.max < selection.end):
-        return False
-    return selection.as_of_lsn is None or (known(stats["lsn"]) and stats["lsn"].max <= selection.as_of_lsn)
-
-
-def _group_overlaps(stats, groups: tuple[str, ...] | None) -> bool:
-    if groups is None or stats is None or not stats.has_min_max:
-        return True
-    return any(stats.min <= g <= stats.max for g in groups)
-
-
-def _newest_groups(meta: pq.FileMetaData, plan: list[tuple[int, bool]], ts_col: int, k: int) -> list[int]:
-    """The fewest row groups that surely contain the newest `k` selected rows among `plan`.
-
-    Take row groups by descending newest event time until those that hold only selected rows add up
-    to k rows (a row group that also holds other rows counts for none: how many of its rows are
-    selected is unknown); any other row group whose newest event is not older than the oldest event
-    of those taken may still hold a top row."""
-    groups = [rg for rg, _ in plan]
-    if k == 0 or not groups:
-        return []
-    stats = {rg: meta.row_group(rg).column(ts_col).statistics for rg in groups}
-    if any(s is None or not s.has_min_max for s in stats.values()):
-        return groups
-    only = dict(plan)
-    ordered = sorted(groups, key=lambda rg: stats[rg].max, reverse=True)
-    chosen, rows = [], 0
-    for rg in ordered:
-        chosen.append(rg)
-        rows += meta.row_group(rg).num_rows if only[rg] else 0
-        if rows >= k:
-            break
-    else:
-        return groups  # never sure to hold k selected rows: keep them all
-    floor = min(stats[rg].min for rg in chosen)
-    chosen += [rg for rg in ordered if rg not in chosen and stats[rg].max >= floor]
-    return sorted(chosen)
 
 
 def row_filter(table: pa.Table, user_id: int, selection: Selection) -> pa.ChunkedArray:

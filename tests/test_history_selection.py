@@ -153,3 +153,30 @@ def test_top_k_with_a_time_window_across_row_groups_keeps_every_selected_row(tab
     got = HistoryReader(table).read_user(user, selection=window).to_pylist()
     assert got == duckdb_reference(table, user, window, ["lsn"])
     assert len(got) > 2
+
+
+def test_rows_of_one_run_and_feature_group_come_back_without_a_merge(tmp_path, monkeypatch):
+    import tableformat.reader as reader_module
+
+    merges = []
+    original = reader_module.merge_order
+    monkeypatch.setattr(reader_module, "merge_order", lambda ts, lsn: merges.append(len(ts)) or original(ts, lsn))
+    config = make_config(tmp_path / "wh")
+    single = history_table(config)
+    user = 1_000_005
+    publish_run(
+        single, config, synthetic_history(config, {user: 8000, 1_000_006: 50}, seed=4), "w1", policy=SMALL_ROW_GROUPS
+    )
+    reader = HistoryReader(single)
+    # One run, one feature group: segments in consecutive row groups, concatenated as stored.
+    one = Selection(columns=("item_id",), feature_groups=("engagement",))
+    segments = reader.lookup_index().segments([user], one, reader.read_groups)[1][user]
+    assert len(segments) > 1  # the group spans several row groups
+    got = reader.read_user(user, selection=one)
+    assert got.num_rows > 3000 and merges == []
+    assert got.to_pylist() == duckdb_reference(single, user, one, ["item_id"])
+    # All its feature groups interleave in time: one merge of their segments, the same answer as DuckDB.
+    every = Selection(columns=("item_id", "feature_group"))
+    got = reader.read_user(user, selection=every)
+    assert got.num_rows == 8000 and len(merges) == 1 and merges[0] >= 3
+    assert got.to_pylist() == duckdb_reference(single, user, every, ["item_id", "feature_group"])

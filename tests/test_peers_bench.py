@@ -1,0 +1,34 @@
+"""`seqlake bench-peers --scale small`: every system answers every lookup the same; timings are printed."""
+
+from __future__ import annotations
+
+import json
+
+import pyarrow as pa
+
+from seqlake.cli import main
+from tableformat.peers_bench import SYSTEMS, _same
+
+
+def test_bench_peers_small_answers_agree_and_reports_every_target(tmp_path, capsys, measurement):
+    out = tmp_path / "peers.json"
+    assert main(["bench-peers", "--scale", "small", "--json", str(out), "--plots", str(tmp_path / "plots")]) == 0
+    report = capsys.readouterr().out
+    result = json.loads(out.read_text())
+    assert result["failures"] == []
+    whole = result["lookups"]["long 2 cols"]
+    assert set(whole) == set(SYSTEMS)
+    assert all(t["qps"] > 0 and t["cpu_s"] >= 0 for t in whole.values())
+    assert {"seqlake index", "seqlake read+count", "rocksdb count key"} == set(result["lookups"]["count of long"])
+    assert len(result["targets"]) >= 20 and all(t["ratio"] is not None for t in result["targets"])
+    assert (tmp_path / "plots" / "qps_by_length.png").stat().st_size > 0
+    assert (tmp_path / "plots" / "qps_by_columns.png").stat().st_size > 0
+    assert "| target | ratio | bound | met |" in report
+    measurement("bench-peers (small):\n" + report)
+
+
+def test_answers_are_compared_by_value_and_type_insensitive_to_metadata():
+    reference = pa.table({"a": pa.array([1, 2], pa.int64())}).replace_schema_metadata({"k": "v"})
+    assert _same(reference, pa.table({"a": pa.array([1, 2], pa.int32())}))
+    assert not _same(reference, pa.table({"a": pa.array([2, 1], pa.int64())}))
+    assert not _same(reference, pa.table({"b": pa.array([1, 2], pa.int64())}))
