@@ -146,8 +146,10 @@ def load_footer(fs, footers: FooterCache, uri: str) -> pq.FileMetaData:
     """A file's parsed footer, from the cache or read with two exact reads and cached."""
     meta = footers.get(uri)
     if meta is None:
-        with fs.open_input_file(uri) as handle:
-            meta = read_footer(handle)
+        from tableformat.verified import verified_file, verified_footer  # verified builds on this module
+
+        with verified_file(fs, uri) as handle:
+            meta = verified_footer(handle, uri)  # checked against the layout digest the writer stored
         footers.put(uri, meta)
     return meta
 
@@ -155,22 +157,27 @@ def load_footer(fs, footers: FooterCache, uri: str) -> pq.FileMetaData:
 def open_parquet(source, meta: pq.FileMetaData | None = None, pre_buffer: bool = False) -> pq.ParquetFile:
     """The one place readers turn bytes into a ParquetFile to decode rows (whole row groups of a data
     file, or the pages `tableformat.page_reader` assembles): read options belong here."""
-    return pq.ParquetFile(source, metadata=meta, pre_buffer=pre_buffer)
+    # Every page's CRC is checked as it is decoded: a flipped byte is an error, never wrong rows.
+    return pq.ParquetFile(source, metadata=meta, pre_buffer=pre_buffer, page_checksum_verification=True)
 
 
 def read_row_groups(fs, uri: str, meta: pq.FileMetaData, groups: list[int], columns: list[str]) -> pa.Table:
     """The rows of `groups` (ascending) with `columns`. Pre-buffering fetches the column chunks in
     few coalesced reads; decoding on the calling thread is faster than pyarrow's pool for a lookup's
     few chunks (`seqlake bench-peers`), and leaves the parallelism to the caller."""
-    with fs.open_input_file(uri) as handle:
+    from tableformat.verified import verified_file
+
+    with verified_file(fs, uri) as handle:
         parquet = open_parquet(handle, meta, pre_buffer=True)
         return parquet.read_row_groups(groups, columns=columns, use_threads=False)
 
 
 def read_byte_ranges(fs, uri: str, ranges: list[tuple[int, int]]) -> list[bytes]:
     """The bytes of each (offset, length) range of a file, in one open (page index, single pages)."""
+    from tableformat.verified import verified_file
+
     out = []
-    with fs.open_input_file(uri) as handle:
+    with verified_file(fs, uri) as handle:
         for offset, length in ranges:
             handle.seek(offset)
             out.append(handle.read(length))

@@ -43,6 +43,7 @@ from tableformat.io import (
     read_row_groups,
 )
 from tableformat.lookup_index import FileEntry, LookupIndex, ReadGroups, Segments, micros, select_segments, snapshot_key
+from tableformat.verified import DAMAGE, CorruptFileError, describe, table_of
 
 SEQUENCE_ORDER = ("event_ts", "lsn")
 
@@ -125,7 +126,12 @@ class HistoryReader:
         def read(ranges: list[tuple[int, int]]) -> list[bytes]:
             return read_byte_ranges(self.fs, uri, ranges)
 
-        rows = entry.paged().read_rows(rg, low, high, columns, read, decode_parquet)
+        try:
+            rows = entry.paged().read_rows(rg, low, high, columns, read, decode_parquet)
+        except CorruptFileError:
+            raise
+        except DAMAGE as error:  # a page whose checksum or encoding fails: the file is damaged
+            raise CorruptFileError(table_of(uri), uri, describe(error)) from error
         return None if rows is None else rows.replace_schema_metadata(entry.schema.metadata)
 
     def read_user(

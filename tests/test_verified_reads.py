@@ -22,7 +22,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from tableformat.io import read_footer
-from tableformat.reader import Selection, plan_row_groups
+from tableformat.reader import Selection
 from tableformat.verified import DAMAGE, CorruptFileError, open_verified, read_verified, verified_file, verified_footer
 from tableformat.writer import open_output
 from tests.conftest import make_config
@@ -42,6 +42,17 @@ def history_file(tmp_path_factory) -> tuple[str, Path]:
     return uri, Path(open_output(uri)[1])
 
 
+def plan_row_groups(meta: pq.FileMetaData, user: int) -> list[int]:
+    """Row groups whose user_id statistics may hold `user` (what a point lookup reads)."""
+    column = meta.schema.to_arrow_schema().get_field_index("user_id")
+    groups = []
+    for g in range(meta.num_row_groups):
+        stats = meta.row_group(g).column(column).statistics
+        if stats is None or not stats.has_min_max or stats.min <= user <= stats.max:
+            groups.append(g)
+    return groups
+
+
 def read_user(uri: str, user: int, verify: bool = True) -> pa.Table:
     """One user's rows as a point lookup reads them: footer, planned row groups, then a filter.
 
@@ -50,7 +61,7 @@ def read_user(uri: str, user: int, verify: bool = True) -> pa.Table:
     fs, path = open_output(uri)
     with verified_file(fs, path, uri) as handle:
         meta = verified_footer(handle, uri) if verify else read_footer(handle)
-        groups = [g for g, _ in plan_row_groups(meta, user, Selection())]
+        groups = plan_row_groups(meta, user)
         parquet = open_verified(handle, metadata=meta) if verify else pq.ParquetFile(handle, metadata=meta)
         rows = parquet.read_row_groups(groups) if groups else parquet.schema_arrow.empty_table()
     return rows.filter(pc.equal(rows["user_id"], user))
@@ -177,3 +188,38 @@ def test_cost_of_verification(history_file, measurement):
         f"{ratio:.2f}x the time of unverified reads (median of 5 interleaved repeats)"
     )
     assert all(read_user(uri, u).num_rows == n for u, n in USERS.items())
+
+
+def test_the_history_reader_refuses_damaged_pages_and_footers(tmp_path):
+    # The lookup path itself (index, page reader, row groups), not only tableformat.verified.
+    from tableformat.reader import HistoryReader
+
+    config = make_config(tmp_path / "warehouse")
+    config = config.model_copy(update={"layout": config.layout.model_copy(update={"bucket_count": 1})})
+    table = history_table(config)
+    [written] = publish_run(table, config, synthetic_history(config, USERS, seed=5), "w1", policy=SMALL_ROW_GROUPS)
+    path = Path(open_output(written.uri)[1])
+    original = path.read_bytes()
+    users = list(USERS)[::7]
+    expected = {user: HistoryReader(table).read_user(user, selection=Selection()) for user in users}
+    offsets = damage_offsets(path)
+    refused = 0
+    try:
+        for offset in offsets["data"] + offsets["footer"][::4]:
+            damaged = bytearray(original)
+            damaged[offset] ^= 0x5A
+            path.write_bytes(bytes(damaged))
+            reader = HistoryReader(table)  # nothing cached from before the damage
+            for user, rows in expected.items():
+                for selection in (Selection(), Selection(top_k=3)):
+                    try:
+                        got = reader.read_user(user, selection=selection)
+                    except CorruptFileError as error:
+                        assert error.uri == written.uri
+                        refused += 1
+                        continue
+                    want = rows if selection.top_k is None else rows.slice(max(0, rows.num_rows - 3))
+                    assert got.equals(want), f"byte {offset}: wrong rows for user {user}"
+    finally:
+        path.write_bytes(original)
+    assert refused > 0
