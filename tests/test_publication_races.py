@@ -240,7 +240,7 @@ STEPS = st.one_of(
 )
 
 
-@settings(max_examples=5, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+@settings(max_examples=3, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
 @given(steps=st.lists(STEPS, min_size=3, max_size=7))
 def test_any_interleaving_counts_every_valid_event_once(spark, lake_config, steps):
     lake = new_lake(lake_config, max_runs=2)
