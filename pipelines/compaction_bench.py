@@ -26,6 +26,7 @@ from pipelines.compaction import (
     merge_runs_if_needed,
     plan_batches,
 )
+from pipelines.duckdb_compaction import compact_batch_duckdb, merge_runs_if_needed_duckdb
 from pipelines.landing import LandingPaths
 from pipelines.parse import landing_schema, parse_batch
 from seqlake.catalog import open_catalog, table_identifier
@@ -43,6 +44,7 @@ class CurvePoint:
     batches: int
     seconds: float
     one_by_one_seconds: float | None = None
+    duckdb_seconds: float = 0.0  # the same backlog on the in-process DuckDB engine
     ratio_to_one_window: float = 0.0
 
 
@@ -151,6 +153,15 @@ def run_compaction_bench(
         if _published_events(lake) != distinct:
             bench.ok = False
             bench.problems.append(f"N={n}: {_published_events(lake)} events published, {distinct} expected")
+        lake, paths = _lake(spark, config, f"{namespace}_n{n}_duckdb", rows)
+        started = time.perf_counter()
+        for batch in plan_batches(counts, config.layout.compaction_batch_rows):
+            compact_batch_duckdb(lake, paths, batch)
+            merge_runs_if_needed_duckdb(lake)
+        point.duckdb_seconds = time.perf_counter() - started
+        if _published_events(lake) != distinct:
+            bench.ok = False
+            bench.problems.append(f"N={n} (DuckDB): {_published_events(lake)} events published, {distinct} expected")
         if n <= ONE_BY_ONE_UP_TO:
             lake, paths = _lake(spark, config, f"{namespace}_n{n}_single", rows)
             started = time.perf_counter()
@@ -169,16 +180,21 @@ def run_compaction_bench(
 def format_report(bench: CompactionBench) -> str:
     lines = [
         f"catch-up compaction of {bench.events:,} events over N closed windows (one Spark session)",
-        f"{'N':>5} {'batches':>8} {'seconds':>9} {'vs N=1':>8} {'events/s':>10} {'one window per pass':>20}",
+        f"{'N':>5} {'batches':>8} {'seconds':>9} {'vs N=1':>8} {'events/s':>10} {'one window per pass':>20} "
+        f"{'DuckDB engine':>14} {'Spark/DuckDB':>13}",
     ]
     for p in bench.points:
         single = f"{p.one_by_one_seconds:.1f}s" if p.one_by_one_seconds is not None else "-"
         lines.append(
             f"{p.windows:>5} {p.batches:>8} {p.seconds:>9.1f} {p.ratio_to_one_window:>7.2f}x "
-            f"{p.events / p.seconds:>10,.0f} {single:>20}"
+            f"{p.events / p.seconds:>10,.0f} {single:>20} {p.duckdb_seconds:>13.1f}s "
+            f"{p.seconds / p.duckdb_seconds:>12.1f}x"
         )
     largest = bench.points[-1]
     verdict = "met" if largest.ratio_to_one_window <= 2 else "not met"
     lines.append(f"target N={largest.windows} <= 2x N=1: {largest.ratio_to_one_window:.2f}x ({verdict})")
+    speedup = min(p.seconds / p.duckdb_seconds for p in bench.points)
+    verdict = "met" if speedup >= 5 else "not met"
+    lines.append(f"target DuckDB engine >= 5x Spark (JVM start excluded), smallest ratio: {speedup:.1f}x ({verdict})")
     lines.extend(f"PROBLEM: {p}" for p in bench.problems)
     return "\n".join(lines)

@@ -17,5 +17,6 @@ def test_small_compaction_bench_publishes_every_event_at_every_window_count(spar
     assert [p.windows for p in bench.points] == list(windows)
     assert all(p.events == bench.events for p in bench.points)
     assert bench.points[0].one_by_one_seconds is not None
+    assert all(p.duckdb_seconds > 0 for p in bench.points)
     for line in format_report(bench).splitlines():
         measurement(f"bench-compact small: {line}")
