@@ -33,6 +33,7 @@ COMMANDS: dict[str, tuple[Callable[[list[str]], int], str]] = {
     "bench-layout": (_job("jobs.bench_layout"), "measure candidate file layouts side by side (ratios to the default)"),
     "bench-ingest": (_job("jobs.bench_ingest"), "measure ingest cost for users with 0 and 10^5 prior events (ratio)"),
     "bench-reads": (_job("jobs.bench_reads"), "measure multi-user reads and the read cache side by side (ratios)"),
+    "bench-samples": (_job("jobs.bench_samples"), "measure training samples from pointers against fat-row reads"),
     "samples": (
         _job("jobs.samples"),
         "rebuild training samples from pointers, verified (versioned late materialization)",

@@ -59,10 +59,13 @@ def _reconstruction(config: Config, tenant: Tenant, mode: Mode, fs: CountingFile
     return Reconstruction(config, tenant, training, history, detail, mode=mode, filesystem=fs)
 
 
-def write_arrow_samples(config: Config, tenant: Tenant, mode: Mode = "lsn") -> ReconstructionResult:
+def write_arrow_samples(
+    config: Config, tenant: Tenant, mode: Mode = "lsn", compare: bool = True
+) -> ReconstructionResult:
     """Rebuild the tenant's samples in-process. LSN mode replaces samples_<tenant> and this tenant's
     Arrow rows of the quarantine table, each in one commit (batches are written as they come, the
-    commit at the end); time-only mode writes no table."""
+    commit at the end); time-only mode writes no table. `compare=False` skips the comparison with the
+    fat rows (`matched` is then 0): a benchmark times the job alone."""
     fs = CountingFileSystem()
     reconstruction = _reconstruction(config, tenant, mode, fs)
     engine = f"arrow/{mode}"
@@ -92,7 +95,7 @@ def write_arrow_samples(config: Config, tenant: Tenant, mode: Mode = "lsn") -> R
         if mode == "lsn":
             samples_out.commit_transaction()
             quarantine_out.commit_transaction()
-            matched = fatrow_match(config, tenant, samples_table=samples_table_name(tenant))
+            matched = fatrow_match(config, tenant, samples_table=samples_table_name(tenant)) if compare else 0
         else:
             matched = fatrow_match(config, tenant, parquet_glob=f"{scratch}/*.parquet") if requests else 0
     return ReconstructionResult(tenant.name, mode, requests, samples, quarantined, matched, fs.stats.bytes_read)
