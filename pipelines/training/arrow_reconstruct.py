@@ -27,7 +27,7 @@ from pipelines.parse import landing_schema
 from pipelines.training.prefetch import PrefetchingIterator
 from pipelines.training.reconstruct import Mode, reason_sql
 from pipelines.training.sequence import ORDER_KEYS, Tenant
-from pipelines.training.sequence_digest import checksum_sql
+from pipelines.training.sequence_digest import digest_sql, row_text_sql
 from pipelines.training.tables import FRAGMENT, QUARANTINE_SCHEMA, REQUEST_COLUMNS, SEQUENCE, sequence_table_schema
 from seqlake.config import Config
 from seqlake.duckdb_session import connect, sql_literal
@@ -134,6 +134,7 @@ class Reconstruction:
         # Neighbours share packed row groups: the cache decodes each column chunk once for all of them.
         self.reader = CachedHistoryReader(history, filesystem=self.fs)
         self.batch_rows = batch_rows
+        self.sql = reconstruction_sql(config, tenant, mode)  # planned once, run per batch
 
     def batches(self) -> Iterator[SampleBatch]:
         # Pointers are not history: their bytes are not counted in the tenant's reads.
@@ -144,7 +145,7 @@ class Reconstruction:
         """The batch's sequences, rebuilt and verified in one DuckDB plan over Arrow."""
         history = stack_users(self._history_rows(pointers), self.reader, self.tenant)
         events = self._open_window_events(pointers) if self.mode == "lsn" else None
-        return rebuild_batch(self.config, self.tenant, self.mode, pointers, history, events)
+        return rebuild_batch(self.config, self.tenant, self.mode, pointers, history, events, self.sql)
 
     def _open_window_events(self, pointers: pa.Table) -> pa.Table:
         """Detail events of the batch's users in the windows open at their captures."""
@@ -188,7 +189,13 @@ class Reconstruction:
 
 
 def rebuild_batch(
-    config: Config, tenant: Tenant, mode: Mode, pointers: pa.Table, history: pa.Table, events: pa.Table | None
+    config: Config,
+    tenant: Tenant,
+    mode: Mode,
+    pointers: pa.Table,
+    history: pa.Table,
+    events: pa.Table | None,
+    sql: str | None = None,
 ) -> SampleBatch:
     """Rebuild and verify a batch of pointers (training rows) from their users' history rows
     (`user_id` plus the tenant's read columns) and, in LSN mode, the open windows' detail events."""
@@ -198,7 +205,7 @@ def rebuild_batch(
         con.register("_history", history)
         if mode == "lsn":
             con.register("_events", events)
-        result = con.execute(reconstruction_sql(config, tenant, mode)).to_arrow_table()
+        result = con.execute(sql or reconstruction_sql(config, tenant, mode)).to_arrow_table()
     assembled = result.select(sequence_table_schema(tenant).names).cast(sequence_table_schema(tenant))
     ok = pc.is_null(result["reason"])
     failed = result.filter(pc.invert(ok))
@@ -281,15 +288,18 @@ def reconstruction_sql(config: Config, tenant: Tenant, mode: Mode) -> str:
         f"_rows AS (SELECT _pos, 0 AS _part, -_rank AS _ord, {', '.join(model)} FROM _kept "
         f"UNION ALL SELECT _pos, 1, unnest(range(len({FRAGMENT}event_ts))), {unnested} FROM _pointers)"
     )
+    # One ordered aggregation per request (rows as structs with their checksum text), then one list
+    # per column: a single sort instead of one per list column.
+    fields = ", ".join([f"'_text': {row_text_sql(tenant.schema, model, 'duckdb')}", *(f"'{c}': {c}" for c in model)])
+    ctes.append(f"_lists AS (SELECT _pos, list({{{fields}}} ORDER BY _part, _ord) AS _r FROM _rows GROUP BY _pos)")
     seq = [f"{SEQUENCE}{c}" for c in model]
-    lists = ", ".join(f"list({c} ORDER BY _part, _ord) AS {s}" for c, s in zip(model, seq, strict=True))
-    ctes.append(f"_lists AS (SELECT _pos, {lists} FROM _rows GROUP BY _pos)")
-    empty = ", ".join(f"coalesce(l.{s}, []) AS {s}" for s in seq)
-    ctes.append(f"_sequences AS (SELECT p.*, {empty} FROM _pointers AS p LEFT JOIN _lists AS l USING (_pos))")
-    checksum = checksum_sql(tenant.schema, seq, "duckdb")
+    unpacked = ", ".join(
+        f"list_transform(coalesce(l._r, []), lambda r: r.{c}) AS {s}" for c, s in zip(model, seq, strict=True)
+    )
+    text = "array_to_string(list_transform(coalesce(l._r, []), lambda r: r._text), '')"
     ctes.append(
-        f"_checked AS (SELECT *, {checksum} AS _actual_checksum, len({SEQUENCE}event_ts) AS actual_length "
-        "FROM _sequences)"
+        f"_checked AS (SELECT p.*, {unpacked}, {digest_sql(text, 'duckdb')} AS _actual_checksum, "
+        "len(coalesce(l._r, [])) AS actual_length FROM _pointers AS p LEFT JOIN _lists AS l USING (_pos))"
     )
     reason = reason_sql("actual_length", "length", "_actual_checksum", "checksum")
     return (

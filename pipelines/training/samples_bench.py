@@ -29,7 +29,7 @@ import pyarrow.parquet as pq
 from pipelines.compaction import history_tables
 from pipelines.landing import landing_paths
 from pipelines.training.capture import Request, capture_requests, fat_rows, training_rows
-from pipelines.training.materialize import fatrow_match, write_arrow_samples
+from pipelines.training.materialize import fatrow_match, read_fatrows_pyarrow, write_arrow_samples
 from pipelines.training.online_view import ViewSnapshot
 from pipelines.training.sequence import Tenant, tenants
 from pipelines.training.tables import (
@@ -265,14 +265,6 @@ def _write_staged(config: Config, staging: Path, tenant: Tenant, kind: str, name
     for folder in sorted((staging / tenant.name / kind).glob("b*")):
         table.append(pq.read_table(folder).cast(schema))
         shutil.rmtree(folder)
-
-
-def read_fatrows_pyarrow(config: Config, tenant: Tenant) -> tuple[float, int]:
-    """Seconds to stream every fat row of the tenant with pyiceberg/pyarrow, and the rows read."""
-    table = load_existing_table(config, fatrow_table_name(tenant))
-    started = time.perf_counter()
-    rows = sum(batch.num_rows for batch in table.scan().to_arrow_batch_reader())
-    return time.perf_counter() - started, rows
 
 
 def read_fatrows_duckdb(config: Config, tenant: Tenant) -> tuple[float, int]:

@@ -67,6 +67,20 @@ def _fields(tokens: list[str]) -> str:
     return ", ".join(f"{t}, '|'" for t in tokens)
 
 
+def row_text_sql(schema: pa.Schema, columns: list[str], dialect: Dialect) -> str:
+    """SQL for the text of one row whose values are the scalar expressions `columns`."""
+    parts = [value_token(c, f.type, dialect) for c, f in zip(columns, schema, strict=True)]
+    newline = "'\\n'" if dialect == "spark" else "chr(10)"
+    return f"concat({_fields(parts)}, {newline})"
+
+
+def digest_sql(text: str, dialect: Dialect) -> str:
+    """SQL for the checksum (binary, CHECKSUM_BYTES) of a sequence's text."""
+    if dialect == "spark":
+        return f"unhex(substring(sha2({text}, 256), 1, {2 * CHECKSUM_BYTES}))"
+    return f"unhex(sha256({text})[1:{2 * CHECKSUM_BYTES}])"
+
+
 def sequence_text_sql(schema: pa.Schema, columns: list[str], dialect: Dialect) -> str:
     """SQL for the text a sequence held in list columns `columns` (one per field of `schema`, in
     order, all of one length) is hashed from."""
@@ -82,10 +96,7 @@ def sequence_text_sql(schema: pa.Schema, columns: list[str], dialect: Dialect) -
 
 def checksum_sql(schema: pa.Schema, columns: list[str], dialect: Dialect) -> str:
     """SQL for the checksum (binary, CHECKSUM_BYTES) of the sequence held in list columns `columns`."""
-    text = sequence_text_sql(schema, columns, dialect)
-    if dialect == "spark":
-        return f"unhex(substring(sha2({text}, 256), 1, {2 * CHECKSUM_BYTES}))"
-    return f"unhex(sha256({text})[1:{2 * CHECKSUM_BYTES}])"
+    return digest_sql(sequence_text_sql(schema, columns, dialect), dialect)
 
 
 def sequence_checksums(sequences: pa.Table, schema: pa.Schema, prefix: str) -> pa.Array:
