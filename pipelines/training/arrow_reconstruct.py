@@ -12,7 +12,7 @@ caller consumes the current one.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import timedelta
 
 import numpy as np
@@ -34,7 +34,7 @@ from seqlake.duckdb_session import connect, sql_literal
 from seqlake.errors import SeqlakeError
 from tableformat.cache import CachedHistoryReader
 from tableformat.io import PlainFileSystem
-from tableformat.multi_reader import histories
+from tableformat.multi_reader import histories, read_users_from_file
 from tableformat.reader import HistoryReader, Selection, stats_overlap
 
 ONE_MICROSECOND = timedelta(microseconds=1)
@@ -147,6 +147,34 @@ class Reconstruction:
         events = self._open_window_events(pointers) if self.mode == "lsn" else None
         return rebuild_batch(self.config, self.tenant, self.mode, pointers, history, events, self.sql)
 
+    def _ranged_histories(self, selections: dict[int, Selection]) -> dict[int, pa.Table]:
+        """Each user's rows in its own selection. Files are planned once for the union of the ranges
+        (a plan per range would be one Iceberg scan per user); row groups and rows are pruned by each
+        user's own range."""
+        if not selections:
+            return {}
+        union = replace(
+            next(iter(selections.values())),
+            start=min(s.start for s in selections.values()),
+            end=max(s.end for s in selections.values()),
+        )
+        wanted = list(union.columns)
+        parts: dict[int, list[pa.Table]] = {user: [] for user in selections}
+        for plan in self.reader.file_index(union).plans(list(selections)):
+            for user in plan.users:
+                found = read_users_from_file(
+                    self.reader.fs,
+                    self.reader.footers,
+                    plan.uri,
+                    [user],
+                    wanted,
+                    selections[user],
+                    self.reader.group_source,
+                )
+                parts[user].append(found[user])
+        empty = self.reader.arrow_schema().empty_table().select(wanted)
+        return {user: pa.concat_tables(p, promote_options="permissive") if p else empty for user, p in parts.items()}
+
     def _open_window_events(self, pointers: pa.Table) -> pa.Table:
         """Detail events of the batch's users in the windows open at their captures."""
         users = pc.unique(pointers["user_id"]).to_pylist()
@@ -159,7 +187,7 @@ class Reconstruction:
         """Each user's history rows that the batch's requests may need, with the tenant's groups and
         columns. A request shorter than its Top-K holds the user's whole visible history, so users
         with only such requests are read together (each row group once) up to their newest range end;
-        the others are read one by one over the union of their requests' ranges."""
+        the others over the union of their requests' ranges, from one file plan for the batch."""
         tenant = self.tenant
         columns = tenant.read_columns()
         per_user = pointers.group_by("user_id").aggregate(
@@ -167,6 +195,7 @@ class Reconstruction:
         )
         out: dict[int, pa.Table] = {}
         whole, whole_end = [], None
+        ranged: dict[int, Selection] = {}
         for user, start, end, length, top_k in zip(
             *(
                 per_user[c].to_pylist()
@@ -180,8 +209,8 @@ class Reconstruction:
                 whole.append(user)
                 whole_end = end if whole_end is None else max(whole_end, end)
             else:
-                ranged = Selection(tenant.feature_groups, columns, start=start, end=end + ONE_MICROSECOND)
-                out[user] = self.reader.read_user(user, selection=ranged)
+                ranged[user] = Selection(tenant.feature_groups, columns, start=start, end=end + ONE_MICROSECOND)
+        out.update(self._ranged_histories(ranged))
         if whole:
             selection = Selection(tenant.feature_groups, columns, end=whole_end + ONE_MICROSECOND)
             out.update(histories(self.reader, whole, selection, max_workers=1))
