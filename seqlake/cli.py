@@ -39,6 +39,7 @@ COMMANDS: dict[str, tuple[Callable[[list[str]], int], str]] = {
     "bench-reads": (_job("jobs.bench_reads"), "measure multi-user reads and the read cache side by side (ratios)"),
     "bench-compact": (_job("jobs.bench_compact"), "measure catch-up compaction cost against the number of windows"),
     "bench-peers": (_job("jobs.bench_peers"), "measure point lookups against RocksDB, DuckDB and Arrow IPC (ratios)"),
+    "bench-samples": (_job("jobs.bench_samples"), "measure training samples from pointers against fat-row reads"),
     "samples": (
         _job("jobs.samples"),
         "rebuild training samples from pointers, verified (versioned late materialization)",

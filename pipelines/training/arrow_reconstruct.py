@@ -3,42 +3,39 @@
 Pointers are read bucket by bucket (the training table shares history's bucket(N, user_id)), in
 batches; each batch reads its users' history once per user, with the tenant's feature groups and
 columns and the union of the batch's time ranges pushed down to storage, and the open windows' detail
-events once per batch. `PrefetchingIterator` rebuilds the next batch while the caller consumes the
-current one.
+events once per batch. The batch is then rebuilt and verified by one DuckDB plan over those Arrow
+tables (`reconstruction_sql`: a join, a window rank, a grouped aggregation, the checksum over the
+list columns), with no Python per pointer. `PrefetchingIterator` rebuilds the next batch while the
+caller consumes the current one.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import timedelta
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pyiceberg.expressions import And, In
 from pyiceberg.table import Table
 
+from pipelines.aggregation import aggregation_sql
 from pipelines.parse import landing_schema
 from pipelines.training.prefetch import PrefetchingIterator
-from pipelines.training.reconstruct import (
-    POINTER_COLUMNS,
-    Mode,
-    assemble,
-    bounds_table,
-    candidate_columns,
-    fragment_of,
-    rebuild_rows,
-    visible_history,
-)
-from pipelines.training.sequence import Tenant, lists_of, partition_by
+from pipelines.training.reconstruct import Mode, reason_sql
+from pipelines.training.sequence import ORDER_KEYS, Tenant
+from pipelines.training.sequence_digest import digest_sql, row_text_sql
 from pipelines.training.tables import FRAGMENT, QUARANTINE_SCHEMA, REQUEST_COLUMNS, SEQUENCE, sequence_table_schema
 from seqlake.config import Config
+from seqlake.duckdb_session import connect, sql_literal
 from seqlake.errors import SeqlakeError
 from tableformat.cache import CachedHistoryReader
 from tableformat.io import PlainFileSystem
-from tableformat.multi_reader import histories
-from tableformat.reader import Selection, stats_overlap
+from tableformat.multi_reader import histories, read_users_from_file
+from tableformat.reader import HistoryReader, Selection, stats_overlap
 
 ONE_MICROSECOND = timedelta(microseconds=1)
 # Landing columns a rebuild groups or orders by, besides items and the tenant's columns (detail events
@@ -137,6 +134,7 @@ class Reconstruction:
         # Neighbours share packed row groups: the cache decodes each column chunk once for all of them.
         self.reader = CachedHistoryReader(history, filesystem=self.fs)
         self.batch_rows = batch_rows
+        self.sql = reconstruction_sql(config, tenant, mode)  # planned once, run per batch
 
     def batches(self) -> Iterator[SampleBatch]:
         # Pointers are not history: their bytes are not counted in the tenant's reads.
@@ -144,39 +142,52 @@ class Reconstruction:
             yield self.rebuild(pointers)
 
     def rebuild(self, pointers: pa.Table) -> SampleBatch:
-        tenant = self.tenant
-        history_rows = self._history_rows(pointers)
-        rebuilt = partition_by(self._rebuilt_rows(pointers), "request_id") if self.mode == "lsn" else {}
-        sequences, ok, bad = [], [], []
-        columns = candidate_columns(tenant)
-        fragment_columns = [n for n in pointers.column_names if n.startswith(FRAGMENT)]
-        for i, row in enumerate(pointers.select(list(POINTER_COLUMNS)).to_pylist()):
-            user_rows = history_rows.get(row["user_id"])
-            if self.mode == "lsn":
-                candidates = visible_history(user_rows, row).select(columns)
-                own = rebuilt.get(row["request_id"])
-                if own is not None:
-                    candidates = pa.concat_tables([candidates, own.select(columns).cast(candidates.schema)])
-            else:
-                candidates = user_rows.select(columns)
-            fragment = fragment_of({n: pointers[n][i] for n in fragment_columns}, tenant)
-            result = assemble(row, fragment, candidates, tenant, self.mode)
-            sequences.append(result.sequence)
-            ok.append(result.ok)
-            if not result.ok:
-                bad.append(_quarantine_row(tenant, row, result, engine=f"arrow/{self.mode}"))
-        assembled = pointers.select(list(REQUEST_COLUMNS))
-        for name, values in lists_of(sequences, tenant, SEQUENCE).items():
-            assembled = assembled.append_column(name, values)
-        assembled = assembled.cast(sequence_table_schema(tenant))
-        quarantined = pa.Table.from_pylist(bad, schema=QUARANTINE_SCHEMA)
-        return SampleBatch(assembled.filter(pa.array(ok, pa.bool_())), quarantined, assembled)
+        """The batch's sequences, rebuilt and verified in one DuckDB plan over Arrow."""
+        history = stack_users(self._history_rows(pointers), self.reader, self.tenant)
+        events = self._open_window_events(pointers) if self.mode == "lsn" else None
+        return rebuild_batch(self.config, self.tenant, self.mode, pointers, history, events, self.sql)
+
+    def _ranged_histories(self, selections: dict[int, Selection]) -> dict[int, pa.Table]:
+        """Each user's rows in its own selection. Files are planned once for the union of the ranges
+        (a plan per range would be one Iceberg scan per user); row groups and rows are pruned by each
+        user's own range."""
+        if not selections:
+            return {}
+        union = replace(
+            next(iter(selections.values())),
+            start=min(s.start for s in selections.values()),
+            end=max(s.end for s in selections.values()),
+        )
+        wanted = list(union.columns)
+        parts: dict[int, list[pa.Table]] = {user: [] for user in selections}
+        for plan in self.reader.file_index(union).plans(list(selections)):
+            for user in plan.users:
+                found = read_users_from_file(
+                    self.reader.fs,
+                    self.reader.footers,
+                    plan.uri,
+                    [user],
+                    wanted,
+                    selections[user],
+                    self.reader.group_source,
+                )
+                parts[user].append(found[user])
+        empty = self.reader.arrow_schema().empty_table().select(wanted)
+        return {user: pa.concat_tables(p, promote_options="permissive") if p else empty for user, p in parts.items()}
+
+    def _open_window_events(self, pointers: pa.Table) -> pa.Table:
+        """Detail events of the batch's users in the windows open at their captures."""
+        users = pc.unique(pointers["user_id"]).to_pylist()
+        windows = pc.unique(pointers["open_window"]).to_pylist()
+        if not users:
+            return landing_schema(self.config).empty_table()
+        return detail_events(self.detail, self.config, self.tenant, self.fs, users, windows)
 
     def _history_rows(self, pointers: pa.Table) -> dict[int, pa.Table]:
         """Each user's history rows that the batch's requests may need, with the tenant's groups and
         columns. A request shorter than its Top-K holds the user's whole visible history, so users
         with only such requests are read together (each row group once) up to their newest range end;
-        the others are read one by one over the union of their requests' ranges."""
+        the others over the union of their requests' ranges, from one file plan for the batch."""
         tenant = self.tenant
         columns = tenant.read_columns()
         per_user = pointers.group_by("user_id").aggregate(
@@ -184,6 +195,7 @@ class Reconstruction:
         )
         out: dict[int, pa.Table] = {}
         whole, whole_end = [], None
+        ranged: dict[int, Selection] = {}
         for user, start, end, length, top_k in zip(
             *(
                 per_user[c].to_pylist()
@@ -197,35 +209,138 @@ class Reconstruction:
                 whole.append(user)
                 whole_end = end if whole_end is None else max(whole_end, end)
             else:
-                ranged = Selection(tenant.feature_groups, columns, start=start, end=end + ONE_MICROSECOND)
-                out[user] = self.reader.read_user(user, selection=ranged)
+                ranged[user] = Selection(tenant.feature_groups, columns, start=start, end=end + ONE_MICROSECOND)
+        out.update(self._ranged_histories(ranged))
         if whole:
             selection = Selection(tenant.feature_groups, columns, end=whole_end + ONE_MICROSECOND)
             out.update(histories(self.reader, whole, selection, max_workers=1))
         return out
 
-    def _rebuilt_rows(self, pointers: pa.Table) -> pa.Table:
-        bounds = bounds_table(pointers)
-        users = sorted(set(bounds["user_id"].to_pylist()))
-        windows = sorted(set(bounds["window_id"].to_pylist()))
-        events = detail_events(self.detail, self.config, self.tenant, self.fs, users, windows) if users else None
-        if events is None or events.num_rows == 0:
-            return rebuild_rows(self.config, landing_schema(self.config).empty_table(), bounds.slice(0, 0))
-        return rebuild_rows(self.config, events, bounds)
+
+def rebuild_batch(
+    config: Config,
+    tenant: Tenant,
+    mode: Mode,
+    pointers: pa.Table,
+    history: pa.Table,
+    events: pa.Table | None,
+    sql: str | None = None,
+) -> SampleBatch:
+    """Rebuild and verify a batch of pointers (training rows) from their users' history rows
+    (`user_id` plus the tenant's read columns) and, in LSN mode, the open windows' detail events."""
+    pointers = pointers.append_column("_pos", pa.array(np.arange(pointers.num_rows, dtype=np.int64)))
+    with connect(extensions=()) as con:
+        con.register("_pointers", pointers)
+        con.register("_history", history)
+        if mode == "lsn":
+            con.register("_events", events)
+        result = con.execute(sql or reconstruction_sql(config, tenant, mode)).to_arrow_table()
+    assembled = result.select(sequence_table_schema(tenant).names).cast(sequence_table_schema(tenant))
+    ok = pc.is_null(result["reason"])
+    failed = result.filter(pc.invert(ok))
+    quarantined = pa.table(
+        {
+            "tenant": pa.repeat(pa.scalar(tenant.name), failed.num_rows),
+            "request_id": failed["request_id"],
+            "user_id": failed["user_id"],
+            "engine": pa.repeat(pa.scalar(f"arrow/{mode}"), failed.num_rows),
+            **{name: failed[name] for name in QUARANTINE_SCHEMA.names[4:]},
+        }
+    ).cast(QUARANTINE_SCHEMA)
+    return SampleBatch(assembled.filter(ok), quarantined, assembled)
 
 
-def _quarantine_row(tenant: Tenant, pointer: dict, result, engine: str) -> dict:
-    return {
-        "tenant": tenant.name,
-        "request_id": pointer["request_id"],
-        "user_id": pointer["user_id"],
-        "engine": engine,
-        "reason": result.reason,
-        "expected_checksum": result.expected_checksum.hex(),
-        "actual_checksum": result.checksum.hex(),
-        "expected_length": result.expected_length,
-        "actual_length": result.sequence.num_rows,
-    }
+def stack_users(per_user: dict[int, pa.Table], reader: HistoryReader, tenant: Tenant) -> pa.Table:
+    """One table of the users' history rows with a `user_id` column (what the plan joins on)."""
+    columns = list(tenant.read_columns())
+    parts = [
+        rows.select(columns).append_column("user_id", pa.array(np.full(rows.num_rows, user, dtype=np.int64)))
+        for user, rows in per_user.items()
+        if rows.num_rows
+    ]
+    if not parts:
+        schema = reader.arrow_schema()
+        return pa.schema([schema.field(c) for c in columns] + [pa.field("user_id", pa.int64())]).empty_table()
+    return pa.concat_tables(parts, promote_options="permissive")
+
+
+def reconstruction_sql(config: Config, tenant: Tenant, mode: Mode) -> str:
+    """The batch plan: candidates (visible history, the open window rebuilt from detail in LSN mode)
+    filtered to each pointer's range and before its fragment, the newest `length - W` kept by rank,
+    the fragment appended, list columns per request, verified. One output row per pointer, in order.
+
+    Inputs: `_pointers` (training rows plus `_pos`), `_history` (the users' history rows),
+    `_events` (LSN mode: the open windows' detail events)."""
+    model = tenant.model_columns
+    groups = ", ".join(sql_literal(g) for g in tenant.feature_groups)
+    keys = ", ".join(dict.fromkeys([*model, *ORDER_KEYS]))
+    history_keys = ", ".join(f"h.{c}" for c in dict.fromkeys([*model, *ORDER_KEYS]))
+    ctes = []
+    if mode == "lsn":
+        ctes.append(
+            "_bounds AS (SELECT _pos, user_id, open_window AS window_id, "
+            "unnest(map_keys(lsn_bound)) AS source_partition, unnest(map_values(lsn_bound)) AS lsn_bound "
+            "FROM _pointers)"
+        )
+        ctes.append(
+            "_visible_events AS (SELECT b._pos, e.* FROM _events AS e JOIN _bounds AS b "
+            "ON e.user_id = b.user_id AND e.window_id = b.window_id "
+            "AND e.source_partition = b.source_partition AND e.lsn <= b.lsn_bound)"
+        )
+        rebuilt = aggregation_sql(config, "_visible_events", "duckdb", group_by_extra=("_pos",))
+        # Published rows under the bound (the open window excluded), then the open window as of the bound.
+        ctes.append(
+            f"_candidates AS (SELECT b._pos, {history_keys} "
+            "FROM _history AS h JOIN _bounds AS b ON h.user_id = b.user_id AND h.source_partition = b.source_partition "
+            f"WHERE h.window_id <> b.window_id AND h.lsn <= b.lsn_bound "
+            f"UNION ALL BY NAME SELECT _pos, {keys} FROM ({rebuilt}))"
+        )
+        older = (
+            "(c.event_ts < p.fragment_start_ts OR (c.event_ts = p.fragment_start_ts AND (c.lsn < p.fragment_start_lsn "
+            "OR (c.lsn = p.fragment_start_lsn AND c.source_partition < p.fragment_start_partition))))"
+        )
+        keep = f"QUALIFY _rank <= p.length - len(p.{FRAGMENT}event_ts)"
+    else:
+        ctes.append(
+            f"_candidates AS (SELECT p._pos, {history_keys} FROM _history AS h JOIN _pointers AS p USING (user_id))"
+        )
+        older = "c.event_ts < p.fragment_start_ts"
+        keep = ""
+    ctes.append(
+        f"_kept AS (SELECT c.*, row_number() OVER (PARTITION BY c._pos ORDER BY {_newest_first()}) AS _rank "
+        "FROM _candidates AS c JOIN _pointers AS p USING (_pos) "
+        f"WHERE c.feature_group IN ({groups}) AND c.event_ts BETWEEN p.range_start AND p.range_end "
+        f"AND (p.fragment_start_ts IS NULL OR {older}) {keep})"
+    )
+    unnested = ", ".join(f"unnest({FRAGMENT}{c}) AS {c}" for c in model)
+    ctes.append(
+        f"_rows AS (SELECT _pos, 0 AS _part, -_rank AS _ord, {', '.join(model)} FROM _kept "
+        f"UNION ALL SELECT _pos, 1, unnest(range(len({FRAGMENT}event_ts))), {unnested} FROM _pointers)"
+    )
+    # One ordered aggregation per request (rows as structs with their checksum text), then one list
+    # per column: a single sort instead of one per list column.
+    fields = ", ".join([f"'_text': {row_text_sql(tenant.schema, model, 'duckdb')}", *(f"'{c}': {c}" for c in model)])
+    ctes.append(f"_lists AS (SELECT _pos, list({{{fields}}} ORDER BY _part, _ord) AS _r FROM _rows GROUP BY _pos)")
+    seq = [f"{SEQUENCE}{c}" for c in model]
+    unpacked = ", ".join(
+        f"list_transform(coalesce(l._r, []), lambda r: r.{c}) AS {s}" for c, s in zip(model, seq, strict=True)
+    )
+    text = "array_to_string(list_transform(coalesce(l._r, []), lambda r: r._text), '')"
+    ctes.append(
+        f"_checked AS (SELECT p.*, {unpacked}, {digest_sql(text, 'duckdb')} AS _actual_checksum, "
+        "len(coalesce(l._r, [])) AS actual_length FROM _pointers AS p LEFT JOIN _lists AS l USING (_pos))"
+    )
+    reason = reason_sql("actual_length", "length", "_actual_checksum", "checksum")
+    return (
+        f"WITH {', '.join(ctes)} SELECT {', '.join(REQUEST_COLUMNS)}, {', '.join(seq)}, "
+        f"{reason} AS reason, lower(hex(checksum)) AS expected_checksum, "
+        "lower(hex(_actual_checksum)) AS actual_checksum, length AS expected_length, actual_length "
+        "FROM _checked ORDER BY _pos"
+    )
+
+
+def _newest_first() -> str:
+    return ", ".join(f"c.{k} DESC" for k in ORDER_KEYS)
 
 
 def sample_batches(reconstruction: Reconstruction, prefetch: int = 1) -> PrefetchingIterator:

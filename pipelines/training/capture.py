@@ -23,7 +23,7 @@ from pipelines.training.sequence import (
     lists_of,
     newest,
     partition_by,
-    sequence_checksum,
+    sequence_checksums,
 )
 from pipelines.training.tables import (
     FRAGMENT,
@@ -77,9 +77,10 @@ def online_sequences(
 
 
 def capture_of(
-    snapshot: ViewSnapshot, request: Request, tenant: Tenant, rows: pa.Table, fragment_events: int
+    snapshot: ViewSnapshot, request: Request, tenant: Tenant, rows: pa.Table, fragment_events: int, checksum: bytes
 ) -> Capture:
-    """The capture of one request whose online sequence is `rows` (order keys included)."""
+    """The capture of one request whose online sequence is `rows` (order keys included) and whose
+    model columns hash to `checksum`."""
     sequence = rows.select(tenant.model_columns)
     fragment_rows = newest(rows, fragment_events) if fragment_events else rows.slice(rows.num_rows)
     first = fragment_rows.slice(0, 1).to_pylist()[0] if fragment_rows.num_rows else None
@@ -91,7 +92,7 @@ def capture_of(
         "open_window": snapshot.open_window,
         "length": rows.num_rows,
         "top_k": tenant.max_length,
-        "checksum": sequence_checksum(sequence, tenant),
+        "checksum": checksum,
         "fragment_start_ts": first["event_ts"] if first else None,
         "fragment_start_lsn": first["lsn"] if first else None,
         "fragment_start_partition": first["source_partition"] if first else None,
@@ -112,6 +113,8 @@ def capture_requests(
     if landing is None:
         landing = snapshot.landing_rows(users)
     sequences = online_sequences(reader, tenant, users, landing)
+    # Every user's sequence hashed in one vectorized pass.
+    checksums = dict(zip(users, sequence_checksums([sequences[u] for u in users], tenant), strict=True))
     # Requests of one user in one snapshot see the same sequence: capture it (and hash it) once.
     first: dict[int, Capture] = {}
     captures = []
@@ -119,7 +122,9 @@ def capture_requests(
         if request.user_id in first:
             captures.append(replace(first[request.user_id], request=request))
         else:
-            first[request.user_id] = capture_of(snapshot, request, tenant, sequences[request.user_id], fragment_events)
+            first[request.user_id] = capture_of(
+                snapshot, request, tenant, sequences[request.user_id], fragment_events, checksums[request.user_id]
+            )
             captures.append(first[request.user_id])
     return captures
 

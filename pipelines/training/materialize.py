@@ -9,10 +9,12 @@ mode writes nothing: its sequences go to scratch Parquet only to be compared wit
 from __future__ import annotations
 
 import tempfile
+import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 from pyiceberg.expressions import AlwaysTrue, And, BooleanExpression, EqualTo
 from pyiceberg.table import Table, Transaction
@@ -37,6 +39,8 @@ from seqlake.config import Config
 from seqlake.duckdb_session import connect, sql_literal
 from tableformat.io import CountingFileSystem
 
+APPEND_BYTES = 128 * 2**20  # samples held in memory before they are written (bounds memory)
+
 
 @dataclass(frozen=True)
 class ReconstructionResult:
@@ -59,10 +63,13 @@ def _reconstruction(config: Config, tenant: Tenant, mode: Mode, fs: CountingFile
     return Reconstruction(config, tenant, training, history, detail, mode=mode, filesystem=fs)
 
 
-def write_arrow_samples(config: Config, tenant: Tenant, mode: Mode = "lsn") -> ReconstructionResult:
+def write_arrow_samples(
+    config: Config, tenant: Tenant, mode: Mode = "lsn", compare: bool = True
+) -> ReconstructionResult:
     """Rebuild the tenant's samples in-process. LSN mode replaces samples_<tenant> and this tenant's
     Arrow rows of the quarantine table, each in one commit (batches are written as they come, the
-    commit at the end); time-only mode writes no table."""
+    commit at the end); time-only mode writes no table. `compare=False` skips the comparison with the
+    fat rows (`matched` is then 0): a benchmark times the job alone."""
     fs = CountingFileSystem()
     reconstruction = _reconstruction(config, tenant, mode, fs)
     engine = f"arrow/{mode}"
@@ -77,6 +84,7 @@ def write_arrow_samples(config: Config, tenant: Tenant, mode: Mode = "lsn") -> R
                 create_bucketed_table(config, QUARANTINE, QUARANTINE_SCHEMA),
                 And(EqualTo("tenant", tenant.name), EqualTo("engine", engine)),
             )
+        pending = _Pending(samples_out)
         with PrefetchingIterator(reconstruction.batches()) as batches:
             for n, batch in enumerate(batches):
                 requests += batch.assembled.num_rows
@@ -85,17 +93,39 @@ def write_arrow_samples(config: Config, tenant: Tenant, mode: Mode = "lsn") -> R
                 if mode == "time":
                     pq.write_table(batch.assembled, Path(scratch) / f"part-{n:06d}.parquet")
                     continue
-                if batch.samples.num_rows:
-                    samples_out.append(batch.samples)
+                pending.add(batch.samples)
                 if batch.quarantined.num_rows:
                     quarantine_out.append(batch.quarantined)
         if mode == "lsn":
+            pending.flush()
             samples_out.commit_transaction()
             quarantine_out.commit_transaction()
-            matched = fatrow_match(config, tenant, samples_table=samples_table_name(tenant))
+            matched = fatrow_match(config, tenant, samples_table=samples_table_name(tenant)) if compare else 0
         else:
             matched = fatrow_match(config, tenant, parquet_glob=f"{scratch}/*.parquet") if requests else 0
     return ReconstructionResult(tenant.name, mode, requests, samples, quarantined, matched, fs.stats.bytes_read)
+
+
+class _Pending:
+    """Samples gathered up to APPEND_BYTES before one append: each append in a transaction copies
+    the transaction's metadata, so many small appends cost more than the data they write."""
+
+    def __init__(self, transaction: Transaction | None) -> None:
+        self.transaction = transaction
+        self.parts: list[pa.Table] = []
+        self.bytes = 0
+
+    def add(self, samples: pa.Table) -> None:
+        if samples.num_rows:
+            self.parts.append(samples)
+            self.bytes += samples.nbytes
+        if self.bytes >= APPEND_BYTES:
+            self.flush()
+
+    def flush(self) -> None:
+        if self.parts:
+            self.transaction.append(pa.concat_tables(self.parts))
+        self.parts, self.bytes = [], 0
 
 
 def _replacing(table: Table, rows: BooleanExpression) -> Transaction:
@@ -128,3 +158,11 @@ def fatrow_match(
             f"JOIN {rebuilt} AS s USING (request_id) WHERE {same}"
         ).fetchone()
     return int(matched)
+
+
+def read_fatrows_pyarrow(config: Config, tenant: Tenant) -> tuple[float, int]:
+    """Seconds to stream every fat row of the tenant with pyiceberg/pyarrow, and the rows read."""
+    table = load_existing_table(config, fatrow_table_name(tenant))
+    started = time.perf_counter()
+    rows = sum(batch.num_rows for batch in table.scan().to_arrow_batch_reader())
+    return time.perf_counter() - started, rows

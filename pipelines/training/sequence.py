@@ -12,12 +12,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from pipelines.training.sequence_digest import sequence_checksums as sequence_checksums_of_lists
 from seqlake.config import Config
 from seqlake.errors import ConfigError
 from seqlake.events import ARROW_TYPES
-from tableformat.checksum import table_checksum
 from tableformat.schema import TIMESTAMP_US
 
+SEQUENCE_PREFIX = "seq_"  # prefix of a whole sequence's list columns (fat rows, samples)
 # Total order of a user's rows: event time, then arrival (LSN is unique within a source partition).
 ORDER_KEYS = ("event_ts", "lsn", "source_partition")
 # History columns a reconstruction needs besides the model's columns.
@@ -76,12 +77,15 @@ def newest(rows: pa.Table, k: int | None) -> pa.Table:
     return rows if k is None else rows.slice(max(0, rows.num_rows - k))
 
 
-CHECKSUM_BYTES = 16  # 128 bits of the SHA-256 content checksum: a light pointer, still collision-safe
+def sequence_checksums(sequences: list[pa.Table], tenant: Tenant) -> list[bytes]:
+    """The checksum of each sequence (model columns, in order), all in one vectorized pass."""
+    lists = pa.table(lists_of(sequences, tenant, SEQUENCE_PREFIX))
+    return sequence_checksums_of_lists(lists, tenant.schema, SEQUENCE_PREFIX).to_pylist()
 
 
 def sequence_checksum(sequence: pa.Table, tenant: Tenant) -> bytes:
-    digest = table_checksum(sequence.select(tenant.model_columns).cast(tenant.schema), tenant.schema)
-    return bytes.fromhex(digest)[:CHECKSUM_BYTES]
+    [checksum] = sequence_checksums([sequence], tenant)
+    return checksum
 
 
 def before_key(rows: pa.Table, ts, lsn: int, partition: int) -> pa.ChunkedArray:

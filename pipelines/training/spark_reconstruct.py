@@ -2,24 +2,28 @@
 
 The training table and history share bucket(N, user_id), so the join is a storage-partitioned join:
 each task reads one bucket of pointers and the same bucket of history (`pointer_history_join`; the
-plan is checked in tests/test_late_materialization.py). Visibility is a filter on the joined rows;
-the open window's rows are rebuilt from the detail table's events up to each bound with the same
-aggregation SQL as compaction. Each request's candidates then meet its pointer and fragment in a
-cogrouped Arrow function that assembles and verifies the sequence with the shared Python rules.
+plan is checked in tests/test_late_materialization.py). Visibility, the captured range and the
+fragment's first key are filters on the joined rows; the open window's rows are rebuilt from the
+detail table's events up to each bound with the same aggregation SQL as compaction. A window
+function keeps the newest `length - W` candidates, the fragment's rows are exploded from the
+training row, and one grouped aggregation builds the list columns; the checksum is Spark SQL over
+those lists. DataFrame operations and built-in functions only: no Python runs per group or row.
 """
 
 from __future__ import annotations
 
 import pyarrow as pa
-from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
-from pyspark.sql.pandas.types import from_arrow_schema
+from pyspark.sql.pandas.types import from_arrow_type
 
 from pipelines.aggregation import aggregation_sql
 from pipelines.compaction import DETAIL, HISTORY, spark_name
-from pipelines.training.reconstruct import Mode, assemble, candidate_columns, fragment_of
-from pipelines.training.sequence import Tenant, lists_of
+from pipelines.training.reconstruct import Mode, fragment_columns, reason_sql
+from pipelines.training.sequence import ORDER_KEYS, Tenant
+from pipelines.training.sequence_digest import checksum_sql
 from pipelines.training.tables import (
+    FRAGMENT,
     QUARANTINE,
     QUARANTINE_SCHEMA,
     SEQUENCE,
@@ -37,22 +41,55 @@ RESULT_FIELDS = [
     pa.field("actual_length", pa.int32(), nullable=False),
     pa.field("expected_length", pa.int32(), nullable=False),
 ]
+# Pointer columns each candidate row carries into the filters and the rank.
+KEY_COLUMNS = ("user_id", "request_id")
 
 
 def result_schema(tenant: Tenant) -> pa.Schema:
     return pa.schema(list(sequence_table_schema(tenant)) + RESULT_FIELDS)
 
 
+def candidate_columns(tenant: Tenant) -> list[str]:
+    return list(dict.fromkeys([*tenant.model_columns, *ORDER_KEYS]))
+
+
 def _bound_of_row() -> Column:
     return F.coalesce(F.try_element_at(F.col("lsn_bound"), F.col("source_partition")), F.lit(-1))
 
 
-def pointer_history_join(spark: SparkSession, config: Config, tenant: Tenant, mode: Mode) -> DataFrame:
-    """Each request's visible history rows (open window excluded in LSN mode), from a storage-
-    partitioned join of the training table with history on user_id."""
-    pointers = spark.table(spark_name(config, training_table_name(tenant))).select(
-        "user_id", "request_id", "range_start", "range_end", "open_window", "lsn_bound", "fragment_start_ts"
+def _in_range(mode: Mode) -> Column:
+    """In the captured range and before the fragment (LSN mode: by the full order key)."""
+    inside = F.col("event_ts").between(F.col("range_start"), F.col("range_end"))
+    start = F.col("fragment_start_ts")
+    if mode == "lsn":
+        ts, lsn, partition = F.col("event_ts"), F.col("lsn"), F.col("source_partition")
+        same_ts_older = (lsn < F.col("fragment_start_lsn")) | (
+            (lsn == F.col("fragment_start_lsn")) & (partition < F.col("fragment_start_partition"))
+        )
+        older = (ts < start) | ((ts == start) & same_ts_older)
+    else:
+        older = F.col("event_ts") < start
+    return inside & (start.isNull() | older)
+
+
+def _pointer_keys(spark: SparkSession, config: Config, tenant: Tenant) -> DataFrame:
+    return spark.table(spark_name(config, training_table_name(tenant))).select(
+        *KEY_COLUMNS,
+        "range_start",
+        "range_end",
+        "open_window",
+        "lsn_bound",
+        "fragment_start_ts",
+        "fragment_start_lsn",
+        "fragment_start_partition",
+        (F.col("length") - F.size(f"{FRAGMENT}event_ts")).alias("_history_rows"),
     )
+
+
+def pointer_history_join(spark: SparkSession, config: Config, tenant: Tenant, mode: Mode) -> DataFrame:
+    """Each request's candidate history rows (open window excluded in LSN mode), from a storage-
+    partitioned join of the training table with history on user_id."""
+    pointers = _pointer_keys(spark, config, tenant)
     history = (
         spark.table(spark_name(config, HISTORY))
         .where(F.col("feature_group").isin(list(tenant.feature_groups)))
@@ -60,17 +97,17 @@ def pointer_history_join(spark: SparkSession, config: Config, tenant: Tenant, mo
     )
     # A sort-merge join over the shared buckets (never a broadcast of the pointers).
     joined = pointers.hint("merge").join(history, "user_id")
-    visible = F.col("event_ts").between(F.col("range_start"), F.col("range_end"))
+    visible = _in_range(mode)
     if mode == "lsn":
         visible &= (F.col("window_id") != F.col("open_window")) & (F.col("lsn") <= _bound_of_row())
-    else:
-        visible &= F.col("fragment_start_ts").isNull() | (F.col("event_ts") < F.col("fragment_start_ts"))
-    return joined.where(visible).select("user_id", "request_id", *candidate_columns(tenant))
+    return joined.where(visible).select(*KEY_COLUMNS, "_history_rows", *candidate_columns(tenant))
 
 
 def rebuilt_open_window(spark: SparkSession, config: Config, tenant: Tenant) -> DataFrame:
-    """The open window's rows of each request's user, as of its bound, from detail events."""
-    bounds = spark.table(spark_name(config, training_table_name(tenant))).select(
+    """The open window's rows of each request's user, as of its bound, from detail events, in the
+    captured range and before the fragment."""
+    pointers = _pointer_keys(spark, config, tenant)
+    bounds = pointers.select(
         "user_id",
         "request_id",
         F.col("open_window").alias("window_id"),
@@ -81,34 +118,57 @@ def rebuilt_open_window(spark: SparkSession, config: Config, tenant: Tenant) -> 
     view = f"_seqlake_visible_{tenant.name}"
     visible.drop("bound").createOrReplaceTempView(view)
     rows = spark.sql(aggregation_sql(config, view, group_by_extra=("request_id",)))
-    return rows.select("user_id", "request_id", *candidate_columns(tenant))
+    rows = rows.select(*KEY_COLUMNS, *candidate_columns(tenant)).join(pointers, list(KEY_COLUMNS))
+    return rows.where(_in_range("lsn")).select(*KEY_COLUMNS, "_history_rows", *candidate_columns(tenant))
 
 
 def reconstruct_with_spark(spark: SparkSession, config: Config, tenant: Tenant, mode: Mode = "lsn") -> DataFrame:
     """One row per request: the rebuilt sequence as list columns and its verification."""
+    model = tenant.model_columns
     candidates = pointer_history_join(spark, config, tenant, mode)
     if mode == "lsn":
         candidates = candidates.unionByName(rebuilt_open_window(spark, config, tenant))
+    newest_first = Window.partitionBy(*KEY_COLUMNS).orderBy(*(F.col(k).desc() for k in ORDER_KEYS))
+    history = candidates.withColumn("_rank", F.row_number().over(newest_first))
+    if mode == "lsn":
+        history = history.where(F.col("_rank") <= F.col("_history_rows"))
+    history = history.select(*KEY_COLUMNS, F.lit(0).alias("_part"), (-F.col("_rank")).alias("_ord"), *model)
     pointers = spark.table(spark_name(config, training_table_name(tenant)))
-    schema = result_schema(tenant)
-
-    def rebuild(rows: pa.Table, pointer: pa.Table) -> pa.Table:
-        row = pointer.to_pylist()[0]
-        result = assemble(row, fragment_of(row, tenant), rows, tenant, mode)
-        out = {f.name: [row[f.name]] for f in sequence_table_schema(tenant) if not f.name.startswith(SEQUENCE)}
-        out.update(lists_of([result.sequence], tenant, SEQUENCE))
-        out.update(
-            ok=[result.ok],
-            reason=[result.reason],
-            actual_checksum=[result.checksum.hex()],
-            expected_checksum=[result.expected_checksum.hex()],
-            actual_length=[result.sequence.num_rows],
-            expected_length=[result.expected_length],
-        )
-        return pa.table(out, schema=schema)
-
-    keys = ["user_id", "request_id"]
-    return candidates.groupBy(*keys).cogroup(pointers.groupBy(*keys)).applyInArrow(rebuild, from_arrow_schema(schema))
+    fragment = pointers.select(*KEY_COLUMNS, F.posexplode(F.arrays_zip(*fragment_columns(tenant)))).select(
+        *KEY_COLUMNS,
+        F.lit(1).alias("_part"),
+        F.col("pos").alias("_ord"),
+        *(F.col("col")[f"{FRAGMENT}{c}"].alias(c) for c in model),
+    )
+    # Sorting structs orders by their first fields: part (history, then fragment), then position.
+    rows = (
+        history.unionByName(fragment)
+        .groupBy(*KEY_COLUMNS)
+        .agg(F.array_sort(F.collect_list(F.struct("_part", "_ord", *model))).alias("_rows"))
+    )
+    seq = [f"{SEQUENCE}{c}" for c in model]
+    lists = rows.select(*KEY_COLUMNS, *(F.col("_rows")[c].alias(s) for c, s in zip(model, seq, strict=True)))
+    request_fields = [f for f in sequence_table_schema(tenant) if not f.name.startswith(SEQUENCE)]
+    sequences = pointers.select(*(f.name for f in request_fields), "checksum", "length").join(
+        lists, list(KEY_COLUMNS), "left"
+    )
+    for field, name in zip(tenant.schema, seq, strict=True):
+        empty = F.array().cast(from_arrow_type(pa.list_(field.type)))
+        sequences = sequences.withColumn(name, F.coalesce(F.col(name), empty))
+    checked = sequences.withColumn("_actual", F.expr(checksum_sql(tenant.schema, seq, "spark"))).withColumn(
+        "actual_length", F.size(seq[0])
+    )
+    reason = F.expr(reason_sql("actual_length", "length", "_actual", "checksum"))
+    return checked.select(
+        *(f.name for f in request_fields),
+        *seq,
+        reason.isNull().alias("ok"),
+        reason.alias("reason"),
+        F.lower(F.hex("_actual")).alias("actual_checksum"),
+        F.lower(F.hex("checksum")).alias("expected_checksum"),
+        "actual_length",
+        F.col("length").alias("expected_length"),
+    )
 
 
 def write_spark_samples(spark: SparkSession, config: Config, tenant: Tenant) -> tuple[int, int]:

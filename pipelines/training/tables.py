@@ -18,13 +18,13 @@ from pyiceberg.exceptions import TableAlreadyExistsError
 from pyiceberg.io.pyarrow import pyarrow_to_schema
 from pyiceberg.table import Table
 
-from pipelines.training.sequence import Tenant, list_schema
+from pipelines.training.sequence import SEQUENCE_PREFIX, Tenant, list_schema
 from seqlake.catalog import open_catalog, table_identifier
 from seqlake.config import Config
 from tableformat.schema import FIELD_ID, TIMESTAMP_US, history_partition_spec
 
 FRAGMENT = "recent_"  # prefix of the captured recent fragment's list columns
-SEQUENCE = "seq_"  # prefix of a whole sequence's list columns (fat rows, samples)
+SEQUENCE = SEQUENCE_PREFIX
 QUARANTINE = "samples_quarantine"
 
 REQUEST_FIELDS = [
