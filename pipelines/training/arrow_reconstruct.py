@@ -34,7 +34,7 @@ from seqlake.duckdb_session import connect, sql_literal
 from seqlake.errors import SeqlakeError
 from tableformat.cache import CachedHistoryReader
 from tableformat.io import PlainFileSystem
-from tableformat.multi_reader import histories, read_users_from_file
+from tableformat.multi_reader import histories
 from tableformat.reader import HistoryReader, Selection, stats_overlap
 
 ONE_MICROSECOND = timedelta(microseconds=1)
@@ -148,9 +148,8 @@ class Reconstruction:
         return rebuild_batch(self.config, self.tenant, self.mode, pointers, history, events, self.sql)
 
     def _ranged_histories(self, selections: dict[int, Selection]) -> dict[int, pa.Table]:
-        """Each user's rows in its own selection. Files are planned once for the union of the ranges
-        (a plan per range would be one Iceberg scan per user); row groups and rows are pruned by each
-        user's own range."""
+        """Each user's rows in its own selection: one multi-user read over the union of the ranges
+        (the reader's snapshot index plans files once for the batch), then each user's own range."""
         if not selections:
             return {}
         union = replace(
@@ -158,22 +157,16 @@ class Reconstruction:
             start=min(s.start for s in selections.values()),
             end=max(s.end for s in selections.values()),
         )
-        wanted = list(union.columns)
-        parts: dict[int, list[pa.Table]] = {user: [] for user in selections}
-        for plan in self.reader.file_index(union).plans(list(selections)):
-            for user in plan.users:
-                found = read_users_from_file(
-                    self.reader.fs,
-                    self.reader.footers,
-                    plan.uri,
-                    [user],
-                    wanted,
-                    selections[user],
-                    self.reader.group_source,
-                )
-                parts[user].append(found[user])
-        empty = self.reader.arrow_schema().empty_table().select(wanted)
-        return {user: pa.concat_tables(p, promote_options="permissive") if p else empty for user, p in parts.items()}
+        found = histories(self.reader, list(selections), union, max_workers=1)
+        out = {}
+        for user, rows in found.items():
+            own = selections[user]
+            ts = rows["event_ts"]
+            keep = pc.and_(
+                pc.greater_equal(ts, pa.scalar(own.start, ts.type)), pc.less(ts, pa.scalar(own.end, ts.type))
+            )
+            out[user] = rows.filter(keep)
+        return out
 
     def _open_window_events(self, pointers: pa.Table) -> pa.Table:
         """Detail events of the batch's users in the windows open at their captures."""
