@@ -261,3 +261,36 @@ def test_sum_beyond_column_type_fails_instead_of_null() -> None:
     ]  # fmt: skip
     with pytest.raises(duckdb.ConversionException, match="out of range"):
         aggregate_window_local(CONFIG, _landing(CONFIG, rows))
+
+
+def _aggregate_batch(config: Config, landing: pa.Table) -> list[dict]:
+    """Several windows in one pass, as catch-up compaction runs them (DuckDB engine's SQL)."""
+    from pipelines.aggregation import aggregation_sql, first_arrivals_sql
+    from seqlake.duckdb_session import connect
+
+    schema = history_arrow_schema(config)
+    with connect(extensions=()) as con:
+        con.register("_landing", landing)
+        con.execute(f"CREATE TEMP VIEW _events AS {first_arrivals_sql('_landing', 168, 'duckdb')}")
+        sql = aggregation_sql(config, "_events", "duckdb", group_by_extra=("window_id",))
+        rows = con.execute(f"SELECT {', '.join(schema.names)} FROM ({sql})").to_arrow_table()
+    rows = rows.cast(schema).to_pylist()
+    return sorted(rows, key=lambda r: (r["window_id"], *(r[k] for k in SORT_KEY)))
+
+
+@SETTINGS
+@given(data=st.data())
+def test_a_batch_of_windows_equals_the_fold_window_by_window(data: st.DataObject) -> None:
+    """Catch-up compaction: one pass over several windows gives each window its own fold, with the
+    ids of earlier windows excluded, exactly as compacting the windows one after the other."""
+    rows = data.draw(_arrivals())
+    cuts = sorted(data.draw(st.lists(st.integers(0, len(rows)), max_size=3)))
+    bounds = [0, *cuts, len(rows)]
+    windows, expected, published = [], [], set()
+    for window_id, (start, end) in enumerate(zip(bounds, bounds[1:], strict=False)):
+        window = [{**row, "window_id": window_id} for row in rows[start:end]]
+        windows.extend(window)
+        expected.extend(reference_fold(CONFIG, window, set(published)))
+        published.update(row["event_id"] for row in window)
+    expected.sort(key=lambda r: (r["window_id"], *(r[k] for k in SORT_KEY)))
+    assert _aggregate_batch(CONFIG, _landing(CONFIG, windows)) == expected
