@@ -282,8 +282,10 @@ def _publish_history(side: Side, rows_per_user: int, runs: int, first_window: in
 
 
 def _history_folders(config: Config) -> list[Path]:
-    root = _local(open_catalog(config).load_table(table_identifier(config, HISTORY)).location())
-    return [root, *(p for p in root.rglob("*") if p.is_dir())]
+    """The history table's data folders. Its metadata is not watched: ingest reads the table's run
+    registry (which windows are published, to give late records a home), never a user's history."""
+    data = _local(open_catalog(config).load_table(table_identifier(config, HISTORY)).location()) / "data"
+    return [data, *(p for p in data.rglob("*") if p.is_dir())]
 
 
 def _data_folders(landing: str) -> list[Path]:
