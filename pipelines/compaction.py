@@ -338,11 +338,16 @@ def merge_runs_if_needed(spark: SparkSession, config: Config) -> str | None:
         else spark.createDataFrame([], spark.table(spark_name(config, HISTORY)).schema)
     )
     files = write_run_with_spark(rows, history, config, run_id)
+    return commit_merge(history, list(runs), windows, run_id, files)
+
+
+def commit_merge(history: Table, replaced: list[str], windows: list[int], run_id: str, files: list) -> str | None:
+    """Commit a written merge run (any engine) in place of `replaced`; None, with its files removed,
+    when another job published or merged first (the rewrite is stale; the next compaction decides)."""
     record = RunRecord(run_id, "merge", windows, len(files), sum(f.facts.row_count for f in files))
     try:
-        commit_runs(history, [(record, files)], replaces=list(runs))
+        commit_runs(history, [(record, files)], replaces=replaced)
     except (RunsChanged, WindowsAlreadyPublished):
-        # Another job published or merged first; our rewrite is stale. The next compaction decides again.
         delete_files([f.uri for f in files])
         return None
     return run_id

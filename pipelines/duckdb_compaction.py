@@ -20,11 +20,9 @@ from pyiceberg.expressions import In
 from pipelines.aggregation import aggregation_sql, first_arrivals_sql
 from pipelines.compaction import (
     CompactionResult,
-    RunsChanged,
-    WindowsAlreadyPublished,
     _crash,
     batch_run_id,
-    delete_files,
+    commit_merge,
     history_tables,
     merge_run_id,
     publish_batch,
@@ -35,7 +33,7 @@ from seqlake.config import Config
 from seqlake.duckdb_session import connect, sql_literal
 from seqlake.errors import SeqlakeError
 from tableformat.bucketing import bucket_of
-from tableformat.registry import RunRecord, commit_runs, files_of_runs, history_file_uri, live_runs, published_windows
+from tableformat.registry import files_of_runs, history_file_uri, live_runs, published_windows
 from tableformat.run_writer import write_run
 from tableformat.schema import STORAGE_ORDER, history_arrow_schema
 
@@ -188,10 +186,4 @@ def merge_runs_if_needed_duckdb(config: Config) -> str | None:
             bucket_count=config.layout.bucket_count,
             group_order=list(config.feature_groups),
         )
-    record = RunRecord(run_id, "merge", windows, len(files), sum(f.facts.row_count for f in files))
-    try:
-        commit_runs(history, [(record, files)], replaces=list(runs))
-    except (RunsChanged, WindowsAlreadyPublished):
-        delete_files([f.uri for f in files])
-        return None
-    return run_id
+    return commit_merge(history, list(runs), windows, run_id, files)
