@@ -218,6 +218,26 @@ def compact_window(
     return compact_batch(spark, config, paths, [window_id], fail_at=fail_at)
 
 
+def batch_to_publish(config: Config, windows: list[int]) -> tuple[Table, Table, set[int], list[int]]:
+    """(history, detail, published windows, the requested windows not yet published), for either engine."""
+    if not windows:
+        raise SeqlakeError("no windows to compact")
+    history, detail = history_tables(config)
+    published = published_windows(history)
+    return history, detail, published, sorted(set(windows) - published)
+
+
+def merge_to_do(config: Config) -> tuple[Table, dict[str, RunRecord], list[int], str] | None:
+    """(history, the runs to merge, the union of their windows, the merge's run id) when the table
+    holds more than `layout.max_runs` runs; None otherwise. Shared by both engines."""
+    history, _ = history_tables(config)
+    runs = live_runs(history)
+    if len(runs) <= config.layout.max_runs:
+        return None
+    windows = sorted({w for record in runs.values() for w in record.windows})
+    return history, runs, windows, merge_run_id(windows)
+
+
 def compact_batch(
     spark: SparkSession,
     config: Config,
@@ -228,14 +248,9 @@ def compact_batch(
 ) -> CompactionResult:
     """Publish closed windows as one sorted run that holds exactly them; windows published already
     are left out (all of them: a no-op)."""
-    if not windows:
-        raise SeqlakeError("no windows to compact")
-    history, _ = history_tables(config)
-    published = published_windows(history)
-    todo = sorted(set(windows) - published)
+    history, _, published, todo = batch_to_publish(config, windows)
     if not todo:
-        last = max(windows)
-        return CompactionResult(last, batch_run_id(sorted(windows)), published=False)
+        return CompactionResult(max(windows), batch_run_id(sorted(windows)), published=False)
     run_id = batch_run_id(todo)
 
     events = batch_events(spark, config, paths, todo, published).persist()
@@ -324,12 +339,10 @@ def merge_runs_if_needed(spark: SparkSession, config: Config) -> str | None:
     """Capacity merge: when the table holds more than `layout.max_runs` runs, rewrite them into one
     that holds the union of their window sets. Returns the new run's id, or None when there was
     nothing to merge or a concurrent commit changed the runs first (its files are then removed)."""
-    history, _ = history_tables(config)
-    runs = live_runs(history)
-    if len(runs) <= config.layout.max_runs:
+    todo = merge_to_do(config)
+    if todo is None:
         return None
-    windows = sorted({w for record in runs.values() for w in record.windows})
-    run_id = merge_run_id(windows)
+    history, runs, windows, run_id = todo
     paths = [f.file_path for f in files_of_runs(history, set(runs))]
     names = history_arrow_schema(config).names
     rows = (

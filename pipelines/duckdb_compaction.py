@@ -14,7 +14,6 @@ import uuid
 from collections.abc import Iterator
 
 import pyarrow as pa
-import pyarrow.fs as pafs
 from pyiceberg.expressions import In
 
 from pipelines.aggregation import aggregation_sql, first_arrivals_sql
@@ -22,18 +21,18 @@ from pipelines.compaction import (
     CompactionResult,
     _crash,
     batch_run_id,
+    batch_to_publish,
     commit_merge,
-    history_tables,
-    merge_run_id,
+    merge_to_do,
     publish_batch,
 )
 from pipelines.landing import LandingPaths
 from pipelines.parse import landing_schema
+from pipelines.publication_check import is_delta_table
 from seqlake.config import Config
 from seqlake.duckdb_session import connect, sql_literal
-from seqlake.errors import SeqlakeError
 from tableformat.bucketing import bucket_of
-from tableformat.registry import files_of_runs, history_file_uri, live_runs, published_windows
+from tableformat.registry import files_of_runs, history_file_uri
 from tableformat.run_writer import write_run
 from tableformat.schema import STORAGE_ORDER, history_arrow_schema
 
@@ -42,11 +41,6 @@ BATCH_ROWS = 65_536
 
 def _local(uri: str) -> str:
     return uri.removeprefix("file://")
-
-
-def _is_delta(uri: str) -> bool:
-    fs, path = pafs.FileSystem.from_uri(uri)
-    return fs.get_file_info(f"{path}/_delta_log").type == pafs.FileType.Directory
 
 
 def _as_history(table: pa.Table, schema: pa.Schema) -> pa.Table:
@@ -89,7 +83,7 @@ def batch_events_duckdb(con, config: Config, paths: LandingPaths, windows: list[
 def _window_lsns(con, paths: LandingPaths, windows: list[int]) -> dict[int, int]:
     highest: dict[int, int] = {}
     for uri in (paths.events, paths.quarantine):
-        if not _is_delta(uri):
+        if not is_delta_table(uri):
             continue
         rows = con.execute(
             f"SELECT source_partition, max(lsn) FROM delta_scan(?) WHERE window_id IN ({_windows_list(windows)}) "
@@ -112,11 +106,7 @@ def compact_batch_duckdb(
     config: Config, paths: LandingPaths, windows: list[int], *, fail_at: str | None = None
 ) -> CompactionResult:
     """`pipelines.compaction.compact_batch` on DuckDB: the same run content, no Spark session."""
-    if not windows:
-        raise SeqlakeError("no windows to compact")
-    history, detail = history_tables(config)
-    published = published_windows(history)
-    todo = sorted(set(windows) - published)
+    history, detail, published, todo = batch_to_publish(config, windows)
     if not todo:
         return CompactionResult(max(windows), batch_run_id(sorted(windows)), published=False)
     run_id = batch_run_id(todo)
@@ -162,12 +152,10 @@ def _merged_buckets(con, by_bucket: dict[int, list[str]], names: list[str]) -> I
 
 def merge_runs_if_needed_duckdb(config: Config) -> str | None:
     """`pipelines.compaction.merge_runs_if_needed` on DuckDB, bucket by bucket."""
-    history, _ = history_tables(config)
-    runs = live_runs(history)
-    if len(runs) <= config.layout.max_runs:
+    todo = merge_to_do(config)
+    if todo is None:
         return None
-    windows = sorted({w for record in runs.values() for w in record.windows})
-    run_id = merge_run_id(windows)
+    history, runs, windows, run_id = todo
     by_bucket: dict[int, list[str]] = {}
     for data_file in files_of_runs(history, set(runs)):
         by_bucket.setdefault(int(data_file.partition[0]), []).append(data_file.file_path)

@@ -19,14 +19,15 @@ from seqlake.duckdb_session import connect
 from tableformat.registry import live_runs
 
 
-def _is_delta_table(uri: str) -> bool:
+def is_delta_table(uri: str) -> bool:
+    """Whether a Delta table exists at `uri` (without a JVM)."""
     fs, path = pafs.FileSystem.from_uri(uri)
     return fs.get_file_info(f"{path}/_delta_log").type == pafs.FileType.Directory
 
 
 def _windows_by_partition(con, uri: str, rows: dict[int, int] | None = None) -> dict[int, set[int]]:
     """{source partition: windows it has records in}; adds the rows per window to `rows`."""
-    if not _is_delta_table(uri):
+    if not is_delta_table(uri):
         return {}  # nothing has landed there yet
     path = uri.removeprefix("file://")
     counted = con.execute(
