@@ -34,18 +34,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--engine",
         choices=("spark", "duckdb"),
-        default="spark",
-        help="spark (default; local mode or SEQLAKE_SPARK_MASTER) or duckdb (in-process, no JVM); same runs",
+        help="spark (local mode or SEQLAKE_SPARK_MASTER) or duckdb (in-process, no JVM); same runs "
+        "(default: layout.compaction_engine of the configuration)",
     )
     args = parser.parse_args(argv)
     config = load_config(args.config)
+    engine = args.engine or config.layout.compaction_engine
     paths = landing_paths(config)
     history, _ = history_tables(config)
     done = published_windows(history)
     state = landing_windows(paths)  # DuckDB: a refused request costs no JVM start
     if args.window:
         check_requested(args.window, state, args.end_of_stream)
-    if args.engine == "spark":
+    if engine == "spark":
         spark = spark_session(config, "seqlake-compact")
 
         def compact(batch: list[int]):
@@ -76,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
         merged = merge()
         if merged:
             progress.add(note=f"merged runs into {merged}")
-    summary = f"{len(todo)} windows in {len(batches)} batch(es)"
+    summary = f"{len(todo)} windows in {len(batches)} batch(es), {engine} engine"
     progress.done(summary if todo else "nothing to do: no closed window awaits publication")
     return 0
 

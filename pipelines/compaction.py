@@ -15,6 +15,8 @@ one publishes and the other finds it published.
 from __future__ import annotations
 
 import json
+import os
+import signal
 from contextlib import suppress
 from dataclasses import dataclass
 
@@ -23,7 +25,7 @@ from pyiceberg.io.pyarrow import pyarrow_to_schema
 from pyiceberg.partitioning import PartitionField, PartitionSpec
 from pyiceberg.table import Table
 from pyiceberg.table.sorting import SortField, SortOrder
-from pyiceberg.transforms import BucketTransform, IdentityTransform
+from pyiceberg.transforms import IdentityTransform
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -52,6 +54,10 @@ HISTORY = "history"
 DETAIL = "history_detail"
 CRASH_POINTS = ("before_write", "after_write", "after_detail", "after_commit")
 COMMIT_ATTEMPTS = 5  # a publication that loses a race re-decides on the new snapshot this many times
+
+
+KILL_AT_ENV = "SEQLAKE_KILL_AT"
+_passages: dict[str, int] = {}  # fault-injection points passed in this process
 
 
 class SimulatedCrash(SeqlakeError):
@@ -88,20 +94,16 @@ def history_tables(config: Config) -> tuple[Table, Table]:
     if catalog.table_exists(detail_id):
         return history, check_matches_config(catalog.load_table(detail_id), config, check_schema=False)
     iceberg_schema = pyarrow_to_schema(with_field_ids(landing_schema(config)))
-    # By window (a compaction replaces its window) and by the users' bucket, as history: a rebuild of
-    # one bucket's samples reads only that bucket's events. Sorted by user within each file.
+    # By window only: a compaction replaces its windows' partitions. Not by user bucket as well: an
+    # import's backlog spans thousands of small windows, and window x bucket partitions made one tiny
+    # file each (most of a catch-up's time). Files are sorted by user, so a rebuild of some users'
+    # events reads only the row groups that hold them.
     spec = PartitionSpec(
         PartitionField(
             source_id=iceberg_schema.find_field("window_id").field_id,
             field_id=1000,
             transform=IdentityTransform(),
             name="window_id",
-        ),
-        PartitionField(
-            source_id=iceberg_schema.find_field("user_id").field_id,
-            field_id=1001,
-            transform=BucketTransform(config.layout.bucket_count),
-            name="user_id_bucket",
         ),
     )
     order = SortOrder(
@@ -119,12 +121,32 @@ def history_tables(config: Config) -> tuple[Table, Table]:
 
 
 def _crash(point: str, fail_at: str | None) -> None:
+    """Fault injection for the tests: a simulated crash (an exception) at `fail_at`, or a real one, the
+    process killed with SIGKILL, where the environment names the point: `SEQLAKE_KILL_AT=after_detail`
+    (its first passage) or `after_detail#2` (its second: inside the second batch)."""
+    wanted, _, nth = os.environ.get(KILL_AT_ENV, "").partition("#")
+    if wanted == point:
+        _passages[point] = _passages.get(point, 0) + 1
+        if _passages[point] == int(nth or 1):
+            os.kill(os.getpid(), signal.SIGKILL)
     if fail_at == point:
         raise SimulatedCrash(f"simulated crash at {point}")
 
 
+def batch_landing(spark: SparkSession, paths: LandingPaths, windows: list[int]) -> DataFrame:
+    """The landing rows of the windows (ascending): the range prunes partitions, the set keeps it exact."""
+    window = F.col("window_id")
+    landing = spark.read.format("delta").load(paths.events)
+    return landing.where((window >= windows[0]) & (window <= windows[-1]) & window.isin(windows))
+
+
 def batch_events(
-    spark: SparkSession, config: Config, paths: LandingPaths, windows: list[int], published: set[int]
+    spark: SparkSession,
+    config: Config,
+    paths: LandingPaths,
+    windows: list[int],
+    published: set[int],
+    landed: DataFrame | None = None,
 ) -> DataFrame:
     """The batch's events, each once.
 
@@ -132,13 +154,13 @@ def batch_events(
     and within a window to its first arrival: a pure function of the landing tier, so windows
     compacted in any order, in any batches, or at the same time, agree on where each event goes. Ids
     that a published window holds in detail drop too (an old event imported again after its window
-    was published)."""
+    was published). `landed` is `batch_landing` of the windows when the caller holds it already."""
     retention = config.layout.detail_retention_windows
     landing = spark.read.format("delta").load(paths.events)
     window = F.col("window_id")
     # View names carry the batch: batches compacted in parallel threads of one session stay apart.
     view = f"_seqlake_landing_{batch_run_id(windows)}"
-    landing.where(window.isin(windows)).createOrReplaceTempView(view)
+    (batch_landing(spark, paths, windows) if landed is None else landed).createOrReplaceTempView(view)
     events = spark.sql(first_arrivals_sql(view, retention)).alias("e")
     e_window, e_id = F.col("e.window_id"), F.col("e.event_id")
     # Arrivals in earlier windows outside the batch (published ones, or ones left for later).
@@ -177,21 +199,23 @@ def published_frontier(history: Table) -> dict[int, int]:
     return {}
 
 
-def window_lsns(spark: SparkSession, paths: LandingPaths, windows: list[int]) -> dict[int, int]:
+def window_lsns(
+    spark: SparkSession, paths: LandingPaths, windows: list[int], landed: DataFrame | None = None
+) -> dict[int, int]:
     """Per source partition, the highest LSN of the windows' records (landed or quarantined). LSNs
-    grow with arrival, so only these windows' partitions of the landing tier are read."""
+    grow with arrival, so only these windows' partitions of the landing tier are read (`landed`: the
+    windows' landing rows, when the caller holds them already)."""
     highest: dict[int, int] = {}
+    window = F.col("window_id")
     for path in (paths.events, paths.quarantine):
-        if not delta_exists(spark, path):
+        if path == paths.events and landed is not None:
+            records = landed
+        elif delta_exists(spark, path):
+            records = spark.read.format("delta").load(path)
+            records = records.where((window >= windows[0]) & (window <= windows[-1]) & window.isin(windows))
+        else:
             continue
-        rows = (
-            spark.read.format("delta")
-            .load(path)
-            .where(F.col("window_id").isin(windows))
-            .groupBy("source_partition")
-            .agg(F.max("lsn").alias("lsn"))
-            .collect()
-        )
+        rows = records.groupBy("source_partition").agg(F.max("lsn").alias("lsn")).collect()
         for row in rows:
             highest[row["source_partition"]] = max(highest.get(row["source_partition"], -1), row["lsn"])
     return highest
@@ -253,7 +277,9 @@ def compact_batch(
         return CompactionResult(max(windows), batch_run_id(sorted(windows)), published=False)
     run_id = batch_run_id(todo)
 
-    events = batch_events(spark, config, paths, todo, published).persist()
+    # The batch's landing rows are read once: for its events and for its LSN frontier.
+    landed = batch_landing(spark, paths, todo).persist()
+    events = batch_events(spark, config, paths, todo, published, landed).persist()
     try:
         events.createOrReplaceTempView(f"_seqlake_events_{run_id}")
         sql = aggregation_sql(config, f"_seqlake_events_{run_id}", group_by_extra=("window_id",))
@@ -268,10 +294,10 @@ def compact_batch(
         ).overwrite(F.col("window_id").isin(todo))
         _crash("after_detail", fail_at)
         event_count = events.count()
+        own_lsns = window_lsns(spark, paths, todo, landed)
     finally:
         events.unpersist()
-
-    own_lsns = window_lsns(spark, paths, todo)
+        landed.unpersist()
     return publish_batch(history, todo, files, own_lsns, event_count, fail_at=fail_at)
 
 

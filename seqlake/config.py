@@ -93,6 +93,9 @@ class LayoutSpec(_Frozen):
     detail_retention_windows: int = Field(default=168, ge=1)
     # A backlog of closed windows is compacted in passes of at most this many landing rows each.
     compaction_batch_rows: int = Field(default=2_000_000, ge=1)
+    # The engine `seqlake compact` runs unless told otherwise: spark (local mode or a cluster) or
+    # duckdb (in-process, no JVM). Both publish the same runs.
+    compaction_engine: Literal["spark", "duckdb"] = "spark"
 
 
 class GeneratorSpec(_Frozen):

@@ -18,9 +18,10 @@ import pyarrow.compute as pc
 import pytest
 import yaml
 
-from pipelines.compaction import history_tables
+from pipelines.compaction import KILL_AT_ENV, history_tables
 from seqlake.config import DEFAULT_CONFIG_PATH, load_config
 from tableformat.registry import live_runs
+from tableformat.schema import STORAGE_ORDER
 
 pytestmark = pytest.mark.spark
 
@@ -41,7 +42,8 @@ def ratings(hours: list[int], salt: int = 0) -> list[str]:
     return lines
 
 
-def make_warehouse(tmp_path: Path, **layout: int) -> Path:
+def make_warehouse(tmp_path: Path, **layout: int | str) -> Path:
+    tmp_path.mkdir(parents=True, exist_ok=True)
     data = yaml.safe_load(DEFAULT_CONFIG_PATH.read_text())
     data["warehouse"] = {**data["warehouse"], "path": str(tmp_path / "warehouse"), "catalog_uri": None}
     data["layout"] = {**data["layout"], "bucket_count": 2, **layout}
@@ -50,8 +52,10 @@ def make_warehouse(tmp_path: Path, **layout: int) -> Path:
     return path
 
 
-def seqlake(config: Path, *args: str, expect: int = 0) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SEQLAKE_")}
+def seqlake(
+    config: Path, *args: str, expect: int = 0, env_extra: dict[str, str] | None = None
+) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SEQLAKE_")} | (env_extra or {})
     result = subprocess.run(
         [sys.executable, "-m", "seqlake.cli", args[0], "--config", str(config), *args[1:]],
         capture_output=True,
@@ -129,6 +133,41 @@ def test_old_events_imported_after_their_windows_were_published_reach_history(tm
     import_lines(config, tmp_path, "second", second)
     seqlake(config, "compact", "--end-of-stream", "--engine", engine)
     assert_every_event_once(config, len(first) + len(second))
+
+
+def history_rows(config_path: Path) -> list[dict]:
+    history, _ = history_tables(load_config(str(config_path)))
+    rows = history.refresh().scan().to_arrow()
+    return rows.sort_by([(name, "ascending") for name in STORAGE_ORDER]).to_pylist()
+
+
+def test_compactions_killed_inside_batches_rerun_to_the_clean_history(tmp_path: Path) -> None:
+    """Real kills (SIGKILL) at every commit point inside a backlog's batches, on both engines, each
+    followed by the same command again: the history equals a run never killed, every event once,
+    fsck clean."""
+    lines = ratings(list(range(8)))
+    # Two windows per batch: four batches. The engine comes from the configuration's default.
+    layout = {"compaction_batch_rows": 2 * USERS * EVENTS_PER_USER_HOUR + 1, "compaction_engine": "duckdb"}
+    clean, killed = make_warehouse(tmp_path / "clean", **layout), make_warehouse(tmp_path / "killed", **layout)
+    for config in (clean, killed):
+        import_lines(config, tmp_path, config.parent.name, lines)
+    done = seqlake(clean, "compact", "--end-of-stream")
+    assert "8 windows in 4 batch(es), duckdb engine" in done.stdout + done.stderr
+
+    # The first kill lands in the second batch; each later one in the first batch still unpublished.
+    kills = [
+        ("duckdb", "before_write#2"),
+        ("duckdb", "after_write"),
+        ("duckdb", "after_detail"),
+        ("spark", "after_detail"),
+        ("duckdb", "after_commit"),
+        ("spark", "after_write"),
+    ]
+    for engine, point in kills:
+        seqlake(killed, "compact", "--end-of-stream", "--engine", engine, env_extra={KILL_AT_ENV: point}, expect=-9)
+    seqlake(killed, "compact", "--end-of-stream")
+    assert history_rows(killed) == history_rows(clean)
+    assert_every_event_once(killed, len(lines))
 
 
 def test_racing_compactions_publish_each_window_once(tmp_path: Path) -> None:
