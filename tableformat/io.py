@@ -83,6 +83,9 @@ class CountingFileSystem:
         return pa.PythonFile(_CountingReader(fs.open_input_file(path), self.stats, self._lock), mode="r")
 
 
+_LOCAL = pafs.LocalFileSystem()
+
+
 class PlainFileSystem:
     """The uncounted seam: the same interface, straight to pyarrow."""
 
@@ -96,8 +99,15 @@ def resolve_uri(uri: str) -> tuple[pafs.FileSystem, str]:
     if uri.startswith("file:") and not uri.startswith("file://"):
         return pafs.LocalFileSystem(), uri[len("file:") :]  # Hadoop's spelling (Spark-written files)
     if "://" not in uri:
-        return pafs.LocalFileSystem(), uri
+        return _LOCAL, uri
+    if uri.startswith("file://") and "%" not in uri:  # no percent-escapes to decode: skip URI parsing
+        return _LOCAL, uri[len("file://") :]
     return pafs.FileSystem.from_uri(uri)
+
+
+def is_local(uri: str) -> bool:
+    """Whether a file URI or path names a file on the local file system."""
+    return "://" not in uri or uri.startswith("file:")
 
 
 class FooterCache:
@@ -162,13 +172,16 @@ def open_parquet(source, meta: pq.FileMetaData | None = None, pre_buffer: bool =
 
 
 def read_row_groups(fs, uri: str, meta: pq.FileMetaData, groups: list[int], columns: list[str]) -> pa.Table:
-    """The rows of `groups` (ascending) with `columns`. Pre-buffering fetches the column chunks in
-    few coalesced reads; decoding on the calling thread is faster than pyarrow's pool for a lookup's
-    few chunks (`seqlake bench-peers`), and leaves the parallelism to the caller."""
+    """The rows of `groups` (ascending) with `columns`. On an object store, pre-buffering fetches the
+    column chunks in few coalesced requests; a local file is read chunk by chunk on the calling thread
+    instead (pre-buffering hands each read to pyarrow's I/O pool and waits for it: a thread hand-off
+    per lookup that costs more than the read from the page cache, `seqlake bench-peers`). Decoding on
+    the calling thread is faster than pyarrow's pool for a lookup's few chunks, and leaves the
+    parallelism to the caller."""
     from tableformat.verified import verified_file
 
     with verified_file(fs, uri) as handle:
-        parquet = open_parquet(handle, meta, pre_buffer=True)
+        parquet = open_parquet(handle, meta, pre_buffer=not is_local(uri))
         return parquet.read_row_groups(groups, columns=columns, use_threads=False)
 
 
