@@ -164,11 +164,19 @@ def load_footer(fs, footers: FooterCache, uri: str) -> pq.FileMetaData:
     return meta
 
 
-def open_parquet(source, meta: pq.FileMetaData | None = None, pre_buffer: bool = False) -> pq.ParquetFile:
+def open_parquet(
+    source, meta: pq.FileMetaData | None = None, pre_buffer: bool = False, read_dictionary: list[str] | None = None
+) -> pq.ParquetFile:
     """The one place readers turn bytes into a ParquetFile to decode rows (whole row groups of a data
     file, or the pages `tableformat.page_reader` assembles): read options belong here."""
     # Every page's CRC is checked as it is decoded: a flipped byte is an error, never wrong rows.
-    return pq.ParquetFile(source, metadata=meta, pre_buffer=pre_buffer, page_checksum_verification=True)
+    return pq.ParquetFile(
+        source,
+        metadata=meta,
+        pre_buffer=pre_buffer,
+        page_checksum_verification=True,
+        read_dictionary=read_dictionary,
+    )
 
 
 def read_row_groups(fs, uri: str, meta: pq.FileMetaData, groups: list[int], columns: list[str]) -> pa.Table:
@@ -181,8 +189,20 @@ def read_row_groups(fs, uri: str, meta: pq.FileMetaData, groups: list[int], colu
     from tableformat.verified import verified_file
 
     with verified_file(fs, uri) as handle:
-        parquet = open_parquet(handle, meta, pre_buffer=not is_local(uri))
-        return parquet.read_row_groups(groups, columns=columns, use_threads=False)
+        parquet = open_parquet(handle, meta, pre_buffer=not is_local(uri), read_dictionary=columns)
+        return dictionaries_decoded(parquet.read_row_groups(groups, columns=columns, use_threads=False))
+
+
+def dictionaries_decoded(table: pa.Table) -> pa.Table:
+    """`table` with its dictionary-typed columns as plain values. Parquet decodes a dictionary-encoded
+    string chunk into dictionary indices cheaply, and Arrow's take builds the strings faster than
+    pyarrow's per-value string building (about 8% of a 15-column lookup, `seqlake bench-peers`)."""
+    for i, field in enumerate(table.schema):
+        if pa.types.is_dictionary(field.type):
+            values = [chunk.dictionary_decode() for chunk in table.column(i).chunks]
+            plain = field.with_type(field.type.value_type)
+            table = table.set_column(i, plain, pa.chunked_array(values, plain.type))
+    return table
 
 
 def read_byte_ranges(fs, uri: str, ranges: list[tuple[int, int]]) -> list[bytes]:
