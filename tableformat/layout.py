@@ -47,13 +47,11 @@ def parquet_writer_options(schema: pa.Schema, policy: LayoutPolicy, expected_use
     """Keyword arguments for pyarrow.parquet.ParquetWriter implementing the policy."""
     import pyarrow.parquet as pq
 
-    dictionary = [
-        f.name
-        for f in schema
-        if f.name not in DELTA_COLUMNS
-        and (pa.types.is_string(f.type) or pa.types.is_integer(f.type))
-        and f.name != "user_id"
-    ]
+    # Dictionaries for strings and the user key only. Integer attributes (item, author, session ids,
+    # durations) are high-cardinality: their dictionary page (up to a row group's distinct values)
+    # must be decoded whole to read any page, so a Top-K paid for it on every lookup. Plain pages
+    # under zstd are as small or smaller and decode as fast in full (SPEC.md, "Encodings").
+    dictionary = [f.name for f in schema if f.name not in DELTA_COLUMNS and pa.types.is_string(f.type)]
     return {
         "compression": policy.compression,
         "compression_level": policy.compression_level,

@@ -356,6 +356,7 @@ class LookupIndex:
         live = set(self.files.uris) if self.files is not None else set()
         self._entries = {uri: e for uri, e in (entries or {}).items() if uri in live}
         self._users: dict[int, tuple[list[FileEntry], Segments]] = {}
+        self._plans: dict[tuple, tuple[list[FileEntry], Segments]] = {}  # (user, selection bounds) -> plan
         self._lock = threading.Lock()
 
     def entry(self, uri: str) -> FileEntry:
@@ -381,9 +382,25 @@ class LookupIndex:
         """The files that hold any of the users' selected rows (plan order) and each user's selected
         segments (`file` refers to the position in that list)."""
         ids = list(dict.fromkeys(int(u) for u in user_ids))
-        if len(ids) == 1:
-            entries, found = self.user_segments(ids[0], read_groups)
-            return entries, {ids[0]: select_segments(found, selection)}
+        if len(ids) == 1:  # a hot user's repeated lookup: its plan is remembered, not recomputed
+            key = (
+                ids[0],
+                selection.feature_groups,
+                selection.start,
+                selection.end,
+                selection.as_of_lsn,
+                selection.top_k,
+            )
+            with self._lock:
+                planned = self._plans.get(key)
+            if planned is None:
+                entries, found = self.user_segments(ids[0], read_groups)
+                planned = (entries, select_segments(found, selection))
+                with self._lock:
+                    if len(self._plans) >= USERS_REMEMBERED:
+                        self._plans.pop(next(iter(self._plans)))
+                    self._plans[key] = planned
+            return planned[0], {ids[0]: planned[1]}
         with self._lock:
             known = {u: self._users[u] for u in ids if u in self._users}
         missing = [u for u in ids if u not in known]

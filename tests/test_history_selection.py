@@ -73,6 +73,25 @@ def test_reader_equals_plain_duckdb_query(table, user, sel, columns):
     assert got == duckdb_reference(table, user, sel, columns)
 
 
+SHARED: dict[str, HistoryReader] = {}
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(user=st.sampled_from(sorted(USERS)[:4] + [1_000_007, 1_000_011]), sel=selections)
+def test_one_reader_answers_many_selections_of_the_same_users_like_duckdb(table, user, sel):
+    # One reader across examples: a user's plan remembered for one selection must never serve another.
+    reader = SHARED.setdefault(table.metadata_location, HistoryReader(table))
+    sel = Selection(**{**sel.__dict__, "columns": ("item_id",)})
+    if sel.as_of_lsn is not None:
+        sel = Selection(**{**sel.__dict__, "as_of_lsn": user % 1000 * 1_000_000 + sel.as_of_lsn})
+    # Plans of near selections first (the newest row only, another feature group), then the asked one, twice.
+    reader.read_user(user, selection=Selection(**{**sel.__dict__, "top_k": 1}))
+    reader.read_user(user, selection=Selection(**{**sel.__dict__, "feature_groups": ("search",)}))
+    expected = duckdb_reference(table, user, sel, ["item_id"])
+    assert reader.read_user(user, selection=sel).to_pylist() == expected
+    assert reader.read_user(user, selection=sel).to_pylist() == expected
+
+
 def test_top_k_reads_only_the_newest_row_groups(table, measurement):
     # 9,000 rows in run w1, about 7,200 of them engagement: three row groups in event-time order.
     user = 1_000_007

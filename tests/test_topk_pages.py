@@ -70,3 +70,14 @@ def test_thrift_compact_round_trip_keeps_every_field(table):
     (uri,) = reader.files_for_user(HEAVY)
     paged = reader.lookup_index().entry(uri).paged()
     assert decode(encode(paged.fields))[0] == paged.fields
+
+
+def test_a_remembered_top_k_plan_never_serves_another_selection(table):
+    reader = HistoryReader(table)
+    columns = ("item_id",)
+    for groups in (("engagement",), None):
+        newest = reader.read_user(HEAVY, selection=Selection(columns=columns, feature_groups=groups, top_k=1))
+        whole = reader.read_user(HEAVY, selection=Selection(columns=columns, feature_groups=groups))
+        fresh = HistoryReader(table).read_user(HEAVY, selection=Selection(columns=columns, feature_groups=groups))
+        assert newest.num_rows == 1 and whole.num_rows > 30_000
+        assert whole.equals(fresh) and newest.equals(whole.slice(whole.num_rows - 1))
