@@ -161,7 +161,6 @@ def test_compactions_killed_inside_batches_rerun_to_the_clean_history(tmp_path: 
         ("duckdb", "after_detail"),
         ("spark", "after_detail"),
         ("duckdb", "after_commit"),
-        ("spark", "after_write"),
     ]
     for engine, point in kills:
         seqlake(killed, "compact", "--end-of-stream", "--engine", engine, env_extra={KILL_AT_ENV: point}, expect=-9)
