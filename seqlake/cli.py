@@ -38,6 +38,7 @@ COMMANDS: dict[str, tuple[Callable[[list[str]], int], str]] = {
     "bench-ingest": (_job("jobs.bench_ingest"), "measure ingest cost for users with 0 and 10^5 prior events (ratio)"),
     "bench-reads": (_job("jobs.bench_reads"), "measure multi-user reads and the read cache side by side (ratios)"),
     "bench-compact": (_job("jobs.bench_compact"), "measure catch-up compaction cost against the number of windows"),
+    "bench-merge": (_job("jobs.bench_merge"), "measure write amplification of run merges over many windows (ratios)"),
     "bench-peers": (_job("jobs.bench_peers"), "measure point lookups against RocksDB, DuckDB and Arrow IPC (ratios)"),
     "bench-samples": (_job("jobs.bench_samples"), "measure training samples from pointers against fat-row reads"),
     "samples": (
