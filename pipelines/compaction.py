@@ -44,6 +44,7 @@ from tableformat.registry import (
     create_history_table,
     files_of_runs,
     live_runs,
+    published_frontier,
     published_windows,
 )
 from tableformat.schema import history_arrow_schema, with_field_ids
@@ -167,15 +168,6 @@ def window_events(
 ) -> DataFrame:
     """One window's events, each once (see `batch_events`)."""
     return batch_events(spark, config, paths, [window_id], published)
-
-
-def published_frontier(history: Table) -> dict[int, int]:
-    """Highest published LSN per source partition (from the newest window publication)."""
-    for snapshot in sorted(history.snapshots(), key=lambda s: s.sequence_number, reverse=True):
-        raw = snapshot.summary.additional_properties.get("seqlake.frontier") if snapshot.summary else None
-        if raw:
-            return {int(k): v for k, v in json.loads(raw).items()}
-    return {}
 
 
 def window_lsns(spark: SparkSession, paths: LandingPaths, windows: list[int]) -> dict[int, int]:
