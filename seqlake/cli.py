@@ -33,6 +33,7 @@ COMMANDS: dict[str, tuple[Callable[[list[str]], int], str]] = {
     "compact": (_job("jobs.compact"), "publish closed windows as sorted runs of the history table; merge runs"),
     "history": (_job("jobs.history"), "print one user's history (feature groups, columns, time range, Top-K, LSN)"),
     "sql": (_job("jobs.sql"), "DuckDB SQL over the warehouse with seqlake's views and macros loaded (sql/)"),
+    "maintain": (_job("jobs.maintain"), "expire snapshots, remove orphan files, vacuum landing, drop old detail"),
     "fsck": (_job("jobs.fsck"), "check every invariant of the history table's files and runs"),
     "bench-layout": (_job("jobs.bench_layout"), "measure candidate file layouts side by side (ratios to the default)"),
     "bench-ingest": (_job("jobs.bench_ingest"), "measure ingest cost for users with 0 and 10^5 prior events (ratio)"),

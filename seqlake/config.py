@@ -105,6 +105,15 @@ class MergeSpec(_Frozen):
     min_merge_width: int = Field(default=4, ge=2)  # fewest runs a size-ratio merge takes
 
 
+class MaintenanceSpec(_Frozen):
+    """What `seqlake maintain` keeps (`pipelines/maintenance.py`)."""
+
+    snapshot_retention_hours: float = Field(default=168, ge=0)  # snapshots younger than this stay
+    keep_snapshots: int = Field(default=5, ge=1)  # the newest snapshots of each table always stay
+    orphan_safety_hours: float = Field(default=24, ge=0)  # unreferenced files younger than this stay
+    landing_retention_hours: float = Field(default=168, ge=0)  # Delta VACUUM retention of the landing tier
+
+
 class GeneratorSpec(_Frozen):
     seed: int = 7
     users: int = Field(default=2000, ge=1)
@@ -152,6 +161,7 @@ class Config(_Frozen):
     warehouse: WarehouseSpec = WarehouseSpec()
     layout: LayoutSpec = LayoutSpec()
     merge: MergeSpec = MergeSpec()
+    maintenance: MaintenanceSpec = MaintenanceSpec()
     feature_groups: dict[Identifier, FeatureGroupSpec] = Field(min_length=1)
     tenants: dict[Identifier, TenantSpec] = {}
     generator: GeneratorSpec = GeneratorSpec()
