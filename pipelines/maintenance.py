@@ -178,6 +178,15 @@ def remove_orphan_files(table: Table, safety: timedelta, *, now: datetime | None
 # -- landing -----------------------------------------------------------------------------------------
 
 
+def _file_size(path: str) -> int:
+    """Size of a file as Spark's file system prints its path (`file:/tmp/x`, or a URI)."""
+    if path.startswith("file:") or "://" not in path:
+        fs, local = pafs.LocalFileSystem(), "/" + path.removeprefix("file:").lstrip("/")
+    else:
+        fs, local = pafs.FileSystem.from_uri(path)
+    return fs.get_file_info(local).size or 0
+
+
 def vacuum_landing(spark, paths: LandingPaths, retention: timedelta) -> list[StepReport]:
     """Delta VACUUM of the landing and quarantine tables: files their log no longer references, and
     untracked leftovers, older than `retention`. Listed first (DRY RUN) to report what goes."""
@@ -193,10 +202,7 @@ def vacuum_landing(spark, paths: LandingPaths, retention: timedelta) -> list[Ste
             continue
         target = f"delta.`{uri}`"
         doomed = [row["path"] for row in spark.sql(f"VACUUM {target} RETAIN {hours} HOURS DRY RUN").collect()]
-        sizes = []
-        for path in doomed:
-            fs, local = pafs.FileSystem.from_uri(path if "://" in path else f"file://{path}")
-            sizes.append(fs.get_file_info(local).size or 0)
+        sizes = [_file_size(path) for path in doomed]
         spark.sql(f"VACUUM {target} RETAIN {hours} HOURS").collect()
         report.removed, report.bytes = len(doomed), sum(sizes)
     return reports
