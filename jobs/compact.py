@@ -37,6 +37,9 @@ def main(argv: list[str] | None = None) -> int:
         default="spark",
         help="spark (default; local mode or SEQLAKE_SPARK_MASTER) or duckdb (in-process, no JVM); same runs",
     )
+    parser.add_argument(
+        "--maintain", action="store_true", help="then run `seqlake maintain` (its configured policy) on the same tables"
+    )
     args = parser.parse_args(argv)
     config = load_config(args.config)
     paths = landing_paths(config)
@@ -78,6 +81,12 @@ def main(argv: list[str] | None = None) -> int:
             progress.add(note=f"merged runs into {merged}")
     summary = f"{len(todo)} windows in {len(batches)} batch(es)"
     progress.done(summary if todo else "nothing to do: no closed window awaits publication")
+    if args.maintain:
+        from pipelines.maintenance import run_maintenance
+
+        session = spark if args.engine == "spark" else None  # DuckDB: no JVM, the landing VACUUM waits
+        for report in run_maintenance(config, spark=session, paths=paths):
+            print(report.line())
     return 0
 
 

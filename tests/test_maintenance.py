@@ -29,7 +29,7 @@ from pipelines.maintenance import (
 )
 from pipelines.merge_bench import BASE_WINDOW, publish_window, window_rows
 from seqlake.catalog import open_catalog, table_identifier
-from seqlake.config import Config
+from seqlake.config import Config, load_config
 from tableformat.checksum import table_checksum
 from tableformat.fsck import fsck_table
 from tableformat.registry import live_runs, published_windows
@@ -201,3 +201,21 @@ def test_seqlake_maintain_prints_each_step(lake: Config, tmp_path: Path, capsys)
     assert any(line.startswith("remove-orphans: history: removed ") for line in out)
     assert out[-1].startswith("maintain: ") and out[-1].endswith(" bytes removed from storage")
     assert not leftover.exists()
+
+
+def test_compact_with_maintain_publishes_then_cleans(tmp_path: Path) -> None:
+    from tests.test_no_event_lost import assert_every_event_once, import_lines, make_warehouse, ratings, seqlake
+
+    config = make_warehouse(tmp_path, max_runs=1)
+    lines = ratings(list(range(4)))
+    import_lines(config, tmp_path, "four_hours", lines)
+    settings = yaml.safe_load(config.read_text())
+    settings["maintenance"] = {"snapshot_retention_hours": 0, "keep_snapshots": 1, "orphan_safety_hours": 0}
+    config.write_text(yaml.safe_dump(settings, sort_keys=False))
+    result = seqlake(config, "compact", "--end-of-stream", "--engine", "duckdb", "--maintain")
+    assert "expire-snapshots: history: removed " in result.stdout
+    assert "remove-orphans: history: removed " in result.stdout
+    history, _ = history_tables(load_config(str(config)))
+    assert len(history.refresh().snapshots()) == 1  # the merges' earlier snapshots expired
+    assert set(files_under(history)) <= referenced_files(history)  # merged-away files removed
+    assert_every_event_once(config, len(lines))
