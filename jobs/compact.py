@@ -37,6 +37,9 @@ def main(argv: list[str] | None = None) -> int:
         help="spark (local mode or SEQLAKE_SPARK_MASTER) or duckdb (in-process, no JVM); same runs "
         "(default: layout.compaction_engine of the configuration)",
     )
+    parser.add_argument(
+        "--maintain", action="store_true", help="then run `seqlake maintain` (its configured policy) on the same tables"
+    )
     args = parser.parse_args(argv)
     config = load_config(args.config)
     engine = args.engine or config.layout.compaction_engine
@@ -79,6 +82,12 @@ def main(argv: list[str] | None = None) -> int:
             progress.add(note=f"merged runs into {merged}")
     summary = f"{len(todo)} windows in {len(batches)} batch(es), {engine} engine"
     progress.done(summary if todo else "nothing to do: no closed window awaits publication")
+    if args.maintain:
+        from pipelines.maintenance import run_maintenance
+
+        session = spark if args.engine == "spark" else None  # DuckDB: no JVM, the landing VACUUM waits
+        for report in run_maintenance(config, spark=session, paths=paths):
+            print(report.line())
     return 0
 
 

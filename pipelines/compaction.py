@@ -31,6 +31,7 @@ from pyspark.sql import functions as F
 
 from pipelines.aggregation import aggregation_sql, first_arrivals_sql
 from pipelines.landing import LandingPaths, delta_exists
+from pipelines.merge_policy import policy_of, runs_to_merge
 from pipelines.parse import landing_schema
 from pipelines.spark_history import write_run_with_spark
 from seqlake.catalog import open_catalog, spark_name, table_identifier
@@ -45,6 +46,7 @@ from tableformat.registry import (
     create_history_table,
     files_of_runs,
     live_runs,
+    published_frontier,
     published_windows,
 )
 from tableformat.schema import history_arrow_schema, with_field_ids
@@ -190,15 +192,6 @@ def window_events(
     return batch_events(spark, config, paths, [window_id], published)
 
 
-def published_frontier(history: Table) -> dict[int, int]:
-    """Highest published LSN per source partition (from the newest window publication)."""
-    for snapshot in sorted(history.snapshots(), key=lambda s: s.sequence_number, reverse=True):
-        raw = snapshot.summary.additional_properties.get("seqlake.frontier") if snapshot.summary else None
-        if raw:
-            return {int(k): v for k, v in json.loads(raw).items()}
-    return {}
-
-
 def window_lsns(
     spark: SparkSession, paths: LandingPaths, windows: list[int], landed: DataFrame | None = None
 ) -> dict[int, int]:
@@ -252,12 +245,17 @@ def batch_to_publish(config: Config, windows: list[int]) -> tuple[Table, Table, 
 
 
 def merge_to_do(config: Config) -> tuple[Table, dict[str, RunRecord], list[int], str] | None:
-    """(history, the runs to merge, the union of their windows, the merge's run id) when the table
-    holds more than `layout.max_runs` runs; None otherwise. Shared by both engines."""
+    """(history, the runs to merge, the union of their windows, the merge's run id) when the merge
+    policy (`pipelines.merge_policy`) picks some; None otherwise. Shared by both engines.
+
+    The registry lists runs oldest first and a merged run takes the place of the newest ones it
+    replaces (it is registered last), so the list stays in age order."""
     history, _ = history_tables(config)
-    runs = live_runs(history)
-    if len(runs) <= config.layout.max_runs:
+    live = live_runs(history)
+    picked = runs_to_merge([record.rows for record in live.values()], policy_of(config))
+    if picked == 0:
         return None
+    runs = dict(list(live.items())[len(live) - picked :])
     windows = sorted({w for record in runs.values() for w in record.windows})
     return history, runs, windows, merge_run_id(windows)
 
@@ -362,8 +360,8 @@ def merge_run_id(windows: list[int]) -> str:
 
 
 def merge_runs_if_needed(spark: SparkSession, config: Config) -> str | None:
-    """Capacity merge: when the table holds more than `layout.max_runs` runs, rewrite them into one
-    that holds the union of their window sets. Returns the new run's id, or None when there was
+    """Merge the runs the merge policy picks (the newest ones) into one that holds the union of
+    their window sets. Returns the new run's id, or None when there was
     nothing to merge or a concurrent commit changed the runs first (its files are then removed)."""
     todo = merge_to_do(config)
     if todo is None:

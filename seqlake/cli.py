@@ -33,11 +33,13 @@ COMMANDS: dict[str, tuple[Callable[[list[str]], int], str]] = {
     "compact": (_job("jobs.compact"), "publish closed windows as sorted runs of the history table; merge runs"),
     "history": (_job("jobs.history"), "print one user's history (feature groups, columns, time range, Top-K, LSN)"),
     "sql": (_job("jobs.sql"), "DuckDB SQL over the warehouse with seqlake's views and macros loaded (sql/)"),
+    "maintain": (_job("jobs.maintain"), "expire snapshots, remove orphan files, vacuum landing, drop old detail"),
     "fsck": (_job("jobs.fsck"), "check every invariant of the history table's files and runs"),
     "bench-layout": (_job("jobs.bench_layout"), "measure candidate file layouts side by side (ratios to the default)"),
     "bench-ingest": (_job("jobs.bench_ingest"), "measure ingest cost for users with 0 and 10^5 prior events (ratio)"),
     "bench-reads": (_job("jobs.bench_reads"), "measure multi-user reads and the read cache side by side (ratios)"),
     "bench-compact": (_job("jobs.bench_compact"), "measure catch-up compaction cost against the number of windows"),
+    "bench-merge": (_job("jobs.bench_merge"), "measure write amplification of run merges over many windows (ratios)"),
     "bench-peers": (_job("jobs.bench_peers"), "measure point lookups against RocksDB, DuckDB and Arrow IPC (ratios)"),
     "bench-samples": (_job("jobs.bench_samples"), "measure training samples from pointers against fat-row reads"),
     "samples": (

@@ -87,8 +87,9 @@ class WarehouseSpec(_Frozen):
 class LayoutSpec(_Frozen):
     bucket_count: int = Field(default=8, ge=1, le=4096)
     window_seconds: int = Field(default=3600, ge=60)
-    # A capacity merge rewrites a table's runs into one when it holds more than this many.
-    max_runs: int = Field(default=4, ge=1)
+    # The run count trigger of the merge policy: more sorted runs than this force a merge of the newest
+    # ones, so a lookup opens at most this many files per table after each compaction step.
+    max_runs: int = Field(default=10, ge=1)
     # Closed windows whose original events stay in the detail table (to rebuild older versions).
     detail_retention_windows: int = Field(default=168, ge=1)
     # A backlog of closed windows is compacted in passes of at most this many landing rows each.
@@ -96,6 +97,24 @@ class LayoutSpec(_Frozen):
     # The engine `seqlake compact` runs unless told otherwise: spark (local mode or a cluster) or
     # duckdb (in-process, no JVM). Both publish the same runs.
     compaction_engine: Literal["spark", "duckdb"] = "spark"
+
+
+class MergeSpec(_Frozen):
+    """The size-tiered merge policy's knobs (`pipelines/merge_policy.py`); `layout.max_runs` is its
+    run count trigger."""
+
+    size_ratio_percent: int = Field(default=10, ge=0)  # an older run joins a merge up to this much larger
+    max_size_amplification_percent: int = Field(default=400, ge=0)  # newer runs over the oldest: merge all
+    min_merge_width: int = Field(default=4, ge=2)  # fewest runs a size-ratio merge takes
+
+
+class MaintenanceSpec(_Frozen):
+    """What `seqlake maintain` keeps (`pipelines/maintenance.py`)."""
+
+    snapshot_retention_hours: float = Field(default=168, ge=0)  # snapshots younger than this stay
+    keep_snapshots: int = Field(default=5, ge=1)  # the newest snapshots of each table always stay
+    orphan_safety_hours: float = Field(default=24, ge=0)  # unreferenced files younger than this stay
+    landing_retention_hours: float = Field(default=168, ge=0)  # Delta VACUUM retention of the landing tier
 
 
 class GeneratorSpec(_Frozen):
@@ -144,6 +163,8 @@ class TrainingSpec(_Frozen):
 class Config(_Frozen):
     warehouse: WarehouseSpec = WarehouseSpec()
     layout: LayoutSpec = LayoutSpec()
+    merge: MergeSpec = MergeSpec()
+    maintenance: MaintenanceSpec = MaintenanceSpec()
     feature_groups: dict[Identifier, FeatureGroupSpec] = Field(min_length=1)
     tenants: dict[Identifier, TenantSpec] = {}
     generator: GeneratorSpec = GeneratorSpec()

@@ -3,7 +3,9 @@
 Files are written by seqlake's own writer (from Python or from Spark tasks) and then committed here.
 Each commit adds whole sorted runs (and, for a merge, removes the runs it replaces) in one Iceberg
 snapshot, together with the table property `seqlake.runs` that lists the live runs: a reader never
-sees half a run, and every engine can ignore the property safely.
+sees half a run, and every engine can ignore the property safely. The LSN frontier is a table
+property too (`seqlake.frontier`, set in the same commit as the runs it covers): table properties
+live in the table metadata, not in a snapshot, so expiring old snapshots loses neither.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from tableformat.schema import (
 from tableformat.writer import WrittenFile, open_output
 
 RUNS_PROPERTY = "seqlake.runs"
+FRONTIER_PROPERTY = "seqlake.frontier"  # highest published LSN per source partition (JSON object)
 FORMAT_PROPERTY = "seqlake.format-version"
 GROUPS_PROPERTY = "seqlake.feature-groups"
 COMMIT_RETRIES = "commit.retry.num-retries"
@@ -144,6 +147,18 @@ def published_windows(table: Table) -> set[int]:
     return {w for record in live_runs(table).values() for w in record.windows}
 
 
+def published_frontier(table: Table) -> dict[int, int]:
+    """Highest published LSN per source partition. Tables published before the frontier became a
+    table property keep it in their newest publication's snapshot summary: read there as a fallback."""
+    raw = table.metadata.properties.get(FRONTIER_PROPERTY)
+    if raw is None:
+        for snapshot in sorted(table.snapshots(), key=lambda s: s.sequence_number, reverse=True):
+            raw = snapshot.summary.additional_properties.get(FRONTIER_PROPERTY) if snapshot.summary else None
+            if raw:
+                break
+    return {int(k): int(v) for k, v in json.loads(raw or "{}").items()}
+
+
 def data_file_for(table: Table, written: WrittenFile) -> DataFile:
     """An Iceberg DataFile for a written history file, with metrics read from its footer."""
     fs, path = open_output(written.uri)
@@ -196,8 +211,9 @@ def commit_runs(
 ) -> int:
     """Add runs (and drop the runs in `replaces`) in one snapshot; return its id.
 
-    Raises RunsChanged when another commit won the race (the caller refreshes and decides again),
-    WindowsAlreadyPublished when a new run would hold a window a remaining live run holds."""
+    A `seqlake.frontier` among the snapshot properties also becomes the table property, in the same
+    commit. Raises RunsChanged when another commit won the race (the caller refreshes and decides
+    again), WindowsAlreadyPublished when a new run would hold a window a remaining live run holds."""
     runs = live_runs(table)
     missing = [r for r in replaces if r not in runs]
     if missing:
@@ -223,7 +239,10 @@ def commit_runs(
     removed = files_of_runs(table, set(replaces)) if replaces else []
     try:
         with table.transaction() as tx:
-            tx.set_properties({RUNS_PROPERTY: json.dumps({k: asdict(v) for k, v in runs.items()})})
+            state = {RUNS_PROPERTY: json.dumps({k: asdict(v) for k, v in runs.items()})}
+            if FRONTIER_PROPERTY in properties:
+                state[FRONTIER_PROPERTY] = properties[FRONTIER_PROPERTY]
+            tx.set_properties(state)
             update = tx.update_snapshot(snapshot_properties=properties)
             producer = update.overwrite() if replaces else update.fast_append()
             with producer as files:

@@ -1,0 +1,232 @@
+"""Keep a long-lived warehouse small: each step removes what nothing needs any more and says how much.
+
+- `drop_detail_windows`: detail rows of windows past `layout.detail_retention_windows`, kept longer
+  when a training pointer's open window still needs them (its rebuild reads the detail of windows
+  from its open window on, and checks ids against the retention before it).
+- `expire_snapshots`: snapshots older than the retention, always keeping the newest ones. Pipeline
+  state is in table properties (`tableformat/registry.py`), so no state goes with them.
+- `remove_orphan_files`: files under a table's location that no live snapshot or metadata file
+  references, and never one younger than the safety interval (a job may be writing it now).
+- `vacuum_landing`: Delta's VACUUM of the landing and quarantine tables (files their log no longer
+  references, and leftovers of killed writes), on Spark.
+
+The raw source table is never expired: ingest reads its snapshots one by one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+
+import pyarrow.fs as pafs
+from pyiceberg.expressions import LessThan
+from pyiceberg.table import Table
+
+from pipelines.compaction import history_tables
+from pipelines.landing import LandingPaths
+from pipelines.publication_check import is_delta_table
+from seqlake.catalog import open_catalog, table_identifier
+from seqlake.config import Config
+from tableformat.registry import published_windows
+
+
+@dataclass
+class StepReport:
+    step: str
+    target: str  # the table (or landing path) the step worked on
+    removed: int = 0  # snapshots, files or rows, as `unit` says
+    unit: str = "files"
+    bytes: int = 0
+    notes: list[str] = field(default_factory=list)
+
+    def line(self) -> str:
+        extra = f" ({'; '.join(self.notes)})" if self.notes else ""
+        return f"{self.step}: {self.target}: removed {self.removed:,} {self.unit}, {self.bytes:,} bytes{extra}"
+
+
+def maintained_tables(config: Config) -> list[Table]:
+    """The Iceberg tables maintenance expires and cleans: history, detail, and the tenants' training and
+    fat-row tables that exist. Never the raw source."""
+    from pipelines.training.sequence import tenants
+    from pipelines.training.tables import fatrow_table_name, training_table_name
+
+    history, detail = history_tables(config)
+    tables = [history, detail]
+    catalog = open_catalog(config)
+    for tenant in tenants(config):
+        for name in (training_table_name(tenant), fatrow_table_name(tenant)):
+            identifier = table_identifier(config, name)
+            if catalog.table_exists(identifier):
+                tables.append(catalog.load_table(identifier))
+    return tables
+
+
+# -- detail retention ------------------------------------------------------------------------------
+
+
+def detail_keep_from(config: Config, history: Table, training_tables: Iterable[Table] = ()) -> int | None:
+    """The oldest detail window to keep: the retention counted back from the newest published window,
+    moved further back for the oldest open window a training pointer holds. None: keep everything."""
+    published = published_windows(history)
+    if not published:
+        return None
+    retention = config.layout.detail_retention_windows
+    keep_from = max(published) + 1 - retention
+    for table in training_tables:
+        if "open_window" not in table.schema().column_names or table.current_snapshot() is None:
+            continue
+        windows = table.scan(selected_fields=("open_window",)).to_arrow()["open_window"]
+        if len(windows):
+            oldest = min(int(w) for w in windows.unique().to_pylist() if w is not None)
+            keep_from = min(keep_from, oldest - retention)
+    return keep_from
+
+
+def drop_detail_windows(detail: Table, keep_from: int | None) -> StepReport:
+    """Delete the detail rows of windows before `keep_from` (whole partitions: no file is rewritten)."""
+    report = StepReport("drop-detail", detail.name()[-1], unit="rows")
+    if keep_from is None:
+        report.notes.append("nothing published")
+        return report
+    condition = LessThan("window_id", keep_from)
+    files = [task.file for task in detail.refresh().scan(row_filter=condition).plan_files()]
+    if not files:
+        report.notes.append(f"no window before {keep_from}")
+        return report
+    detail.delete(condition, snapshot_properties={"seqlake.operation": "drop-detail"})
+    report.removed = sum(f.record_count for f in files)
+    report.bytes = sum(f.file_size_in_bytes for f in files)
+    report.notes.append(f"windows before {keep_from}; {len(files)} files, gone once their snapshots expire")
+    return report
+
+
+# -- snapshots ---------------------------------------------------------------------------------------
+
+
+def expire_snapshots(table: Table, older_than: datetime, keep_last: int = 1) -> StepReport:
+    """Expire the snapshots taken before `older_than`, except the newest `keep_last` (at least the
+    current one) and branch or tag heads (pyiceberg protects them)."""
+    table.refresh()
+    report = StepReport("expire-snapshots", table.name()[-1], unit="snapshots")
+    snapshots = sorted(table.snapshots(), key=lambda s: s.sequence_number)
+    kept = {s.snapshot_id for s in snapshots[-max(keep_last, 1) :]}
+    current = table.current_snapshot()
+    if current is not None:
+        kept.add(current.snapshot_id)
+    cutoff = older_than.timestamp() * 1000
+    old = [s.snapshot_id for s in snapshots if s.timestamp_ms < cutoff and s.snapshot_id not in kept]
+    if old:
+        table.maintenance.expire_snapshots().by_ids(old).commit()
+        table.refresh()
+    report.removed = len(old)
+    return report
+
+
+# -- orphan files ------------------------------------------------------------------------------------
+
+
+def _path(uri: str) -> str:
+    return pafs.FileSystem.from_uri(uri)[1] if "://" in uri else uri
+
+
+def referenced_files(table: Table) -> set[str]:
+    """Every file a live snapshot or the table's metadata references (paths without scheme): data
+    files live in any snapshot, manifests, manifest lists, statistics, the metadata files in the log."""
+    table.refresh()
+    metadata = table.metadata
+    io = table.io
+    found = {_path(table.metadata_location)}
+    found |= {_path(entry.metadata_file) for entry in metadata.metadata_log}
+    found |= {_path(s.statistics_path) for s in getattr(metadata, "statistics", [])}
+    found |= {_path(s.statistics_path) for s in getattr(metadata, "partition_statistics", [])}
+    seen_manifests: set[str] = set()
+    for snapshot in metadata.snapshots:
+        found.add(_path(snapshot.manifest_list))
+        for manifest in snapshot.manifests(io):
+            if manifest.manifest_path in seen_manifests:
+                continue
+            seen_manifests.add(manifest.manifest_path)
+            found.add(_path(manifest.manifest_path))
+            for entry in manifest.fetch_manifest_entry(io, discard_deleted=True):
+                found.add(_path(entry.data_file.file_path))
+    return found
+
+
+def remove_orphan_files(table: Table, safety: timedelta, *, now: datetime | None = None) -> StepReport:
+    """Delete the files under the table's location that nothing references and that are older than
+    `safety` (a file being written by a running job is younger)."""
+    report = StepReport("remove-orphans", table.name()[-1])
+    fs, root = pafs.FileSystem.from_uri(table.location())
+    cutoff = (now or datetime.now(UTC)) - safety
+    # Listed before the references are read: a file committed in between is then referenced.
+    listed = [
+        info
+        for info in fs.get_file_info(pafs.FileSelector(root, recursive=True, allow_not_found=True))
+        if info.type == pafs.FileType.File
+    ]
+    keep = referenced_files(table)
+    for info in listed:
+        if info.path in keep or info.mtime is None or info.mtime >= cutoff:
+            continue
+        fs.delete_file(info.path)
+        report.removed += 1
+        report.bytes += info.size or 0
+    return report
+
+
+# -- landing -----------------------------------------------------------------------------------------
+
+
+def _file_size(path: str) -> int:
+    """Size of a file as Spark's file system prints its path (`file:/tmp/x`, or a URI)."""
+    if path.startswith("file:") or "://" not in path:
+        fs, local = pafs.LocalFileSystem(), "/" + path.removeprefix("file:").lstrip("/")
+    else:
+        fs, local = pafs.FileSystem.from_uri(path)
+    return fs.get_file_info(local).size or 0
+
+
+def vacuum_landing(spark, paths: LandingPaths, retention: timedelta) -> list[StepReport]:
+    """Delta VACUUM of the landing and quarantine tables: files their log no longer references, and
+    untracked leftovers, older than `retention`. Listed first (DRY RUN) to report what goes."""
+    hours = retention.total_seconds() / 3600
+    # Delta refuses a retention below 7 days unless told; the caller's retention is the policy.
+    spark.conf.set("spark.databricks.delta.retentionDurationCheck.enabled", "false")
+    reports = []
+    for uri in (paths.events, paths.quarantine):
+        report = StepReport("vacuum-landing", uri.rsplit("/", 1)[-1])
+        reports.append(report)
+        if not is_delta_table(uri):
+            report.notes.append("no table")
+            continue
+        target = f"delta.`{uri}`"
+        doomed = [row["path"] for row in spark.sql(f"VACUUM {target} RETAIN {hours} HOURS DRY RUN").collect()]
+        sizes = [_file_size(path) for path in doomed]
+        spark.sql(f"VACUUM {target} RETAIN {hours} HOURS").collect()
+        report.removed, report.bytes = len(doomed), sum(sizes)
+    return reports
+
+
+def run_maintenance(
+    config: Config,
+    *,
+    spark=None,
+    paths: LandingPaths | None = None,
+    now: datetime | None = None,
+) -> list[StepReport]:
+    """Every step in order: drop detail past retention, expire snapshots, remove orphan files, and
+    (with a Spark session) vacuum the landing tier. Dropped detail files become orphans once the
+    snapshots holding them expire, so the order frees them in one run when the retention allows."""
+    spec = config.maintenance
+    now = now or datetime.now(UTC)
+    tables = maintained_tables(config)
+    history, detail, training = tables[0], tables[1], tables[2:]
+    reports = [drop_detail_windows(detail, detail_keep_from(config, history, training))]
+    older_than = now - timedelta(hours=spec.snapshot_retention_hours)
+    reports += [expire_snapshots(table, older_than, spec.keep_snapshots) for table in tables]
+    safety = timedelta(hours=spec.orphan_safety_hours)
+    reports += [remove_orphan_files(table, safety, now=now) for table in tables]
+    if spark is not None and paths is not None:
+        reports += vacuum_landing(spark, paths, timedelta(hours=spec.landing_retention_hours))
+    return reports
