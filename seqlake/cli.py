@@ -23,6 +23,7 @@ def _job(module: str) -> Callable[[list[str]], int]:
 
 
 COMMANDS: dict[str, tuple[Callable[[list[str]], int], str]] = {
+    "init": (_job("jobs.init"), "write a starter configuration (seqlake.yaml) and import mapping examples to edit"),
     "demo": (
         _job("jobs.demo"),
         "run the main job end to end on the configured warehouse and print its report",
