@@ -9,17 +9,32 @@ import sys
 from collections.abc import Callable
 
 from seqlake.cli_args import ArgumentParser
-from seqlake.errors import SeqlakeError
+from seqlake.errors import SeqlakeError, SetupError
 
 DEBUG_ENV = "SEQLAKE_DEBUG"
+
+
+# Top-level modules of the optional extras (pyproject.toml) and the extra that installs each.
+EXTRAS = {"pyspark": "spark", "delta": "spark", "rocksdict": "sst", "matplotlib": "notebook", "nbclient": "notebook"}
 
 
 def _job(module: str) -> Callable[[list[str]], int]:
     # Jobs import their engines lazily: `seqlake --help` stays fast.
     def run(argv: list[str]) -> int:
-        return importlib.import_module(module).main(argv)
+        try:
+            return importlib.import_module(module).main(argv)
+        except ModuleNotFoundError as error:  # an optional dependency: say which extra installs it
+            raise _missing_extra(error) from None
 
     return run
+
+
+def _missing_extra(error: ModuleNotFoundError) -> Exception:
+    """A SetupError naming the extra to install when an optional dependency is missing."""
+    top = (error.name or "").split(".")[0]
+    if top not in EXTRAS:
+        return error
+    return SetupError(f"this command needs {top}: pip install 'seqlake[{EXTRAS[top]}]'")
 
 
 COMMANDS: dict[str, tuple[Callable[[list[str]], int], str]] = {
