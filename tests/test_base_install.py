@@ -12,6 +12,7 @@ REPO = Path(__file__).resolve().parents[1]
 # The in-process path: the facade, the readers, the DuckDB engine, Arrow reconstruction, the jobs on them.
 BASE_MODULES = (
     "seqlake",
+    "seqlake.lake",
     "seqlake.config",
     "seqlake.catalog",
     "tableformat.reader",
