@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
 
 from seqlake.cli_args import ArgumentParser
 from seqlake.errors import SeqlakeError, SetupError
 
 DEBUG_ENV = "SEQLAKE_DEBUG"
+ENV_CONFIG = "SEQLAKE_CONFIG"  # seqlake.config.ENV_CONFIG; not imported: `seqlake --help` loads no pydantic
 
 
 # Top-level modules of the optional extras (pyproject.toml) and the extra that installs each.
@@ -71,14 +75,42 @@ def build_parser() -> argparse.ArgumentParser:
         prog="seqlake",
         description="seqlake: sorted, compacted, versioned storage for long user-interaction histories.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog=f"commands:\n{lines}\n\nRun `seqlake COMMAND --help` for a command's options.",
-        usage="seqlake [-h] [--version] COMMAND [ARGS...]",
+        epilog=(
+            f"options:\n  --config FILE  configuration YAML for the command (else ${ENV_CONFIG}, ./seqlake.yaml, "
+            f"or the packaged default)\n\ncommands:\n{lines}\n\nRun `seqlake COMMAND --help` for a command's options."
+        ),
+        usage="seqlake [-h] [--version] [--config FILE] COMMAND [ARGS...]",
     )
+
+
+def _global_options(argv: list[str], parser: argparse.ArgumentParser) -> tuple[str | None, list[str]]:
+    """`--config FILE` (or `--config=FILE`) before the command; the rest of argv from the command on."""
+    config = None
+    while argv and argv[0].startswith("--config"):
+        option, sep, value = argv[0].partition("=")
+        if option != "--config":
+            break
+        if not sep:
+            if len(argv) < 2 or argv[1].startswith("-"):
+                parser.error("--config needs a file")
+            value, argv = argv[1], argv[2:]
+        else:
+            argv = argv[1:]
+        config = value
+    return config, argv
+
+
+def _unknown(command: str) -> str:
+    close = difflib.get_close_matches(command, COMMANDS, n=1)
+    if close:
+        return f"unknown command {command!r} (did you mean {close[0]!r}?)"
+    return f"unknown command {command!r} (choose from {', '.join(COMMANDS)})"
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
+    config, argv = _global_options(argv, parser)
     if not argv or argv[0] in ("-h", "--help"):
         parser.print_help()
         return 0 if argv else 2
@@ -89,7 +121,30 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     command, rest = argv[0], argv[1:]
     if command not in COMMANDS:
-        parser.error(f"unknown command {command!r} (choose from {', '.join(COMMANDS)})")
+        parser.error(_unknown(command))
+    with _config_for_command(config):
+        return _run(command, rest)
+
+
+@contextmanager
+def _config_for_command(config: str | None) -> Iterator[None]:
+    # Every job loads its configuration with load_config, which reads $SEQLAKE_CONFIG when the job's
+    # own --config is not given: the global option reaches all of them through it, and the job's wins.
+    if config is None:
+        yield
+        return
+    before = os.environ.get(ENV_CONFIG)
+    os.environ[ENV_CONFIG] = str(Path(config).absolute())
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(ENV_CONFIG, None)
+        else:
+            os.environ[ENV_CONFIG] = before
+
+
+def _run(command: str, rest: list[str]) -> int:
     try:
         return COMMANDS[command][0](rest)
     except SeqlakeError as error:
