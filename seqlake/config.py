@@ -242,7 +242,8 @@ def parse_config(data: dict, source: str = "<dict>", *, base_dir: str | Path | N
     if not isinstance(data, dict):
         raise ConfigError(f"invalid configuration in {source}: expected a mapping at the top level")
     data = dict(data)
-    warehouse = data.get("warehouse") or {}
+    warehouse = data.get("warehouse")
+    warehouse = {} if warehouse is None else warehouse  # `warehouse:` left empty: every default
     if isinstance(warehouse, dict):
         warehouse = dict(warehouse)
         base = Path(base_dir) if base_dir is not None else Path.cwd()

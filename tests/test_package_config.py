@@ -11,7 +11,7 @@ from jobs.init import main as init_main
 from jobs.sql import open_session, resolve_file, sql_files
 from pipelines.importers.mapping import load_mapping
 from seqlake import resources
-from seqlake.config import load_config
+from seqlake.config import load_config, parse_config
 from seqlake.errors import ConfigError, SeqlakeError
 
 REPO = Path(__file__).resolve().parents[1]
@@ -89,3 +89,10 @@ def test_a_missing_warehouse_says_so_without_creating_one(tmp_path, monkeypatch)
     assert not (tmp_path / "warehouse").exists()
     with pytest.raises(ConfigError, match="cannot read configuration"):
         load_config("nowhere.yaml")
+
+
+def test_a_warehouse_that_is_not_a_mapping_is_still_refused():
+    data = yaml.safe_load(resources.default_config().read_text())
+    with pytest.raises(ConfigError, match=r"warehouse = \[\]: Input should be a valid dictionary"):
+        parse_config({**data, "warehouse": []})
+    assert parse_config({**data, "warehouse": None}).warehouse.catalog_name == "seqlake"  # left empty: defaults
