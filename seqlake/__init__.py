@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 __version__ = "0.1.0"
 
 if TYPE_CHECKING:
+    from jobs.sql import SqlError
     from pipelines.training.capture import Capture, Request
     from pipelines.training.materialize import ReconstructionResult
     from pipelines.training.sequence import Tenant
@@ -40,6 +41,7 @@ _EXPORTS = {
     "ConfigError": "seqlake.errors",
     "SchemaError": "seqlake.errors",
     "SetupError": "seqlake.errors",
+    "SqlError": "jobs.sql",
 }
 
 __all__ = [
@@ -53,6 +55,7 @@ __all__ = [
     "Selection",
     "SeqlakeError",
     "SetupError",
+    "SqlError",
     "Tenant",
     "__version__",
     "load_config",

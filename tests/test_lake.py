@@ -11,7 +11,6 @@ import pytest
 import yaml
 
 import seqlake
-from jobs.sql import SqlError
 from pipelines.compaction import history_tables
 from pipelines.landing import landing_paths
 from pipelines.training.capture import Request, capture_requests
@@ -87,7 +86,7 @@ def test_histories_and_fresh_reads(lake, small):
 def test_sql_binds_values_and_stays_read_only(lake):
     counted = lake.sql("SELECT count(*) AS n FROM history WHERE user_id = $uid", params={"uid": 33})
     assert counted["n"].tolist() == [USER_ROWS[33]]
-    with pytest.raises(SqlError, match="read-only"):
+    with pytest.raises(seqlake.SqlError, match="read-only"):
         lake.sql("COPY history TO 'out.csv'")
 
 
