@@ -71,16 +71,21 @@ COMMANDS: dict[str, tuple[Callable[[list[str]], int], str]] = {
 def build_parser() -> argparse.ArgumentParser:
     width = max(len(name) for name in COMMANDS)
     lines = "\n".join(f"  {name:<{width}}  {help_}" for name, (_, help_) in COMMANDS.items())
-    return ArgumentParser(
+    parser = ArgumentParser(
         prog="seqlake",
         description="seqlake: sorted, compacted, versioned storage for long user-interaction histories.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog=(
-            f"options:\n  --config FILE  configuration YAML for the command (else ${ENV_CONFIG}, ./seqlake.yaml, "
-            f"or the packaged default)\n\ncommands:\n{lines}\n\nRun `seqlake COMMAND --help` for a command's options."
-        ),
+        epilog=f"commands:\n{lines}\n\nRun `seqlake COMMAND --help` for a command's options.",
         usage="seqlake [-h] [--version] [--config FILE] COMMAND [ARGS...]",
     )
+    # For the help text: main() reads these itself, before the command.
+    parser.add_argument("--version", action="store_true", help="print the version and exit")
+    parser.add_argument(
+        "--config",
+        metavar="FILE",
+        help=f"configuration YAML for the command (else ${ENV_CONFIG}, ./seqlake.yaml, or the packaged default)",
+    )
+    return parser
 
 
 def _global_options(argv: list[str], parser: argparse.ArgumentParser) -> tuple[str | None, list[str]]:
