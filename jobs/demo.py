@@ -205,9 +205,17 @@ def _mib(n: int) -> float:
 def main(argv: list[str] | None = None) -> int:
     parser = ArgumentParser(prog="seqlake demo", description=__doc__)
     parser.add_argument("--config", help="configuration YAML (default: conf/seqlake.yaml)")
+    parser.add_argument(
+        "--small", action="store_true", help="a tiny data set, compacted on DuckDB, no late materialization"
+    )
     args = parser.parse_args(argv)
     config = load_config(args.config)
-    report = run_demo(config)
+    if args.small:
+        from jobs.small_demo import run_small_demo
+
+        report = run_small_demo(config)
+    else:
+        report = run_demo(config)
     print(report.render())
     path = config.warehouse_path() / "report.json"
     report.write_json(path)

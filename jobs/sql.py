@@ -32,20 +32,22 @@ import re
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from importlib.resources.abc import Traversable
 from pathlib import Path
 from typing import TextIO
 
 import duckdb
 
 from pipelines.landing import landing_paths
+from seqlake import resources
 from seqlake.catalog import open_catalog, table_identifier
 from seqlake.cli_args import ArgumentParser, integer_at_least
-from seqlake.config import PROJECT_ROOT, Config, load_config
+from seqlake.config import Config, load_config
 from seqlake.duckdb_session import connect, restrict_access
 from seqlake.errors import SeqlakeError
 from seqlake.sql_guard import ReadOnlyError, check_statement, inside, resolve_local
 
-SQL_DIR = PROJECT_ROOT / "sql"
+SQL_DIR = resources.sql_dir()  # packaged (sql/ of the repository)
 ICEBERG_TABLES = ("history", "history_detail", "raw_events")
 DELTA_TABLES = ("landing_events", "quarantine")
 # Statements that loading runs; every other statement (queries, COPY, INSERT...) runs only with --file.
@@ -205,9 +207,9 @@ def define_relations(session: SqlSession, quiet: bool = False) -> None:
     con.execute(f"SET VARIABLE tenants = CAST(MAP(?, ?) AS {TENANTS_TYPE})", [names, specs])
 
 
-def sql_files(folder: Path = SQL_DIR) -> list[Path]:
+def sql_files(folder: Path | Traversable = SQL_DIR) -> list[Path | Traversable]:
     """The SQL files loaded into every session, in the order they load (by name)."""
-    return sorted(folder.glob("*.sql"), key=lambda p: p.name)
+    return sorted((p for p in folder.iterdir() if p.name.endswith(".sql")), key=lambda p: p.name)
 
 
 def _needs(session: SqlSession, text: str) -> list[str]:
@@ -306,7 +308,7 @@ def export_folder(allow_writes: str | Path, readable: list[str]) -> Path:
 
 def open_session(
     config: Config | None = None,
-    sql_dir: Path = SQL_DIR,
+    sql_dir: Path | Traversable = SQL_DIR,
     quiet: bool = False,
     allow_writes: str | Path | None = None,
 ) -> SqlSession:
@@ -333,7 +335,7 @@ def open_session(
     return session
 
 
-def resolve_file(name: str, sql_dir: Path = SQL_DIR) -> Path:
+def resolve_file(name: str, sql_dir: Path | Traversable = SQL_DIR) -> Path | Traversable:
     """A path, or the name of a file in sql/ (with or without `.sql`)."""
     candidates = [Path(name), sql_dir / name, sql_dir / f"{name}.sql"]
     for candidate in candidates:

@@ -19,6 +19,7 @@ import os
 import signal
 from contextlib import suppress
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from pyiceberg.exceptions import TableAlreadyExistsError
 from pyiceberg.io.pyarrow import pyarrow_to_schema
@@ -26,14 +27,11 @@ from pyiceberg.partitioning import PartitionField, PartitionSpec
 from pyiceberg.table import Table
 from pyiceberg.table.sorting import SortField, SortOrder
 from pyiceberg.transforms import IdentityTransform
-from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
 
 from pipelines.aggregation import aggregation_sql, first_arrivals_sql
 from pipelines.landing import LandingPaths, delta_exists
 from pipelines.merge_policy import policy_of, runs_to_merge
 from pipelines.parse import landing_schema
-from pipelines.spark_history import write_run_with_spark
 from seqlake.catalog import open_catalog, spark_name, table_identifier
 from seqlake.config import Config
 from seqlake.errors import SeqlakeError
@@ -51,6 +49,12 @@ from tableformat.registry import (
 )
 from tableformat.schema import history_arrow_schema, with_field_ids
 from tableformat.writer import open_output
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+# pyspark is imported by the Spark steps only: the in-process engine (pipelines.duckdb_compaction) and
+# the readers share this module's planning and commits without the `spark` extra.
 
 HISTORY = "history"
 DETAIL = "history_detail"
@@ -137,6 +141,8 @@ def _crash(point: str, fail_at: str | None) -> None:
 
 def batch_landing(spark: SparkSession, paths: LandingPaths, windows: list[int]) -> DataFrame:
     """The landing rows of the windows (ascending): the range prunes partitions, the set keeps it exact."""
+    from pyspark.sql import functions as F
+
     window = F.col("window_id")
     landing = spark.read.format("delta").load(paths.events)
     return landing.where((window >= windows[0]) & (window <= windows[-1]) & window.isin(windows))
@@ -157,6 +163,8 @@ def batch_events(
     compacted in any order, in any batches, or at the same time, agree on where each event goes. Ids
     that a published window holds in detail drop too (an old event imported again after its window
     was published). `landed` is `batch_landing` of the windows when the caller holds it already."""
+    from pyspark.sql import functions as F
+
     retention = config.layout.detail_retention_windows
     landing = spark.read.format("delta").load(paths.events)
     window = F.col("window_id")
@@ -198,6 +206,8 @@ def window_lsns(
     """Per source partition, the highest LSN of the windows' records (landed or quarantined). LSNs
     grow with arrival, so only these windows' partitions of the landing tier are read (`landed`: the
     windows' landing rows, when the caller holds them already)."""
+    from pyspark.sql import functions as F
+
     highest: dict[int, int] = {}
     window = F.col("window_id")
     for path in (paths.events, paths.quarantine):
@@ -270,6 +280,10 @@ def compact_batch(
 ) -> CompactionResult:
     """Publish closed windows as one sorted run that holds exactly them; windows published already
     are left out (all of them: a no-op)."""
+    from pyspark.sql import functions as F
+
+    from pipelines.spark_history import write_run_with_spark
+
     history, _, published, todo = batch_to_publish(config, windows)
     if not todo:
         return CompactionResult(max(windows), batch_run_id(sorted(windows)), published=False)
@@ -363,6 +377,8 @@ def merge_runs_if_needed(spark: SparkSession, config: Config) -> str | None:
     """Merge the runs the merge policy picks (the newest ones) into one that holds the union of
     their window sets. Returns the new run's id, or None when there was
     nothing to merge or a concurrent commit changed the runs first (its files are then removed)."""
+    from pipelines.spark_history import write_run_with_spark
+
     todo = merge_to_do(config)
     if todo is None:
         return None

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-
-from pyspark.sql import SparkSession
+from typing import TYPE_CHECKING
 
 from pipelines.landing import LandingPaths, delta_exists
+
+if TYPE_CHECKING:  # LandedWindows is shared with the in-process engine, which runs without pyspark
+    from pyspark.sql import SparkSession
 
 
 @dataclass(frozen=True)

@@ -3,26 +3,46 @@
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
 
 from seqlake.cli_args import ArgumentParser
-from seqlake.errors import SeqlakeError
+from seqlake.errors import SeqlakeError, SetupError
 
 DEBUG_ENV = "SEQLAKE_DEBUG"
+ENV_CONFIG = "SEQLAKE_CONFIG"  # seqlake.config.ENV_CONFIG; not imported: `seqlake --help` loads no pydantic
+
+
+# Top-level modules of the optional extras (pyproject.toml) and the extra that installs each.
+EXTRAS = {"pyspark": "spark", "delta": "spark", "rocksdict": "sst", "matplotlib": "notebook", "nbclient": "notebook"}
 
 
 def _job(module: str) -> Callable[[list[str]], int]:
     # Jobs import their engines lazily: `seqlake --help` stays fast.
     def run(argv: list[str]) -> int:
-        return importlib.import_module(module).main(argv)
+        try:
+            return importlib.import_module(module).main(argv)
+        except ModuleNotFoundError as error:  # an optional dependency: say which extra installs it
+            raise _missing_extra(error) from None
 
     return run
 
 
+def _missing_extra(error: ModuleNotFoundError) -> Exception:
+    """A SetupError naming the extra to install when an optional dependency is missing."""
+    top = (error.name or "").split(".")[0]
+    if top not in EXTRAS:
+        return error
+    return SetupError(f"this command needs {top}: pip install 'seqlake[{EXTRAS[top]}]'")
+
+
 COMMANDS: dict[str, tuple[Callable[[list[str]], int], str]] = {
+    "init": (_job("jobs.init"), "write a starter configuration (seqlake.yaml) and import mapping examples to edit"),
     "demo": (
         _job("jobs.demo"),
         "run the main job end to end on the configured warehouse and print its report",
@@ -53,18 +73,51 @@ COMMANDS: dict[str, tuple[Callable[[list[str]], int], str]] = {
 def build_parser() -> argparse.ArgumentParser:
     width = max(len(name) for name in COMMANDS)
     lines = "\n".join(f"  {name:<{width}}  {help_}" for name, (_, help_) in COMMANDS.items())
-    return ArgumentParser(
+    parser = ArgumentParser(
         prog="seqlake",
         description="seqlake: sorted, compacted, versioned storage for long user-interaction histories.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog=f"commands:\n{lines}\n\nRun `seqlake COMMAND --help` for a command's options.",
-        usage="seqlake [-h] [--version] COMMAND [ARGS...]",
+        usage="seqlake [-h] [--version] [--config FILE] COMMAND [ARGS...]",
     )
+    # For the help text: main() reads these itself, before the command.
+    parser.add_argument("--version", action="store_true", help="print the version and exit")
+    parser.add_argument(
+        "--config",
+        metavar="FILE",
+        help=f"configuration YAML for the command (else ${ENV_CONFIG}, ./seqlake.yaml, or the packaged default)",
+    )
+    return parser
+
+
+def _global_options(argv: list[str], parser: argparse.ArgumentParser) -> tuple[str | None, list[str]]:
+    """`--config FILE` (or `--config=FILE`) before the command; the rest of argv from the command on."""
+    config = None
+    while argv and argv[0].startswith("--config"):
+        option, sep, value = argv[0].partition("=")
+        if option != "--config":
+            break
+        if not sep:
+            if len(argv) < 2 or argv[1].startswith("-"):
+                parser.error("--config needs a file")
+            value, argv = argv[1], argv[2:]
+        else:
+            argv = argv[1:]
+        config = value
+    return config, argv
+
+
+def _unknown(command: str) -> str:
+    close = difflib.get_close_matches(command, COMMANDS, n=1)
+    if close:
+        return f"unknown command {command!r} (did you mean {close[0]!r}?)"
+    return f"unknown command {command!r} (choose from {', '.join(COMMANDS)})"
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
+    config, argv = _global_options(argv, parser)
     if not argv or argv[0] in ("-h", "--help"):
         parser.print_help()
         return 0 if argv else 2
@@ -75,7 +128,30 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     command, rest = argv[0], argv[1:]
     if command not in COMMANDS:
-        parser.error(f"unknown command {command!r} (choose from {', '.join(COMMANDS)})")
+        parser.error(_unknown(command))
+    with _config_for_command(config):
+        return _run(command, rest)
+
+
+@contextmanager
+def _config_for_command(config: str | None) -> Iterator[None]:
+    # Every job loads its configuration with load_config, which reads $SEQLAKE_CONFIG when the job's
+    # own --config is not given: the global option reaches all of them through it, and the job's wins.
+    if config is None:
+        yield
+        return
+    before = os.environ.get(ENV_CONFIG)
+    os.environ[ENV_CONFIG] = str(Path(config).absolute())
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(ENV_CONFIG, None)
+        else:
+            os.environ[ENV_CONFIG] = before
+
+
+def _run(command: str, rest: list[str]) -> int:
     try:
         return COMMANDS[command][0](rest)
     except SeqlakeError as error:

@@ -1,8 +1,13 @@
-"""Typed, validated configuration loaded from YAML (`conf/seqlake.yaml` by default).
+"""Typed, validated configuration loaded from YAML.
+
+The configuration file is the one given, else ``$SEQLAKE_CONFIG``, else ``./seqlake.yaml``, else the
+packaged default (`conf/seqlake.yaml`, see `seqlake init`). A relative warehouse path resolves against
+the folder of the file that names it (the packaged default's against the current directory).
 
 Every model is frozen and forbids unknown keys, so a typo fails at load with the key's path and value
 instead of being silently ignored. Two environment variables override the storage location:
-``SEQLAKE_WAREHOUSE`` (a folder or URI) and ``SEQLAKE_CATALOG_URI`` (an SQLAlchemy URI).
+``SEQLAKE_WAREHOUSE`` (a folder or URI; relative to the current directory) and ``SEQLAKE_CATALOG_URI``
+(an SQLAlchemy URI).
 """
 
 from __future__ import annotations
@@ -17,10 +22,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from seqlake.errors import ConfigError
 from seqlake.operators import get_operator
+from seqlake.resources import default_config
 from seqlake.uris import masked_uri
 
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_CONFIG_PATH = PROJECT_ROOT / "conf" / "seqlake.yaml"
+DEFAULT_CONFIG_PATH = default_config()  # packaged: read it with .read_text()
+LOCAL_CONFIG_NAME = "seqlake.yaml"  # found in the current directory when no other is named
 ENV_CONFIG = "SEQLAKE_CONFIG"
 ENV_WAREHOUSE = "SEQLAKE_WAREHOUSE"
 ENV_CATALOG_URI = "SEQLAKE_CATALOG_URI"
@@ -216,10 +222,8 @@ class Config(_Frozen):
         location = self.warehouse.path
         if "://" in location:
             return location.rstrip("/")
-        path = Path(location)
-        if not path.is_absolute():
-            path = PROJECT_ROOT / path
-        return path.resolve().as_uri()
+        # parse_config makes a loaded path absolute; a model built in code resolves against the current directory.
+        return Path(location).resolve().as_uri()
 
     def warehouse_path(self) -> Path:
         """The local warehouse folder; an error for a remote warehouse."""
@@ -246,33 +250,66 @@ def format_validation_error(error: ValidationError, what: str, source: str) -> s
     return f"invalid {what} in {source}: " + "; ".join(parts)
 
 
-def parse_config(data: dict, source: str = "<dict>") -> Config:
-    """Validate a configuration mapping; raise ConfigError naming each bad key and value."""
+def _anchored(location: object, base_dir: Path) -> object:
+    """A relative local folder as an absolute one under `base_dir`; URIs, absolute paths and bad values as given."""
+    if not isinstance(location, str) or "://" in location or Path(location).is_absolute():
+        return location
+    return str((base_dir / location).resolve())
+
+
+def parse_config(data: dict, source: str = "<dict>", *, base_dir: str | Path | None = None) -> Config:
+    """Validate a configuration mapping; raise ConfigError naming each bad key and value.
+
+    A relative ``warehouse.path`` resolves against `base_dir` (default: the current directory), and
+    ``$SEQLAKE_WAREHOUSE`` against the current directory.
+    """
     if not isinstance(data, dict):
         raise ConfigError(f"invalid configuration in {source}: expected a mapping at the top level")
     data = dict(data)
-    overrides = {}
-    if os.environ.get(ENV_WAREHOUSE):
-        overrides["path"] = os.environ[ENV_WAREHOUSE]
-    if os.environ.get(ENV_CATALOG_URI):
-        overrides["catalog_uri"] = os.environ[ENV_CATALOG_URI]
-    if overrides:
-        data["warehouse"] = {**(data.get("warehouse") or {}), **overrides}
+    warehouse = data.get("warehouse")
+    warehouse = {} if warehouse is None else warehouse  # `warehouse:` left empty: every default
+    if isinstance(warehouse, dict):
+        warehouse = dict(warehouse)
+        base = Path(base_dir) if base_dir is not None else Path.cwd()
+        warehouse["path"] = _anchored(warehouse.get("path", WarehouseSpec().path), base)
+        if os.environ.get(ENV_WAREHOUSE):
+            warehouse["path"] = _anchored(os.environ[ENV_WAREHOUSE], Path.cwd())
+        if os.environ.get(ENV_CATALOG_URI):
+            warehouse["catalog_uri"] = os.environ[ENV_CATALOG_URI]
+        data["warehouse"] = warehouse
     try:
         return Config.model_validate(data)
     except ValidationError as error:
         raise ConfigError(format_validation_error(error, "configuration", source)) from None
 
 
+def find_config(path: str | Path | None = None) -> Path | None:
+    """The configuration file to load: `path`, else $SEQLAKE_CONFIG, else ./seqlake.yaml if it exists.
+
+    None means the packaged default.
+    """
+    named = path or os.environ.get(ENV_CONFIG)
+    if named:
+        return Path(named)
+    local = Path(LOCAL_CONFIG_NAME)
+    return local.resolve() if local.is_file() else None
+
+
 def load_config(path: str | Path | None = None) -> Config:
-    """Load the YAML configuration at ``path`` (default: $SEQLAKE_CONFIG or conf/seqlake.yaml)."""
-    path = Path(path or os.environ.get(ENV_CONFIG) or DEFAULT_CONFIG_PATH)
+    """Load the YAML configuration `find_config(path)` names, or the packaged default.
+
+    Raises ConfigError (one line) for an unreadable file, invalid YAML or an invalid key.
+    """
+    found = find_config(path)
     try:
-        text = path.read_text()
+        text = found.read_text() if found is not None else DEFAULT_CONFIG_PATH.read_text()
     except OSError as error:
-        raise ConfigError(f"cannot read configuration {path}: {error.strerror}") from None
+        raise ConfigError(f"cannot read configuration {found}: {error.strerror}") from None
+    source = str(found) if found is not None else "the packaged default configuration"
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as error:
-        raise ConfigError(f"configuration {path} is not valid YAML: {' '.join(str(error).split())}") from None
-    return parse_config(data or {}, str(path))
+        raise ConfigError(f"configuration {source} is not valid YAML: {' '.join(str(error).split())}") from None
+    # A file's relative paths are relative to its folder; the packaged default's to the current one.
+    base_dir = found.resolve().parent if found is not None else Path.cwd()
+    return parse_config(data or {}, source, base_dir=base_dir)

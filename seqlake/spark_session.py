@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
-from seqlake.config import PROJECT_ROOT, Config
+from seqlake.config import Config
 from seqlake.errors import ConfigError, SetupError
 from seqlake.uris import masked_uri
 
@@ -20,11 +20,13 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 ENV_JARS_DIR = "SEQLAKE_JARS_DIR"
+# `make jars` fills .jars/ of a source checkout; an installed seqlake names its folder with SEQLAKE_JARS_DIR.
+CHECKOUT_JARS_DIR = Path(__file__).resolve().parent.parent / ".jars"
 REQUIRED_JARS = ("iceberg-spark-runtime", "delta-spark", "delta-storage", "sqlite-jdbc")
 
 
 def jars_dir() -> Path:
-    return Path(os.environ.get(ENV_JARS_DIR) or PROJECT_ROOT / ".jars")
+    return Path(os.environ.get(ENV_JARS_DIR) or CHECKOUT_JARS_DIR)
 
 
 def spark_jars() -> list[Path]:
@@ -34,8 +36,8 @@ def spark_jars() -> list[Path]:
     missing = [name for name in REQUIRED_JARS if not any(j.name.startswith(name) for j in jars)]
     if missing:
         raise SetupError(
-            f"missing Spark jars {missing} in {folder}: run `make jars` once (resolves them "
-            "from Maven Central as declared in jvm/pom.xml)"
+            f"missing Spark jars {missing} in {folder}: run `make jars` once in a source checkout (resolves "
+            f"them from Maven Central as declared in jvm/pom.xml), or set {ENV_JARS_DIR} to a folder holding them"
         )
     return jars
 

@@ -31,7 +31,7 @@ from pipelines.importers import (
     load_mapping,
     parse_mapping,
 )
-from seqlake.config import PROJECT_ROOT, Config, parse_config
+from seqlake.config import Config, parse_config
 from seqlake.errors import ConfigError
 from seqlake.events import RAW_SCHEMA
 from seqlake.payload import validate_payload
@@ -40,7 +40,7 @@ from tests.conftest import make_config
 DATA = Path(__file__).parent / "data"
 OTTO = DATA / "otto" / "sessions-sample.jsonl"
 MOVIES = DATA / "movietweetings" / "ratings-100k.dat"
-MAPPINGS = PROJECT_ROOT / "conf" / "mappings"
+MAPPINGS = Path(__file__).resolve().parents[1] / "conf" / "mappings"
 MOVIE_USER_OFFSET = 1_000_000_000
 OTTO_FLAGS = {"clicks": 1, "carts": 64, "orders": 128}
 DAY_S = 86_400

@@ -15,10 +15,9 @@ import pytest
 from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError
 
-from seqlake.config import PROJECT_ROOT
 from tests.test_sql import build_small_warehouse
 
-NOTEBOOKS = sorted((PROJECT_ROOT / "notebooks").glob("*.ipynb"))
+NOTEBOOKS = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("*.ipynb"))
 KERNEL = "seqlake-test-venv"
 
 

@@ -11,17 +11,19 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+from importlib.resources.abc import Traversable
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from seqlake.config import PROJECT_ROOT, RESERVED_COLUMNS, Config, format_validation_error
+from seqlake.config import RESERVED_COLUMNS, Config, format_validation_error
 from seqlake.errors import ConfigError
 from seqlake.payload import INT_RANGES
+from seqlake.resources import mappings_dir
 
-MAPPINGS_DIR = PROJECT_ROOT / "conf" / "mappings"
+MAPPINGS_DIR = mappings_dir()  # the packaged examples (conf/mappings/)
 
 
 class _Frozen(BaseModel):
@@ -176,12 +178,12 @@ def parse_mapping(data: Any, source: str = "<dict>") -> ImportMapping:
         raise ConfigError(format_validation_error(error, "import mapping", source)) from None
 
 
-def resolve_mapping_path(path: str | Path) -> Path:
-    """A mapping file; a bare name such as `otto` means conf/mappings/otto.yaml."""
+def resolve_mapping_path(path: str | Path) -> Path | Traversable:
+    """A mapping file; a bare name such as `otto` means the packaged conf/mappings/otto.yaml."""
     candidate = Path(path)
     if not candidate.exists() and candidate.suffix == "" and len(candidate.parts) == 1:
         named = MAPPINGS_DIR / f"{candidate}.yaml"
-        if named.exists():
+        if named.is_file():
             return named
     return candidate
 

@@ -1,0 +1,286 @@
+"""The front door in Python: `seqlake.open()` gives a `Lake`, one object for reads, SQL, captures and samples.
+
+Each method is a thin wrapper over the function that does the work (named in its docstring), so what
+the command line does and what a training job calls are the same code.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import replace
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal
+
+from seqlake.config import Config, load_config
+from seqlake.errors import SchemaError, SetupError
+
+if TYPE_CHECKING:
+    import pandas as pd
+    import pyarrow as pa
+    from pyiceberg.table import Table
+
+    from jobs.sql import SqlSession
+    from pipelines.training.capture import Capture, Request
+    from pipelines.training.materialize import ReconstructionResult
+    from pipelines.training.sequence import Tenant
+    from tableformat.reader import HistoryReader, Selection
+
+HISTORY_TABLE = "history"
+
+
+def open(config: Config | str | Path | None = None) -> Lake:  # noqa: A001 - seqlake.open, as in io.open
+    """Open the warehouse a configuration describes.
+
+    Parameters:
+        config: a loaded `Config`, the path of a configuration YAML, or None for the usual lookup
+            ($SEQLAKE_CONFIG, then ./seqlake.yaml, then the packaged default).
+
+    Raises:
+        ConfigError: the configuration cannot be read or is invalid (the message names the key).
+    """
+    return Lake(config if isinstance(config, Config) else load_config(config))
+
+
+class Lake:
+    """One warehouse: its history tables, the online view, the SQL session and the training tables.
+
+    A Lake reads each table at the snapshot current when it first reads it (repeatable reads, and the
+    footers it has read stay cached); `refresh()` moves to the newest snapshots. Close it, or use it in
+    a `with` block, to release the SQL session.
+    """
+
+    def __init__(self, config: Config) -> None:
+        from tableformat.cache import FooterCache
+
+        self.config = config
+        self._footers = FooterCache()
+        self._readers: dict[str, HistoryReader] = {}
+        self._session: SqlSession | None = None
+
+    def __repr__(self) -> str:
+        return f"Lake({self.config.warehouse_uri()!r})"
+
+    def __enter__(self) -> Lake:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Release the SQL session (if one was opened); the Lake can still be used afterwards."""
+        if self._session is not None:
+            self._session.close()
+            self._session = None
+
+    def refresh(self) -> None:
+        """Read the newest snapshots from now on (tables and SQL views)."""
+        self._readers.clear()
+        self.close()
+
+    # -- reads ---------------------------------------------------------------------------------------
+
+    def history(
+        self,
+        user_id: int,
+        selection: Selection | None = None,
+        *,
+        feature_groups: Iterable[str] | None = None,
+        columns: Iterable[str] | None = None,
+        start: datetime | None = None,
+        end: datetime | None = None,
+        as_of_lsn: int | None = None,
+        top_k: int | None = None,
+        newest_first: bool | None = None,
+        fresh: bool = False,
+        table: str = HISTORY_TABLE,
+    ) -> pa.Table:
+        """One user's history as Arrow, in sequence order (`HistoryReader.read_user`).
+
+        Parameters:
+            user_id: the user.
+            selection: a `Selection`; the keyword options below override its fields.
+            feature_groups, columns: what to read (default: all); selections are pushed down to storage.
+            start, end: event-time range, `start` inclusive, `end` exclusive (time-zone aware).
+            as_of_lsn: only rows known at this LSN.
+            top_k: only the newest K rows; newest_first: newest row first.
+            fresh: add the rows landed since the last publication (`pipelines.fresh.fresh_history`),
+                aggregated as their window will publish them.
+            table: the history table (default: history).
+
+        Raises:
+            SchemaError: an unknown table, feature group or column; SetupError: no warehouse there.
+        """
+        chosen = _selection(selection, feature_groups, columns, start, end, as_of_lsn, top_k, newest_first)
+        reader = self._reader(table)
+        if fresh:
+            from pipelines.fresh import fresh_history
+            from pipelines.landing import landing_paths
+
+            return fresh_history(reader, self.config, landing_paths(self.config), user_id, chosen)
+        return reader.read_user(user_id, selection=chosen)
+
+    def histories(
+        self,
+        user_ids: Iterable[int],
+        selection: Selection | None = None,
+        *,
+        feature_groups: Iterable[str] | None = None,
+        columns: Iterable[str] | None = None,
+        start: datetime | None = None,
+        end: datetime | None = None,
+        as_of_lsn: int | None = None,
+        top_k: int | None = None,
+        newest_first: bool | None = None,
+        max_workers: int = 4,
+        table: str = HISTORY_TABLE,
+    ) -> dict[int, pa.Table]:
+        """Many users' histories, one read per data file for all of them (`tableformat.multi_reader.histories`).
+
+        Parameters are those of `history` (without `fresh`), and `max_workers`, the files read in
+        parallel. Returns {user id: Arrow table} in the order first given; a user without rows maps to
+        an empty table.
+
+        Raises:
+            SchemaError: an unknown table, feature group or column; SetupError: no warehouse there.
+        """
+        from tableformat.multi_reader import histories
+
+        chosen = _selection(selection, feature_groups, columns, start, end, as_of_lsn, top_k, newest_first)
+        return histories(self._reader(table), user_ids, chosen, max_workers=max_workers)
+
+    def sql(self, query: str, *, params: dict[str, object] | None = None) -> pd.DataFrame:
+        """Run one read-only DuckDB query over the warehouse, seqlake's views and macros loaded (sql/).
+
+        Parameters:
+            query: the SQL; write `$name` for a value and pass it in `params` (never into the text).
+            params: {name: value} bound to `$name`.
+
+        Returns the result as a pandas DataFrame (`jobs.sql.SqlSession.query`).
+
+        Raises:
+            SqlError: DuckDB rejected the statement, or it would write; SetupError: no warehouse there.
+        """
+        if self._session is None:
+            from jobs.sql import open_session
+
+            self._check_warehouse()
+            self._session = open_session(self.config, quiet=True)
+        return self._session.query(query, **(params or {}))
+
+    # -- training ------------------------------------------------------------------------------------
+
+    def tenant(self, name: str) -> Tenant:
+        """The configured tenant (a model's read profile: feature groups, columns, max length).
+
+        Raises:
+            SchemaError: no tenant of that name in the configuration.
+        """
+        from pipelines.training.sequence import Tenant
+
+        if name not in self.config.tenants:
+            raise SchemaError(f"no tenant {name!r} in the configuration (tenants: {', '.join(self.config.tenants)})")
+        return Tenant(self.config, name)
+
+    def capture(
+        self, requests: Iterable[Request], *, tenant: str | Tenant, fragment_events: int | None = None
+    ) -> list[Capture]:
+        """Capture inference requests against the online view now (`pipelines.training.capture.capture_requests`).
+
+        Each capture holds the model input (`sequence`), the `pointer` that rebuilds it later (range,
+        LSN bound per source partition, open window, length, Top-K, checksum) and the newest
+        `fragment_events` rows (`fragment`).
+
+        Parameters:
+            requests: the requests (`seqlake.Request`).
+            tenant: the tenant's name or `Tenant`.
+            fragment_events: W, the rows kept in the training row (default: training.fragment_events).
+
+        Raises:
+            SchemaError: an unknown tenant, or a table missing; SetupError: no warehouse there.
+        """
+        from pipelines.compaction import DETAIL
+        from pipelines.landing import landing_paths
+        from pipelines.training.capture import capture_requests
+        from pipelines.training.online_view import ViewSnapshot
+        from seqlake.catalog import load_existing_table
+        from tableformat.reader import HistoryReader
+
+        profile = self.tenant(tenant) if isinstance(tenant, str) else tenant
+        width = self.config.training.fragment_events if fragment_events is None else fragment_events
+        history = self._table(HISTORY_TABLE)  # the newest snapshot: captures see what serving sees
+        detail = load_existing_table(self.config, DETAIL)
+        with ViewSnapshot(self.config, history, detail, landing_paths(self.config)) as view:
+            reader = HistoryReader(history, footer_cache=self._footers)
+            return capture_requests(view, reader, profile, list(requests), fragment_events=width)
+
+    def samples(
+        self, tenant: str | Tenant, *, mode: Literal["lsn", "time"] = "lsn", compare: bool = True
+    ) -> ReconstructionResult:
+        """Rebuild a tenant's training samples from their pointers, verified by checksum, in-process
+        (`pipelines.training.materialize.write_arrow_samples`).
+
+        LSN mode replaces the table samples_<tenant> (and this tenant's rows of the quarantine table);
+        time mode replays by event time only and writes no table.
+
+        Parameters:
+            tenant: the tenant's name or `Tenant`.
+            mode: "lsn" (exact) or "time" (event time alone, for comparison).
+            compare: compare every sample with its fat row (`matched` in the result; False: 0).
+
+        Raises:
+            SchemaError: an unknown tenant, or its training table does not exist.
+        """
+        from pipelines.training.materialize import write_arrow_samples
+
+        self._check_warehouse()
+        profile = self.tenant(tenant) if isinstance(tenant, str) else tenant
+        return write_arrow_samples(self.config, profile, mode, compare=compare)
+
+    # -- tables --------------------------------------------------------------------------------------
+
+    def _check_warehouse(self) -> None:
+        # Opening the catalog of a folder that does not exist would create an empty warehouse there.
+        uri = self.config.warehouse_uri()
+        if uri.startswith("file://") and not self.config.warehouse_path().is_dir():
+            raise SetupError(
+                f"no warehouse at {self.config.warehouse_path()} (run `seqlake demo`, or check the configuration)"
+            )
+
+    def _table(self, name: str) -> Table:
+        from jobs.history import load_history_table
+
+        self._check_warehouse()
+        return load_history_table(self.config, name)
+
+    def _reader(self, name: str) -> HistoryReader:
+        if name not in self._readers:
+            from tableformat.reader import HistoryReader
+
+            self._readers[name] = HistoryReader(self._table(name), footer_cache=self._footers)
+        return self._readers[name]
+
+
+def _selection(
+    selection: Selection | None,
+    feature_groups: Iterable[str] | None,
+    columns: Iterable[str] | None,
+    start: datetime | None,
+    end: datetime | None,
+    as_of_lsn: int | None,
+    top_k: int | None,
+    newest_first: bool | None,
+) -> Selection:
+    """`selection` (default: everything) with the options given (not None) in place of its fields."""
+    from tableformat.reader import Selection
+
+    given = {
+        "feature_groups": tuple(feature_groups) if feature_groups is not None else None,
+        "columns": tuple(columns) if columns is not None else None,
+        "start": start,
+        "end": end,
+        "as_of_lsn": as_of_lsn,
+        "top_k": top_k,
+        "newest_first": newest_first,
+    }
+    return replace(selection or Selection(), **{k: v for k, v in given.items() if v is not None})

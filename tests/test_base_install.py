@@ -1,0 +1,57 @@
+"""The base install is the in-process path: importing it never loads pyspark or another extra's module,
+and a command that needs an extra says which one to install."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+# The in-process path: the facade, the readers, the DuckDB engine, Arrow reconstruction, the jobs on them.
+BASE_MODULES = (
+    "seqlake",
+    "seqlake.lake",
+    "seqlake.config",
+    "seqlake.catalog",
+    "tableformat.reader",
+    "tableformat.multi_reader",
+    "pipelines.duckdb_compaction",
+    "pipelines.compaction",
+    "pipelines.fresh",
+    "pipelines.training.arrow_reconstruct",
+    "pipelines.training.materialize",
+    "pipelines.training.capture",
+    "jobs.history",
+    "jobs.sql",
+    "jobs.compact",
+    "jobs.init",
+)
+EXTRA_MODULES = ("pyspark", "delta", "rocksdict", "matplotlib", "nbclient")
+
+
+def _python(code: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
+
+
+def test_the_in_process_path_imports_no_extra():
+    code = (
+        "import importlib, json, sys\n"
+        f"for name in {BASE_MODULES!r}:\n"
+        "    importlib.import_module(name)\n"
+        f"print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in {EXTRA_MODULES!r})))\n"
+    )
+    done = _python(code)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == []
+
+
+def test_a_command_without_its_extra_names_the_extra():
+    # pyspark made unimportable, as in a base install: one line naming the extra, exit 2 (a user error).
+    code = "import sys; sys.modules['pyspark'] = None\nfrom seqlake.cli import main\nsys.exit(main(['ingest']))\n"
+    done = _python(code)
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [
+        "seqlake ingest: error: this command needs pyspark: pip install 'seqlake[spark]'"
+    ]

@@ -1,0 +1,115 @@
+"""The built wheel on its own: installed into a fresh virtual environment outside the checkout, it
+writes a starter configuration, runs the small demo and reads a history, with no file of the checkout
+on its path.
+
+The fresh environment gets seqlake from the wheel only; its dependencies come from this test's
+environment through a .pth line naming that site-packages folder (the .pth files in that folder are
+not processed, so an editable install of the checkout there stays invisible). Nothing is downloaded.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+import pytest
+
+from seqlake.spark_session import jars_dir
+
+pytestmark = pytest.mark.spark  # the demo's ingest writes the Delta landing tier with Spark
+
+REPO = Path(__file__).resolve().parents[1]
+# What a build does not need (and what a developer's checkout may hold besides the sources).
+NOT_SOURCES = shutil.ignore_patterns(
+    ".git", ".venv", ".jars", "warehouse", "build", "dist", "*.egg-info", "__pycache__", ".*_cache", ".hypothesis"
+)
+
+
+def _run(args: list[str], cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
+    done = subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True)
+    assert done.returncode == 0, f"{' '.join(map(str, args))} exited {done.returncode}:\n{done.stderr[-4000:]}"
+    return done
+
+
+def _clean_env() -> dict[str, str]:
+    # No path to the checkout and no interpreter of this environment may leak into the fresh one.
+    drop = ("PYTHONPATH", "PYTHONHOME", "PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON", "VIRTUAL_ENV")
+    env = {k: v for k, v in os.environ.items() if k not in drop and not k.startswith("SEQLAKE_")}
+    env["SEQLAKE_JARS_DIR"] = str(jars_dir().resolve())  # the Spark jars are data, resolved once
+    return env
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """seqlake's wheel, built offline with this environment's setuptools from a copy of the sources."""
+    root = tmp_path_factory.mktemp("wheel")
+    sources = root / "src"
+    shutil.copytree(REPO, sources, symlinks=True, ignore=NOT_SOURCES)
+    build = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index"]
+    _run([*build, "--wheel-dir", str(root / "dist"), str(sources)], root, _clean_env())
+    (built,) = (root / "dist").glob("seqlake-*.whl")
+    return built
+
+
+@pytest.fixture(scope="module")
+def fresh_venv(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A new virtual environment holding the wheel; its dependencies are this environment's."""
+    venv = tmp_path_factory.mktemp("venv") / "fresh"
+    env = _clean_env()
+    _run([sys.executable, "-m", "venv", "--without-pip", str(venv)], venv.parent, env)
+    python = venv / "bin" / "python"
+    site = _run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], venv.parent, env)
+    shared = sysconfig.get_paths()["purelib"]
+    (Path(site.stdout.strip()) / "shared_dependencies.pth").write_text(shared + "\n")
+    install = [sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps", "--no-index"]
+    _run([*install, str(wheel)], venv.parent, env)
+    return venv
+
+
+def test_the_wheel_ships_its_data_and_sees_no_checkout(fresh_venv: Path, tmp_path: Path):
+    python = str(fresh_venv / "bin" / "python")
+    probe = (
+        "import json, os, sys, jobs, pipelines, seqlake, tableformat; from seqlake import resources; "
+        "print(json.dumps({'modules': [m.__file__ for m in (jobs, pipelines, seqlake, tableformat)], "
+        "'path': [os.path.realpath(p) for p in sys.path], 'spec': len(resources.spec().read_text()), "
+        "'sql': sorted(p.name for p in resources.sql_dir().iterdir())}))"
+    )
+    facts = json.loads(_run([python, "-c", probe], tmp_path, _clean_env()).stdout)
+    for module in facts["modules"]:
+        assert module.startswith(str(fresh_venv)), module
+    # The shared dependencies may live in the checkout's .venv; the checkout itself is not on the path.
+    assert str(REPO.resolve()) not in facts["path"]
+    assert facts["spec"] == len((REPO / "tableformat" / "SPEC.md").read_text())
+    assert "history.sql" in facts["sql"]
+
+
+def test_init_demo_and_history_from_the_installed_wheel(fresh_venv: Path, tmp_path: Path):
+    seqlake = str(fresh_venv / "bin" / "seqlake")
+    env = _clean_env()
+    work = tmp_path / "project"
+    work.mkdir()
+
+    _run([seqlake, "init"], work, env)
+    assert (work / "seqlake.yaml").is_file() and (work / "mappings" / "otto.yaml").is_file()
+
+    _run([seqlake, "demo", "--small"], work, env)
+    report = json.loads((work / "warehouse" / "report.json").read_text())  # ./seqlake.yaml's warehouse
+    assert report["fsck"]["ok"] is True
+    assert report["compaction"]["events_compacted"] == report["generated"]["events"] > 0
+    # The heaviest user's history holds each of their events once.
+    assert report["read"]["events"] == report["generated"]["max_history_length"]
+
+    user = report["read"]["user"]
+    rows = _run([seqlake, "history", "--user", str(user), "--json"], work, env).stdout.splitlines()
+    assert len(rows) == report["read"]["rows"] > 0
+    assert {json.loads(line)["user_id"] for line in rows} == {user}
+
+    # The packaged SQL loads against the demo's warehouse.
+    query = "SELECT count(*) AS n FROM history"
+    counted = _run([seqlake, "sql", "--quiet", "--json", "--query", query], work, env).stdout
+    assert json.loads(counted)["n"] == report["compaction"]["history_rows"]
