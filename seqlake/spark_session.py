@@ -101,8 +101,47 @@ def spark_conf(config: Config, master: str = "local[2]") -> dict[str, str]:
     return conf
 
 
+def submitted_conf() -> dict[str, str]:
+    """The settings `spark-submit` (or an already running SparkContext) passed; empty when run by plain python.
+
+    `spark-submit` starts the JVM first and hands its gateway to Python through PYSPARK_GATEWAY_PORT;
+    its --master/--conf/--jars are then system properties a SparkConf reads. Without that gateway, no JVM
+    is started here: the builder starts it with seqlake's settings on its command line.
+    """
+    from pyspark import SparkConf, SparkContext
+
+    active = SparkContext._active_spark_context
+    if active is not None:
+        return dict(active.getConf().getAll())
+    if "PYSPARK_GATEWAY_PORT" not in os.environ:
+        return {}
+    SparkContext._ensure_initialized()
+    return dict(SparkConf().getAll())
+
+
+def session_settings(defaults: dict[str, str], submitted: dict[str, str]) -> dict[str, str]:
+    """seqlake's settings the submitter left unset: what spark-submit passed always wins.
+
+    The catalog and SQL extensions load in the driver's JVM, which spark-submit started already: jars
+    named afterwards never reach its class path, so a submission must pass them with --jars.
+    """
+    if submitted:
+        passed = [Path(urlsplit(jar).path).name for jar in submitted.get("spark.jars", "").split(",") if jar]
+        missing = [name for name in REQUIRED_JARS if not any(jar.startswith(name) for jar in passed)]
+        if missing:
+            raise SetupError(
+                f"spark-submit was not given the jars {missing}: pass "
+                "--jars $(python -m seqlake.spark_session --jars) (the jars of seqlake's jar folder)"
+            )
+    return {key: value for key, value in defaults.items() if key not in submitted}
+
+
 def spark_session(config: Config, app_name: str = "seqlake", master: str | None = None, **extra: str) -> SparkSession:
-    """Start (or reuse) the SparkSession for this configuration."""
+    """Start (or reuse) the SparkSession for this configuration.
+
+    Under `spark-submit`, its master, jars, parallelism and every other --conf it passed stay as given;
+    seqlake fills in only what is missing (catalog, extensions, ...).
+    """
     from pyspark.sql import SparkSession
 
     from seqlake.catalog import open_catalog
@@ -110,11 +149,27 @@ def spark_session(config: Config, app_name: str = "seqlake", master: str | None 
     open_catalog(config)  # creates the catalog tables and namespace Spark expects
     # PySpark picks the workers' interpreter from the environment, not from spark.pyspark.python.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    builder = SparkSession.builder.appName(app_name)
+    submitted = submitted_conf()
+    builder = SparkSession.builder if "spark.app.name" in submitted else SparkSession.builder.appName(app_name)
     settings = spark_conf(config, master or os.environ.get("SEQLAKE_SPARK_MASTER", "local[2]"))
     settings.update(extra)
+    settings = session_settings(settings, submitted)
     for key, value in settings.items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
     return session
+
+
+def main(argv: list[str] | None = None) -> None:
+    """`python -m seqlake.spark_session --jars`: the comma-separated jar list to give spark-submit."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m seqlake.spark_session")
+    parser.add_argument("--jars", action="store_true", required=True, help="print the value of spark-submit --jars")
+    parser.parse_args(argv)
+    print(",".join(str(jar) for jar in spark_jars()))
+
+
+if __name__ == "__main__":
+    main()
