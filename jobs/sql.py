@@ -43,9 +43,10 @@ from seqlake import resources
 from seqlake.catalog import open_catalog, table_identifier
 from seqlake.cli_args import ArgumentParser, integer_at_least
 from seqlake.config import Config, load_config
-from seqlake.duckdb_session import connect, restrict_access
+from seqlake.duckdb_session import connect, restrict_access, use_object_storage
 from seqlake.errors import SeqlakeError
 from seqlake.sql_guard import ReadOnlyError, check_statement, inside, resolve_local
+from seqlake.storage import is_s3
 
 SQL_DIR = resources.sql_dir()  # packaged (sql/ of the repository)
 ICEBERG_TABLES = ("history", "history_detail", "raw_events")
@@ -320,6 +321,8 @@ def open_session(
     config = config or load_config()
     session = SqlSession(connect(), config, {})
     try:
+        if is_s3(config.warehouse_uri()):
+            use_object_storage(session.con)
         define_relations(session, quiet=quiet)
         for path in sql_files(sql_dir):
             run_script(session, path.read_text(), path.name, definitions_only=True, quiet=quiet)

@@ -17,6 +17,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from seqlake.config import Config
 from seqlake.errors import SchemaError, SetupError
+from seqlake.storage import S3Settings, check_access, is_s3
 from seqlake.uris import masked_uri
 
 
@@ -46,7 +47,11 @@ def open_catalog(config: Config) -> SqlCatalog:
             config.warehouse_path().mkdir(parents=True, exist_ok=True)
         if uri.startswith("sqlite:///"):
             _use_wal(uri)
-        catalog = SqlCatalog(config.warehouse.catalog_name, uri=uri, warehouse=config.warehouse_uri())
+        properties = {}
+        if is_s3(config.warehouse_uri()):
+            check_access(config.warehouse_uri())
+            properties = S3Settings.from_env().pyiceberg_properties()
+        catalog = SqlCatalog(config.warehouse.catalog_name, uri=uri, warehouse=config.warehouse_uri(), **properties)
         with suppress(NamespaceAlreadyExistsError):
             catalog.create_namespace(config.warehouse.namespace)
     except ModuleNotFoundError as error:

@@ -67,6 +67,7 @@ COMMANDS: dict[str, tuple[Callable[[list[str]], int], str]] = {
         "rebuild training samples from pointers, verified (versioned late materialization)",
     ),
     "export-sst": (_job("jobs.export_sst"), "export a sorted run as RocksDB SST files for bulk loading"),
+    "storage": (_job("seqlake.storage"), "S3 bucket chores: create, list, empty (settings from the AWS_* variables)"),
 }
 
 

@@ -52,6 +52,17 @@ def connect(
     return con
 
 
+def use_object_storage(con: duckdb.DuckDBPyConnection) -> None:
+    """Let `con` read and write s3:// URIs: httpfs from its wheel, a secret from the AWS settings.
+
+    The same settings as pyiceberg's FileIO and pyarrow's S3 filesystem (`seqlake.storage`).
+    """
+    from seqlake.storage import S3Settings
+
+    con.execute(f"LOAD {sql_literal(str(extension_path('httpfs')))}")
+    con.execute(S3Settings.from_env().duckdb_secret(sql_literal))
+
+
 def restrict_access(con: duckdb.DuckDBPyConnection, readable: list[str]) -> None:
     """Confine `con` to files under `readable` folders, with no network and no extension loading, for good.
 

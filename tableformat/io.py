@@ -102,6 +102,10 @@ def resolve_uri(uri: str) -> tuple[pafs.FileSystem, str]:
         return _LOCAL, uri
     if uri.startswith("file://") and "%" not in uri:  # no percent-escapes to decode: skip URI parsing
         return _LOCAL, uri[len("file://") :]
+    if uri.startswith(("s3://", "s3a://")):
+        from seqlake.storage import s3_filesystem  # endpoint and credentials from the AWS settings
+
+        return s3_filesystem(), uri.split("://", 1)[1]
     return pafs.FileSystem.from_uri(uri)
 
 

@@ -9,6 +9,9 @@ import yaml
 
 from seqlake.config import DEFAULT_CONFIG_PATH, Config, parse_config
 
+# The S3 server fixtures (s3_server, s3_env) for every test module.
+pytest_plugins = ["tests.s3_server"]
+
 SMALL_GENERATOR = {
     "users": 120,
     "heavy_users": 1,
