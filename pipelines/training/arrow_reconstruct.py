@@ -220,17 +220,43 @@ def rebuild_batch(
     sql: str | None = None,
 ) -> SampleBatch:
     """Rebuild and verify a batch of pointers (training rows) from their users' history rows
-    (`user_id` plus the tenant's read columns) and, in LSN mode, the open windows' detail events."""
-    pointers = pointers.append_column("_pos", pa.array(np.arange(pointers.num_rows, dtype=np.int64)))
+    (`user_id` plus the tenant's read columns) and, in LSN mode, the open windows' detail events.
+
+    The plan returns the sequences' rows flat, in request and sequence order, each with its checksum
+    text; the list columns are then cut from those flat columns by offsets (no copy of the values),
+    and the checksums hashed over the lists of texts (no sort)."""
+    positions = pa.array(np.arange(pointers.num_rows, dtype=np.int64))
     with connect(extensions=()) as con:
-        con.register("_pointers", pointers)
+        con.register("_pointers", pointers.append_column("_pos", positions))
         con.register("_history", history)
         if mode == "lsn":
             con.register("_events", events)
-        result = con.execute(sql or reconstruction_sql(config, tenant, mode)).to_arrow_table()
-    assembled = result.select(sequence_table_schema(tenant).names).cast(sequence_table_schema(tenant))
-    ok = pc.is_null(result["reason"])
-    failed = result.filter(pc.invert(ok))
+        flat = con.execute(sql or reconstruction_sql(config, tenant, mode)).to_arrow_table()
+        counts = np.bincount(flat["_pos"].to_numpy(), minlength=pointers.num_rows).astype(np.int32)
+        offsets = pa.array(np.concatenate([[0], np.cumsum(counts, dtype=np.int64)]).astype(np.int32))
+        texts = flat["_text"].combine_chunks()
+        if texts.nbytes >= 2**31 - 1:
+            texts = texts.cast(pa.large_string())
+        checked = pa.table(
+            {
+                "_texts": pa.ListArray.from_arrays(offsets, texts),
+                "length": pointers["length"],
+                "checksum": pointers["checksum"],
+                "actual_length": pa.array(counts),
+            }
+        )
+        con.register("_checked", checked)
+        verdict = con.execute(_verdict_sql()).to_arrow_table()
+    seq = sequence_table_schema(tenant)
+    columns = {name: pointers[name] for name in REQUEST_COLUMNS}
+    for name in tenant.model_columns:
+        values = flat[name].combine_chunks()
+        columns[f"{SEQUENCE}{name}"] = pa.ListArray.from_arrays(offsets, values)
+    assembled = pa.table(columns).cast(seq)
+    ok = pc.is_null(verdict["reason"])
+    failed = pa.table(
+        {**{n: pointers[n] for n in ("request_id", "user_id")}, **{n: verdict[n] for n in verdict.column_names}}
+    ).filter(pc.invert(ok))
     quarantined = pa.table(
         {
             "tenant": pa.repeat(pa.scalar(tenant.name), failed.num_rows),
@@ -241,6 +267,17 @@ def rebuild_batch(
         }
     ).cast(QUARANTINE_SCHEMA)
     return SampleBatch(assembled.filter(ok), quarantined, assembled)
+
+
+def _verdict_sql() -> str:
+    """Each sequence's checksum over its list of row texts, compared with the captured one."""
+    actual = digest_sql("array_to_string(_texts, '')", "duckdb")
+    reason = reason_sql("actual_length", "length", "_actual_checksum", "checksum")
+    return (
+        f"SELECT {reason} AS reason, lower(hex(checksum)) AS expected_checksum, "
+        "lower(hex(_actual_checksum)) AS actual_checksum, length AS expected_length, actual_length "
+        f"FROM (SELECT *, {actual} AS _actual_checksum FROM _checked)"
+    )
 
 
 def stack_users(per_user: dict[int, pa.Table], reader: HistoryReader, tenant: Tenant) -> pa.Table:
@@ -260,15 +297,18 @@ def stack_users(per_user: dict[int, pa.Table], reader: HistoryReader, tenant: Te
 def reconstruction_sql(config: Config, tenant: Tenant, mode: Mode) -> str:
     """The batch plan: candidates (visible history, the open window rebuilt from detail in LSN mode)
     filtered to each pointer's range and before its fragment, the newest `length - W` kept by rank,
-    the fragment appended, list columns per request, verified. One output row per pointer, in order.
+    the fragment appended. Returns every sequence's rows flat, ordered by request and sequence order:
+    `_pos`, the model columns and `_text`, the row's checksum text. A history row's text is computed
+    once, before the join: a user's requests share most of their rows.
 
     Inputs: `_pointers` (training rows plus `_pos`), `_history` (the users' history rows),
     `_events` (LSN mode: the open windows' detail events)."""
     model = tenant.model_columns
     groups = ", ".join(sql_literal(g) for g in tenant.feature_groups)
     keys = ", ".join(dict.fromkeys([*model, *ORDER_KEYS]))
-    history_keys = ", ".join(f"h.{c}" for c in dict.fromkeys([*model, *ORDER_KEYS]))
-    ctes = []
+    history_keys = ", ".join(f"h.{c}" for c in dict.fromkeys([*model, *ORDER_KEYS, "_text"]))
+    text = row_text_sql(tenant.schema, model, "duckdb")
+    ctes = [f"_texted AS MATERIALIZED (SELECT *, {text} AS _text FROM _history WHERE feature_group IN ({groups}))"]
     if mode == "lsn":
         ctes.append(
             "_bounds AS (SELECT _pos, user_id, open_window AS window_id, "
@@ -284,9 +324,9 @@ def reconstruction_sql(config: Config, tenant: Tenant, mode: Mode) -> str:
         # Published rows under the bound (the open window excluded), then the open window as of the bound.
         ctes.append(
             f"_candidates AS (SELECT b._pos, {history_keys} "
-            "FROM _history AS h JOIN _bounds AS b ON h.user_id = b.user_id AND h.source_partition = b.source_partition "
+            "FROM _texted AS h JOIN _bounds AS b ON h.user_id = b.user_id AND h.source_partition = b.source_partition "
             f"WHERE h.window_id <> b.window_id AND h.lsn <= b.lsn_bound "
-            f"UNION ALL BY NAME SELECT _pos, {keys} FROM ({rebuilt}))"
+            f"UNION ALL BY NAME SELECT _pos, {keys}, {text} AS _text FROM ({rebuilt}))"
         )
         older = (
             "(c.event_ts < p.fragment_start_ts OR (c.event_ts = p.fragment_start_ts AND (c.lsn < p.fragment_start_lsn "
@@ -295,7 +335,7 @@ def reconstruction_sql(config: Config, tenant: Tenant, mode: Mode) -> str:
         keep = f"QUALIFY _rank <= p.length - len(p.{FRAGMENT}event_ts)"
     else:
         ctes.append(
-            f"_candidates AS (SELECT p._pos, {history_keys} FROM _history AS h JOIN _pointers AS p USING (user_id))"
+            f"_candidates AS (SELECT p._pos, {history_keys} FROM _texted AS h JOIN _pointers AS p USING (user_id))"
         )
         older = "c.event_ts < p.fragment_start_ts"
         keep = ""
@@ -306,30 +346,12 @@ def reconstruction_sql(config: Config, tenant: Tenant, mode: Mode) -> str:
         f"AND (p.fragment_start_ts IS NULL OR {older}) {keep})"
     )
     unnested = ", ".join(f"unnest({FRAGMENT}{c}) AS {c}" for c in model)
+    fragment = f"SELECT _pos, unnest(range(len({FRAGMENT}event_ts))) AS _ord, {unnested} FROM _pointers"
     ctes.append(
-        f"_rows AS (SELECT _pos, 0 AS _part, -_rank AS _ord, {', '.join(model)} FROM _kept "
-        f"UNION ALL SELECT _pos, 1, unnest(range(len({FRAGMENT}event_ts))), {unnested} FROM _pointers)"
+        f"_rows AS (SELECT _pos, 0 AS _part, -_rank AS _ord, {', '.join(model)}, _text FROM _kept "
+        f"UNION ALL SELECT _pos, 1, _ord, {', '.join(model)}, {text} FROM ({fragment}))"
     )
-    # One ordered aggregation per request (rows as structs with their checksum text), then one list
-    # per column: a single sort instead of one per list column.
-    fields = ", ".join([f"'_text': {row_text_sql(tenant.schema, model, 'duckdb')}", *(f"'{c}': {c}" for c in model)])
-    ctes.append(f"_lists AS (SELECT _pos, list({{{fields}}} ORDER BY _part, _ord) AS _r FROM _rows GROUP BY _pos)")
-    seq = [f"{SEQUENCE}{c}" for c in model]
-    unpacked = ", ".join(
-        f"list_transform(coalesce(l._r, []), lambda r: r.{c}) AS {s}" for c, s in zip(model, seq, strict=True)
-    )
-    text = "array_to_string(list_transform(coalesce(l._r, []), lambda r: r._text), '')"
-    ctes.append(
-        f"_checked AS (SELECT p.*, {unpacked}, {digest_sql(text, 'duckdb')} AS _actual_checksum, "
-        "len(coalesce(l._r, [])) AS actual_length FROM _pointers AS p LEFT JOIN _lists AS l USING (_pos))"
-    )
-    reason = reason_sql("actual_length", "length", "_actual_checksum", "checksum")
-    return (
-        f"WITH {', '.join(ctes)} SELECT {', '.join(REQUEST_COLUMNS)}, {', '.join(seq)}, "
-        f"{reason} AS reason, lower(hex(checksum)) AS expected_checksum, "
-        "lower(hex(_actual_checksum)) AS actual_checksum, length AS expected_length, actual_length "
-        "FROM _checked ORDER BY _pos"
-    )
+    return f"WITH {', '.join(ctes)} SELECT _pos, {', '.join(model)}, _text FROM _rows ORDER BY _pos, _part, _ord"
 
 
 def _newest_first() -> str:
