@@ -28,6 +28,7 @@ import pyarrow.parquet as pq
 
 from pipelines.compaction import history_tables
 from pipelines.landing import landing_paths
+from pipelines.training.arrow_reconstruct import Reconstruction, sample_batches
 from pipelines.training.capture import Request, capture_requests, fat_rows, training_rows
 from pipelines.training.materialize import fatrow_match, read_fatrows_pyarrow, write_arrow_samples
 from pipelines.training.online_view import ViewSnapshot
@@ -76,7 +77,9 @@ class TenantResult:
     tenant: str
     requests: int
     capture_seconds: float
-    samples_seconds: float
+    samples_seconds: float  # the samples job: rebuilt, verified and written to samples_<tenant>
+    stream_seconds: float  # what a trainer reads: rebuilt, verified Arrow batches, nothing written
+    stream_samples: int
     samples: int
     checksum_failures: int
     matched: int
@@ -97,7 +100,8 @@ class TenantResult:
         spark_ok = self.spark_samples is None or (
             self.spark_samples == self.samples and self.spark_differences == 0 and self.spark_checksum_failures == 0
         )
-        return self.matched == self.requests == self.samples == self.fatrow_rows and spark_ok
+        counts = self.matched == self.requests == self.samples == self.stream_samples == self.fatrow_rows
+        return counts and spark_ok
 
 
 @dataclass
@@ -324,6 +328,7 @@ def _measure_tenant(config: Config, tenant: Tenant, capture_seconds: float, spar
     result = write_arrow_samples(config, tenant, "lsn", compare=False)
     samples_seconds = time.perf_counter() - started
     matched = fatrow_match(config, tenant, samples_table=samples_table_name(tenant))
+    stream_seconds, stream_samples = _stream(config, tenant)
     time_only = write_arrow_samples(config, tenant, "time")
     log(f"{tenant.name}: fat-row reads")
     pyarrow_seconds, fat_rows_read = read_fatrows_pyarrow(config, tenant)
@@ -333,6 +338,8 @@ def _measure_tenant(config: Config, tenant: Tenant, capture_seconds: float, spar
         requests=result.requests,
         capture_seconds=round(capture_seconds, 3),
         samples_seconds=round(samples_seconds, 3),
+        stream_seconds=round(stream_seconds, 3),
+        stream_samples=stream_samples,
         samples=result.samples,
         checksum_failures=result.quarantined,
         matched=matched,
@@ -364,6 +371,16 @@ def _measure_tenant(config: Config, tenant: Tenant, capture_seconds: float, spar
     )
 
 
+def _stream(config: Config, tenant: Tenant) -> tuple[float, int]:
+    """Seconds to consume the tenant's verified samples as Arrow batches (a trainer's read), and how many."""
+    history, detail = history_tables(config)
+    training = load_existing_table(config, training_table_name(tenant))
+    started = time.perf_counter()
+    with sample_batches(Reconstruction(config, tenant, training, history, detail)) as batches:
+        samples = sum(batch.num_rows for batch in batches)
+    return time.perf_counter() - started, samples
+
+
 def _ratio(a: float | None, b: float | None) -> str:
     return "-" if a is None or not b else f"{a / b:.2f}"
 
@@ -380,7 +397,10 @@ def format_report(bench: SamplesBench) -> str:
     ]
     for t in bench.tenants:
         storage = (t.training_bytes + bench.history_bytes + bench.detail_bytes) / max(t.fatrow_bytes, 1)
-        rows = [("in-process", t.samples_seconds, t.samples, t.matched, t.checksum_failures)]
+        rows = [
+            ("in-process", t.samples_seconds, t.samples, t.matched, t.checksum_failures),
+            ("in-process stream", t.stream_seconds, t.stream_samples, t.matched, t.checksum_failures),
+        ]
         if t.spark_seconds is not None:
             same = t.spark_samples - (t.spark_differences or 0)
             rows.append(("spark", t.spark_seconds, t.spark_samples, same, t.spark_checksum_failures))
@@ -395,7 +415,8 @@ def format_report(bench: SamplesBench) -> str:
     for t in bench.tenants:
         spark = f", Spark / in-process {_ratio(t.spark_seconds, t.samples_seconds)}" if t.spark_seconds else ""
         lines.append(
-            f"{t.tenant}: samples job {t.samples_seconds:.2f} s, fat rows {t.fatrow_pyarrow_seconds:.2f} s (pyarrow) "
+            f"{t.tenant}: samples job {t.samples_seconds:.2f} s, stream {t.stream_seconds:.2f} s, "
+            f"fat rows {t.fatrow_pyarrow_seconds:.2f} s (pyarrow) "
             f"{t.fatrow_duckdb_seconds:.2f} s (DuckDB){spark}; time-only replay equal to the fat row for "
             f"{t.time_only_matched / max(t.requests, 1):.2%}"
         )
