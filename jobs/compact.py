@@ -72,7 +72,10 @@ def main(argv: list[str] | None = None) -> int:
         result = compact(batch)
         span = f"window {batch[0]}" if len(batch) == 1 else f"windows {batch[0]}..{batch[-1]} ({len(batch)})"
         outcome = "published" if result.published else "already published"
-        progress.add(rows=result.events, steps=len(batch), note=f"{span} {outcome}: {result.events:,} events")
+        note = f"{span} {outcome}: {result.events:,} events"
+        if result.quarantined:
+            note += f", {result.quarantined:,} quarantined (aggregate out of range; see compaction_quarantine)"
+        progress.add(rows=result.events, steps=len(batch), note=note)
         merged = merge()
         if merged:
             progress.add(note=f"merged runs into {merged}")
