@@ -37,8 +37,23 @@ def main(argv: list[str] | None = None) -> int:
         default="spark",
         help="spark (default; local mode or SEQLAKE_SPARK_MASTER) or duckdb (in-process, no JVM); same runs",
     )
+    parser.add_argument(
+        "--from-detail",
+        action="store_true",
+        help="rebuild the --window windows from the detail table (their landing rows are gone; after "
+        "seqlake drop-run removed their damaged run); in-process, no JVM",
+    )
     args = parser.parse_args(argv)
     config = load_config(args.config)
+    if args.from_detail:
+        if not args.window:
+            parser.error("--from-detail needs the windows to rebuild (--window W, repeatable)")
+        from pipelines.detail_rebuild import rebuild_from_detail
+
+        result = rebuild_from_detail(config, sorted(set(args.window)))
+        outcome = "published from detail" if result.published else "already published: nothing to do"
+        print(f"windows {', '.join(str(w) for w in sorted(set(args.window)))} {outcome}: {result.events:,} events")
+        return 0
     paths = landing_paths(config)
     history, _ = history_tables(config)
     done = published_windows(history)

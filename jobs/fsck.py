@@ -93,16 +93,14 @@ def repair_plan(config: Config, table, findings: list[Finding], config_file: str
         lines.append(f"  run {run_id} ({record.kind}, windows {windows[0]}..{windows[-1]}): {count} finding(s)")
         # compact publishes only windows outside every live run: the damaged run's record goes first.
         lines.append(f"    first: seqlake drop-run{options}{table_option} --run {run_id}")
-        rebuild = []
+        rebuild, from_detail = [], []
         for source in window_sources(config, windows):
             if source.landing:
                 rebuild.append(source.window)
                 lines.append(f"    window {source.window}: rebuild from landing")
             elif source.detail:
-                lines.append(
-                    f"    window {source.window}: its landing rows are gone; its events are retained in "
-                    f"{DETAIL}, but seqlake compact rebuilds from landing only: re-ingest its source"
-                )
+                from_detail.append(source.window)
+                lines.append(f"    window {source.window}: rebuild from detail (its landing rows are gone)")
             else:
                 lines.append(f"    window {source.window}: no landing or detail rows left: re-ingest its source")
         if rebuild:
@@ -110,6 +108,9 @@ def repair_plan(config: Config, table, findings: list[Finding], config_file: str
             end = " --end-of-stream" if set(rebuild) - closed else ""
             windows_option = " ".join(f"--window {w}" for w in rebuild)
             lines.append(f"    then: seqlake compact{options} {windows_option}{end}")
+        if from_detail:
+            windows_option = " ".join(f"--window {w}" for w in from_detail)
+            lines.append(f"    then: seqlake compact{options} --from-detail {windows_option}")
         lines.append(f"    then: seqlake fsck{options}{table_option}")
     return lines
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -39,6 +40,28 @@ def content(config) -> str:
     return table_checksum(rows, rows.schema)
 
 
+def damage_a_file(config) -> None:
+    history, _ = history_tables(config)
+    path = Path(next(iter(history.refresh().scan().plan_files())).file.file_path.removeprefix("file://"))
+    chunk = pq.read_metadata(path).row_group(0).column(4)
+    data = bytearray(path.read_bytes())
+    data[chunk.data_page_offset + chunk.total_compressed_size // 2] ^= 0x5A
+    path.write_bytes(bytes(data))
+
+
+def follow_the_plan(warehouse: Path, rebuild: str) -> None:
+    """fsck --repair-plan, then each command it names, as printed and in order: all succeed."""
+    checked = seqlake(warehouse, "fsck", "--repair-plan")
+    assert checked.returncode == 1 and "Traceback" not in checked.stderr
+    commands = [line.split(": ", 1)[1] for line in checked.stdout.splitlines() if re.search(r": seqlake ", line)]
+    assert [c.split()[1] for c in commands] == ["drop-run", "compact", "fsck"], checked.stdout
+    assert rebuild in commands[1], checked.stdout
+    for command in commands:
+        done = seqlake(warehouse, *command.split()[1:])
+        assert done.returncode == 0, (command, done.stdout, done.stderr)
+        assert "Traceback" not in done.stderr
+
+
 def test_the_repair_plan_repairs_the_table(tmp_path):
     warehouse = tmp_path / "warehouse"
     config = make_config(warehouse, users=60, windows=3)
@@ -50,24 +73,17 @@ def test_the_repair_plan_repairs_the_table(tmp_path):
     before = content(config)
     assert seqlake(warehouse, "fsck").returncode == 0
 
-    history, _ = history_tables(config)
-    path = Path(next(iter(history.scan().plan_files())).file.file_path.removeprefix("file://"))
-    chunk = pq.read_metadata(path).row_group(0).column(4)
-    data = bytearray(path.read_bytes())
-    data[chunk.data_page_offset + chunk.total_compressed_size // 2] ^= 0x5A
-    path.write_bytes(bytes(data))
+    damage_a_file(config)
+    follow_the_plan(warehouse, "--window")  # from landing
+    assert content(config) == before
 
-    checked = seqlake(warehouse, "fsck", "--repair-plan")
-    assert checked.returncode == 1 and "Traceback" not in checked.stderr
-    commands = [line.split(": ", 1)[1] for line in checked.stdout.splitlines() if re.search(r": seqlake ", line)]
-    assert [c.split()[1] for c in commands] == ["drop-run", "compact", "fsck"], checked.stdout
-    for command in commands:
-        done = seqlake(warehouse, *command.split()[1:])
-        assert done.returncode == 0, (command, done.stdout, done.stderr)
-        assert "Traceback" not in done.stderr
+    # The landing tier is gone: the plan rebuilds from the detail table's retained events.
+    shutil.rmtree(warehouse / "landing")
+    damage_a_file(config)
+    follow_the_plan(warehouse, "--from-detail")
     assert content(config) == before
     refused = seqlake(warehouse, "drop-run", "--run", "w1")
-    assert refused.returncode == 1 and "run w1 is not a live run of" in refused.stderr
+    assert refused.returncode in (1, 2) and "run w1 is not a live run of" in refused.stderr
     assert len(refused.stderr.strip().splitlines()) == 1
 
 

@@ -43,7 +43,10 @@ def damaged(lake_config):
     meta = pq.read_metadata(path)
     chunk = meta.row_group(0).column(1)
     data = bytearray(path.read_bytes())
-    data[chunk.data_page_offset + chunk.total_compressed_size - 3] ^= 0x10
+    # The middle of the column's first page: its dictionary (plain values) or its only data page.
+    first = chunk.dictionary_page_offset if chunk.has_dictionary_page else chunk.data_page_offset
+    end = chunk.data_page_offset if chunk.has_dictionary_page else first + chunk.total_compressed_size
+    data[(first + end) // 2] ^= 0x10
     path.write_bytes(bytes(data))
     assert pq.read_table(path).sort_by("id")["value"] != ROWS["value"]  # the control: silently wrong
     yield lake_config, str(path)
