@@ -5,7 +5,8 @@ Every value lands (each fits its column), but some groups' `sum`s leave int32 (d
 impression_count, click_count and quantity, above and below the range). Real Spark ingests them; Spark
 and DuckDB each compact the same landing tier into their own namespace. A user checks: every window is
 published, history equals the fold of the groups that fit, the compaction quarantine holds exactly the
-other groups' events with their reason, detail holds only the published events, and the engines agree.
+other groups' events with their reason, detail holds only the published events, and the engines agree;
+every page of every file either engine wrote (history, detail, quarantine) carries a checksum.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from pipelines.windows import closed_windows
 from seqlake.catalog import open_catalog, table_identifier
 from seqlake.events import RAW_SCHEMA
 from seqlake.payload import INT_RANGES
+from tableformat.page_checksums import page_checksum_counts
 from tableformat.schema import KEY_COLUMNS
 from tests.test_exactly_once import delta_rows
 
@@ -129,6 +131,11 @@ def check_published(config, paths, results) -> tuple[pa.Table, pa.Table]:
     quarantine = compaction_quarantine_table(config).refresh().scan().to_arrow().sort_by("event_id")
     assert dict(zip(quarantine["event_id"].to_pylist(), quarantine["reason"].to_pylist(), strict=True)) == QUARANTINED
     assert quarantine.filter(pc.equal(quarantine["event_id"], "e2"))["window_id"].to_pylist() == [W0 + 1]
+    for table in (history, detail, compaction_quarantine_table(config)):  # every page verifiable on read
+        for task in table.refresh().scan().plan_files():
+            with pa.OSFile(task.file.file_path.removeprefix("file:")) as handle:  # file:/ or file:///
+                pages, with_crc = page_checksum_counts(handle)
+            assert pages and with_crc == pages, task.file.file_path
     detail_ids = set(detail.refresh().scan(selected_fields=("event_id",)).to_arrow()["event_id"].to_pylist())
     assert detail_ids == {e["event_id"] for _, e in EVENTS} - set(QUARANTINED)
     return got, quarantine
