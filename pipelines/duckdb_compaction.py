@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
+from dataclasses import replace
 
 import pyarrow as pa
 from pyiceberg.expressions import In
 
-from pipelines.aggregation import aggregation_sql, first_arrivals_sql
+from pipelines.aggregation import first_arrivals_sql
 from pipelines.compaction import (
     CompactionResult,
     _crash,
@@ -26,6 +27,7 @@ from pipelines.compaction import (
     merge_to_do,
     publish_batch,
 )
+from pipelines.compaction_quarantine import split_batch_duckdb
 from pipelines.landing import LandingPaths
 from pipelines.parse import landing_schema
 from pipelines.publication_check import is_delta_table
@@ -113,9 +115,8 @@ def compact_batch_duckdb(
     schema = history_arrow_schema(config)
     with connect(extensions=("delta",)) as con:
         events = batch_events_duckdb(con, config, paths, todo, detail, published)
-        con.register("_events", events)
-        sql = aggregation_sql(config, "_events", "duckdb", group_by_extra=("window_id",))
-        rows = _as_history(con.execute(f"SELECT * FROM ({sql})").to_arrow_table(), schema)
+        rows, events, quarantined = split_batch_duckdb(con, config, events, todo)
+        rows = _as_history(rows, schema)
         own_lsns = _window_lsns(con, paths, todo)
     rows = _bucket_ordered(rows, config.layout.bucket_count)
     _crash("before_write", fail_at)
@@ -137,7 +138,8 @@ def compact_batch_duckdb(
         snapshot_properties={"seqlake.window-id": str(todo[-1])},
     )
     _crash("after_detail", fail_at)
-    return publish_batch(history, todo, files, own_lsns, events.num_rows, fail_at=fail_at)
+    result = publish_batch(history, todo, files, own_lsns, events.num_rows, fail_at=fail_at)
+    return replace(result, quarantined=quarantined) if result.published else result
 
 
 def _merged_buckets(con, by_bucket: dict[int, list[str]], names: list[str]) -> Iterator[pa.RecordBatch]:

@@ -18,6 +18,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from seqlake.config import Config
 from seqlake.errors import SchemaError, SetupError
 from seqlake.uris import masked_uri
+from tableformat.page_checksums import enable_iceberg_page_checksums
 
 
 def _use_wal(sqlite_uri: str) -> None:
@@ -41,6 +42,7 @@ def open_catalog(config: Config) -> SqlCatalog:
     damaged SQLite file) is a one-line SetupError naming the URI (password masked).
     """
     uri = config.catalog_uri()
+    enable_iceberg_page_checksums()  # every file written through this catalog carries page CRCs
     try:
         if config.warehouse_uri().startswith("file://"):
             config.warehouse_path().mkdir(parents=True, exist_ok=True)
