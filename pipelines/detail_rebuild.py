@@ -8,20 +8,16 @@ again from there, in-process on DuckDB, with the same aggregation SQL and run wr
 
 from __future__ import annotations
 
-import uuid
 from dataclasses import replace
 
 from pyiceberg.expressions import In
 
 from pipelines.compaction import CompactionResult, batch_run_id, batch_to_publish, publish_batch
 from pipelines.compaction_quarantine import split_batch_duckdb
-from pipelines.duckdb_compaction import BATCH_ROWS, _as_history, _bucket_ordered
+from pipelines.duckdb_compaction import write_history_run
 from seqlake.config import Config
 from seqlake.duckdb_session import connect
 from seqlake.errors import SeqlakeError
-from tableformat.registry import history_file_uri
-from tableformat.run_writer import write_run
-from tableformat.schema import history_arrow_schema
 
 
 def rebuild_from_detail(config: Config, windows: list[int]) -> CompactionResult:
@@ -34,19 +30,9 @@ def rebuild_from_detail(config: Config, windows: list[int]) -> CompactionResult:
     if missing:
         raise SeqlakeError(f"window(s) {missing} have no rows in the detail table: nothing to rebuild them from")
     run_id = batch_run_id(todo)
-    schema = history_arrow_schema(config)
     with connect(extensions=()) as con:
         rows, kept, quarantined = split_batch_duckdb(con, config, events, todo)
-    rows = _bucket_ordered(_as_history(rows, schema), config.layout.bucket_count)
-    attempt = uuid.uuid4().hex[:12]
-    files = write_run(
-        rows.to_batches(max_chunksize=BATCH_ROWS),
-        file_uri=lambda bucket: history_file_uri(history.location(), run_id, bucket, attempt),
-        schema=schema,
-        run_id=run_id,
-        bucket_count=config.layout.bucket_count,
-        group_order=list(config.feature_groups),
-    )
+    files = write_history_run(history, config, run_id, rows)
     # The frontier is past these LSNs already (the windows were published): it stays where it is.
     highest = kept.group_by("source_partition").aggregate([("lsn", "max")])
     partitions, lsns = highest["source_partition"].to_pylist(), highest["lsn_max"].to_pylist()

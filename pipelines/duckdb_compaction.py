@@ -104,6 +104,21 @@ def _bucket_ordered(rows: pa.Table, bucket_count: int) -> pa.Table:
     return with_bucket.sort_by(order).drop_columns(["_bucket"])
 
 
+def write_history_run(history, config: Config, run_id: str, rows: pa.Table) -> list:
+    """Aggregated history rows written as sorted run `run_id` of `history` (files uncommitted)."""
+    schema = history_arrow_schema(config)
+    rows = _bucket_ordered(_as_history(rows, schema), config.layout.bucket_count)
+    attempt = uuid.uuid4().hex[:12]
+    return write_run(
+        rows.to_batches(max_chunksize=BATCH_ROWS),
+        file_uri=lambda bucket: history_file_uri(history.location(), run_id, bucket, attempt),
+        schema=schema,
+        run_id=run_id,
+        bucket_count=config.layout.bucket_count,
+        group_order=list(config.feature_groups),
+    )
+
+
 def compact_batch_duckdb(
     config: Config, paths: LandingPaths, windows: list[int], *, fail_at: str | None = None
 ) -> CompactionResult:
@@ -112,23 +127,12 @@ def compact_batch_duckdb(
     if not todo:
         return CompactionResult(max(windows), batch_run_id(sorted(windows)), published=False)
     run_id = batch_run_id(todo)
-    schema = history_arrow_schema(config)
     with connect(extensions=("delta",)) as con:
         events = batch_events_duckdb(con, config, paths, todo, detail, published)
         rows, events, quarantined = split_batch_duckdb(con, config, events, todo)
-        rows = _as_history(rows, schema)
         own_lsns = _window_lsns(con, paths, todo)
-    rows = _bucket_ordered(rows, config.layout.bucket_count)
     _crash("before_write", fail_at)
-    attempt = uuid.uuid4().hex[:12]
-    files = write_run(
-        rows.to_batches(max_chunksize=BATCH_ROWS),
-        file_uri=lambda bucket: history_file_uri(history.location(), run_id, bucket, attempt),
-        schema=schema,
-        run_id=run_id,
-        bucket_count=config.layout.bucket_count,
-        group_order=list(config.feature_groups),
-    )
+    files = write_history_run(history, config, run_id, rows)
     _crash("after_write", fail_at)
     # Replace the windows' partitions, never append (a re-run replaces the same events).
     detail_rows = events.cast(detail.schema().as_arrow()) if len(events) else events
