@@ -216,6 +216,16 @@ def fitting_rows_sql(
     return _transpile(sql, dialect)
 
 
+def publishable_rows_sql(
+    config: Config, source: str, dialect: Dialect = "spark", group_by_extra: tuple[str, ...] = ()
+) -> str:
+    """The history rows compaction would publish from `source`: `aggregation_sql`'s rows of the groups
+    whose aggregates fit their columns. Groups that do not fit are left out, as compaction leaves them
+    out (it quarantines their events), so a fresh read never fails on them."""
+    groups = f"({checked_groups_sql(config, source, 'spark', group_by_extra)}) AS _checked_groups"
+    return _transpile(fitting_rows_sql(config, groups, "spark", group_by_extra), dialect)
+
+
 def group_events_sql(
     config: Config,
     events: str,
