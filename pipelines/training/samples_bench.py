@@ -47,7 +47,7 @@ from seqlake.config import Config
 from seqlake.duckdb_session import connect, sql_literal
 from tableformat.bucketing import bucket_of
 from tableformat.reader import HistoryReader
-from tableformat.registry import RunRecord, commit_runs, history_file_uri, live_runs
+from tableformat.registry import RunRecord, commit_runs, history_file_uri, live_runs, published_frontier
 from tableformat.run_writer import write_run
 from tableformat.schema import history_arrow_schema
 from tableformat.synthetic import column_values
@@ -181,21 +181,13 @@ def publish(history, config: Config, rows: pa.Table, run_id: str, windows: list[
         group_order=list(config.feature_groups),
     )
     frontier = rows.group_by("source_partition").aggregate([("lsn", "max")])
-    previous = json.loads(_frontier_property(history) or "{}")
+    previous = {str(k): v for k, v in published_frontier(history).items()}
     for partition, lsn in zip(frontier["source_partition"].to_pylist(), frontier["lsn_max"].to_pylist(), strict=True):
         previous[str(partition)] = max(previous.get(str(partition), -1), lsn)
     record = RunRecord(run_id, "merge" if replaces else "window", windows, len(files), rows.num_rows)
     properties = {"seqlake.frontier": json.dumps(dict(sorted(previous.items())))}
     commit_runs(history, [(record, files)], replaces=replaces, snapshot_properties=properties)
     history.refresh()
-
-
-def _frontier_property(history) -> str | None:
-    for snapshot in sorted(history.snapshots(), key=lambda s: s.sequence_number, reverse=True):
-        raw = snapshot.summary.additional_properties.get("seqlake.frontier") if snapshot.summary else None
-        if raw:
-            return raw
-    return None
 
 
 def request_hours(users: np.ndarray, k: int, seed: int) -> dict[int, list[int]]:
