@@ -27,6 +27,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pipelines.compaction import history_tables
+from pipelines.duckdb_compaction import write_history_run
 from pipelines.landing import landing_paths
 from pipelines.training.arrow_reconstruct import Reconstruction, sample_batches
 from pipelines.training.capture import Request, capture_requests, fat_rows, training_rows
@@ -47,8 +48,7 @@ from seqlake.config import Config
 from seqlake.duckdb_session import connect, sql_literal
 from tableformat.bucketing import bucket_of
 from tableformat.reader import HistoryReader
-from tableformat.registry import RunRecord, commit_runs, history_file_uri, live_runs, published_frontier
-from tableformat.run_writer import write_run
+from tableformat.registry import RunRecord, commit_runs, live_runs, published_frontier
 from tableformat.schema import history_arrow_schema
 from tableformat.synthetic import column_values
 
@@ -172,14 +172,7 @@ def history_rows(config: Config, scale: Scale, day_start_us: int, seed: int) -> 
 
 def publish(history, config: Config, rows: pa.Table, run_id: str, windows: list[int], replaces=()) -> None:
     """Write `rows` (bucket-ordered) as one sorted run and commit it with the LSN frontier."""
-    files = write_run(
-        rows.to_batches(max_chunksize=65_536),
-        file_uri=lambda bucket: history_file_uri(history.location(), run_id, bucket),
-        schema=history_arrow_schema(config),
-        run_id=run_id,
-        bucket_count=config.layout.bucket_count,
-        group_order=list(config.feature_groups),
-    )
+    files = write_history_run(history, config, run_id, rows)
     frontier = rows.group_by("source_partition").aggregate([("lsn", "max")])
     previous = {str(k): v for k, v in published_frontier(history).items()}
     for partition, lsn in zip(frontier["source_partition"].to_pylist(), frontier["lsn_max"].to_pylist(), strict=True):
