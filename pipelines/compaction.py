@@ -141,13 +141,16 @@ def _crash(point: str, fail_at: str | None) -> None:
         raise SimulatedCrash(f"simulated crash at {point}")
 
 
-def batch_landing(spark: SparkSession, paths: LandingPaths, windows: list[int]) -> DataFrame:
-    """The landing rows of the windows (ascending): the range prunes partitions, the set keeps it exact."""
-    from pyspark.sql import functions as F
+def _of_windows(table: DataFrame, windows: list[int]) -> DataFrame:
+    """The rows of a window-partitioned table in the windows (ascending): the range prunes
+    partitions, the set keeps it exact."""
+    window = table["window_id"]
+    return table.where((window >= windows[0]) & (window <= windows[-1]) & window.isin(windows))
 
-    window = F.col("window_id")
-    landing = spark.read.format("delta").load(paths.events)
-    return landing.where((window >= windows[0]) & (window <= windows[-1]) & window.isin(windows))
+
+def batch_landing(spark: SparkSession, paths: LandingPaths, windows: list[int]) -> DataFrame:
+    """The landing rows of the windows (ascending)."""
+    return _of_windows(spark.read.format("delta").load(paths.events), windows)
 
 
 def batch_events(
@@ -211,13 +214,11 @@ def window_lsns(
     from pyspark.sql import functions as F
 
     highest: dict[int, int] = {}
-    window = F.col("window_id")
     for path in (paths.events, paths.quarantine):
         if path == paths.events and landed is not None:
             records = landed
         elif delta_exists(spark, path):
-            records = spark.read.format("delta").load(path)
-            records = records.where((window >= windows[0]) & (window <= windows[-1]) & window.isin(windows))
+            records = _of_windows(spark.read.format("delta").load(path), windows)
         else:
             continue
         rows = records.groupBy("source_partition").agg(F.max("lsn").alias("lsn")).collect()
