@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 from pipelines.compaction_bench import SCALES, format_report, run_compaction_bench
-from seqlake.cli_args import ArgumentParser, integer_at_least
+from seqlake.cli_args import ArgumentParser, integer_at_least, namespace_name
 from seqlake.config import load_config
 from seqlake.spark_session import spark_session
 
@@ -32,9 +32,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--events", type=integer_at_least(100), help="override the scale's event count")
     parser.add_argument(
-        "--namespace", default="bench_compact", help="catalog namespace prefix (default: bench_compact)"
+        "--namespace",
+        type=namespace_name,
+        default="bench_compact",
+        help="catalog namespace prefix (default: bench_compact)",
     )
-    parser.add_argument("--seed", type=int, default=7, help="data seed (default: 7)")
+    parser.add_argument("--seed", type=integer_at_least(0), default=7, help="data seed (default: 7)")
     parser.add_argument("--json", metavar="FILE", help="also write the facts as JSON to this file")
     args = parser.parse_args(argv)
 

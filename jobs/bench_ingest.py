@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 from pipelines.ingest_bench import format_report, run_ingest_bench
-from seqlake.cli_args import ArgumentParser, integer_at_least
+from seqlake.cli_args import ArgumentParser, integer_at_least, namespace_name
 from seqlake.config import load_config
 from seqlake.spark_session import spark_session
 
@@ -54,7 +54,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--warmup", type=integer_at_least(0), default=1, help="untimed ingests per setup first (default: 1)"
     )
-    parser.add_argument("--namespace", default="bench_ingest", help="catalog namespace prefix (default: bench_ingest)")
+    parser.add_argument(
+        "--namespace",
+        type=namespace_name,
+        default="bench_ingest",
+        help="catalog namespace prefix (default: bench_ingest)",
+    )
     parser.add_argument("--seed", type=integer_at_least(0), default=7, help="data seed (default: 7)")
     parser.add_argument("--json", metavar="FILE", help="also write the facts as JSON to this file")
     args = parser.parse_args(argv)

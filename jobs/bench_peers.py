@@ -14,12 +14,13 @@ import json
 import sys
 from pathlib import Path
 
+from seqlake.cli_args import ArgumentParser
 from seqlake.config import load_config
 from tableformat.peers_bench import SCALES, format_report, plot, run_peers_bench
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog="seqlake bench-peers", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--config", help="configuration YAML (default: conf/seqlake.yaml)")

@@ -16,11 +16,12 @@ import sys
 from pathlib import Path
 
 from pipelines.training.samples_bench import SCALES, format_report, run_samples_bench
+from seqlake.cli_args import ArgumentParser, integer_at_least
 from seqlake.config import load_config
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog="seqlake bench-samples", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--config", help="configuration YAML (default: conf/seqlake.yaml)")
@@ -30,7 +31,7 @@ def main(argv: list[str] | None = None) -> int:
         default="small",
         help="small: a minute-long check; medium: about 300 users, histories of 10^3 to 2*10^4 events",
     )
-    parser.add_argument("--seed", type=int, default=1, help="data seed (default: 1)")
+    parser.add_argument("--seed", type=integer_at_least(0), default=1, help="data seed (default: 1)")
     parser.add_argument("--json", metavar="FILE", help="also write the measurements as JSON to this file")
     args = parser.parse_args(argv)
     bench = run_samples_bench(

@@ -40,9 +40,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--maintain", action="store_true", help="then run `seqlake maintain` (its configured policy) on the same tables"
     )
+    parser.add_argument(
+        "--from-detail",
+        action="store_true",
+        help="rebuild the --window windows from the detail table (their landing rows are gone; after "
+        "seqlake drop-run removed their damaged run); in-process, no JVM",
+    )
     args = parser.parse_args(argv)
     config = load_config(args.config)
     engine = args.engine or config.layout.compaction_engine
+    if args.from_detail:
+        if not args.window:
+            parser.error("--from-detail needs the windows to rebuild (--window W, repeatable)")
+        from pipelines.detail_rebuild import rebuild_from_detail
+
+        result = rebuild_from_detail(config, sorted(set(args.window)))
+        outcome = "published from detail" if result.published else "already published: nothing to do"
+        print(f"windows {', '.join(str(w) for w in sorted(set(args.window)))} {outcome}: {result.events:,} events")
+        return 0
     paths = landing_paths(config)
     history, _ = history_tables(config)
     done = published_windows(history)
@@ -76,7 +91,10 @@ def main(argv: list[str] | None = None) -> int:
         result = compact(batch)
         span = f"window {batch[0]}" if len(batch) == 1 else f"windows {batch[0]}..{batch[-1]} ({len(batch)})"
         outcome = "published" if result.published else "already published"
-        progress.add(rows=result.events, steps=len(batch), note=f"{span} {outcome}: {result.events:,} events")
+        note = f"{span} {outcome}: {result.events:,} events"
+        if result.quarantined:
+            note += f", {result.quarantined:,} quarantined (aggregate out of range; see compaction_quarantine)"
+        progress.add(rows=result.events, steps=len(batch), note=note)
         merged = merge()
         if merged:
             progress.add(note=f"merged runs into {merged}")

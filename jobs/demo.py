@@ -12,6 +12,7 @@ import time
 from dataclasses import replace
 
 from pipelines.compaction import DETAIL, HISTORY, history_tables, spark_name
+from pipelines.compaction_quarantine import COMPACTION_QUARANTINE
 from pipelines.landing import landing_paths
 from pipelines.raw_landing import create_raw_table, land_raw_records
 from pipelines.training.materialize import fatrow_match, read_fatrows_pyarrow, write_arrow_samples
@@ -42,7 +43,7 @@ RAW_TABLE = "raw_events"
 def reset_demo_tables(config: Config) -> None:
     """The demo starts from nothing: drop its tables and landing folders."""
     catalog = open_catalog(config)
-    for name in (RAW_TABLE, HISTORY, DETAIL, *all_table_names(tenants(config))):
+    for name in (RAW_TABLE, HISTORY, DETAIL, COMPACTION_QUARANTINE, *all_table_names(tenants(config))):
         identifier = table_identifier(config, name)
         if catalog.table_exists(identifier):
             catalog.purge_table(identifier)
@@ -117,6 +118,8 @@ def run_demo(config: Config) -> Report:
     compaction = report.section("compaction")
     compaction["windows_published"] = published
     compaction["events_compacted"] = events
+    # Events of groups whose aggregate does not fit its column (pipelines.compaction_quarantine).
+    compaction["events_quarantined"] = served.events_quarantined_at_compaction
     compaction["history_rows"] = int(snapshot.summary["total-records"]) if snapshot else 0
     compaction["runs_per_bucket"] = len(runs)
     compaction["merges"] = merges

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from jobs.history import load_history_table
 from pipelines.landing import landing_paths
-from pipelines.publication_check import publication_findings
+from pipelines.publication_check import landing_windows, publication_findings
 from seqlake.catalog import load_existing_table, table_identifier
 from seqlake.cli_args import ArgumentParser, table_name
 from seqlake.config import Config, load_config
@@ -62,8 +62,19 @@ def window_sources(config: Config, windows: list[int]) -> list[WindowSource]:
     return sources
 
 
-def repair_plan(config: Config, table, findings: list[Finding]) -> list[str]:
-    """Lines of the plan: per damaged run, its windows, their sources and the commands."""
+def _closed_without_end_of_stream(config: Config) -> set[int]:
+    try:
+        return set(landing_windows(landing_paths(config)).closed())
+    except Exception:  # no landing tier (or an unreadable one): nothing is closed by a watermark
+        return set()
+
+
+def repair_plan(config: Config, table, findings: list[Finding], config_file: str | None = None) -> list[str]:
+    """Lines of the plan: per damaged run, its windows, their sources and the commands to run, in order
+    (with `--config FILE` when fsck had one). `seqlake compact` rebuilds the `history` table only."""
+    options = f" --config {config_file}" if config_file else ""
+    name = table.name()[-1]
+    table_option = "" if name == "history" else f" --table {name}"
     runs = live_runs(table)
     damaged: dict[str, int] = {}
     for finding in findings:
@@ -72,6 +83,7 @@ def repair_plan(config: Config, table, findings: list[Finding]) -> list[str]:
     if not damaged:
         return ["repair plan: no run holds a broken file; the findings are in the table's metadata"]
     lines = [f"repair plan: rebuild {len(damaged)} run(s) whose files are broken"]
+    closed = _closed_without_end_of_stream(config)
     for run_id, count in sorted(damaged.items()):
         record = runs.get(run_id)
         if record is None:
@@ -80,16 +92,26 @@ def repair_plan(config: Config, table, findings: list[Finding]) -> list[str]:
         windows = _windows(record)
         lines.append(f"  run {run_id} ({record.kind}, windows {windows[0]}..{windows[-1]}): {count} finding(s)")
         # compact publishes only windows outside every live run: the damaged run's record goes first.
-        lines.append(f"    first remove run {run_id} from the table's run registry (seqlake.runs)")
+        lines.append(f"    first: seqlake drop-run{options}{table_option} --run {run_id}")
+        rebuild, from_detail = [], []
         for source in window_sources(config, windows):
-            where = "landing" if source.landing else "detail" if source.detail else None
-            if where is None:
-                lines.append(f"    window {source.window}: no landing or detail rows left: re-ingest its source")
+            if source.landing:
+                rebuild.append(source.window)
+                lines.append(f"    window {source.window}: rebuild from landing")
+            elif source.detail:
+                from_detail.append(source.window)
+                lines.append(f"    window {source.window}: rebuild from detail (its landing rows are gone)")
             else:
-                lines.append(
-                    f"    window {source.window}: rebuild from {where}: seqlake compact --window {source.window}"
-                )
-        lines.append("    then: seqlake fsck")
+                lines.append(f"    window {source.window}: no landing or detail rows left: re-ingest its source")
+        if rebuild:
+            # A window published at the end of the stream is still open by the watermark.
+            end = " --end-of-stream" if set(rebuild) - closed else ""
+            windows_option = " ".join(f"--window {w}" for w in rebuild)
+            lines.append(f"    then: seqlake compact{options} {windows_option}{end}")
+        if from_detail:
+            windows_option = " ".join(f"--window {w}" for w in from_detail)
+            lines.append(f"    then: seqlake compact{options} --from-detail {windows_option}")
+        lines.append(f"    then: seqlake fsck{options}{table_option}")
     return lines
 
 
@@ -120,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
     for finding in report.findings:
         print(f"seqlake fsck: BROKEN: {finding}", file=sys.stderr)
     if args.repair_plan and report.findings:
-        for line in repair_plan(config, table, list(report.findings)):
+        for line in repair_plan(config, table, list(report.findings), args.config):
             print(line)
     if report.findings:
         files = len({f.path for f in report.findings})

@@ -18,7 +18,7 @@ import json
 import os
 import signal
 from contextlib import suppress
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from pyiceberg.exceptions import TableAlreadyExistsError
@@ -28,7 +28,8 @@ from pyiceberg.table import Table
 from pyiceberg.table.sorting import SortField, SortOrder
 from pyiceberg.transforms import IdentityTransform
 
-from pipelines.aggregation import aggregation_sql, first_arrivals_sql
+from pipelines.aggregation import first_arrivals_sql
+from pipelines.compaction_quarantine import split_batch_spark
 from pipelines.landing import LandingPaths, delta_exists
 from pipelines.merge_policy import policy_of, runs_to_merge
 from pipelines.parse import landing_schema
@@ -79,6 +80,7 @@ class CompactionResult:
     rows: int = 0
     files: int = 0
     windows: tuple[int, ...] = ()  # the windows the published run holds
+    quarantined: int = 0  # events of groups whose aggregate did not fit (pipelines.compaction_quarantine)
 
 
 def window_run_id(window_id: int) -> str:
@@ -139,13 +141,16 @@ def _crash(point: str, fail_at: str | None) -> None:
         raise SimulatedCrash(f"simulated crash at {point}")
 
 
-def batch_landing(spark: SparkSession, paths: LandingPaths, windows: list[int]) -> DataFrame:
-    """The landing rows of the windows (ascending): the range prunes partitions, the set keeps it exact."""
-    from pyspark.sql import functions as F
+def _of_windows(table: DataFrame, windows: list[int]) -> DataFrame:
+    """The rows of a window-partitioned table in the windows (ascending): the range prunes
+    partitions, the set keeps it exact."""
+    window = table["window_id"]
+    return table.where((window >= windows[0]) & (window <= windows[-1]) & window.isin(windows))
 
-    window = F.col("window_id")
-    landing = spark.read.format("delta").load(paths.events)
-    return landing.where((window >= windows[0]) & (window <= windows[-1]) & window.isin(windows))
+
+def batch_landing(spark: SparkSession, paths: LandingPaths, windows: list[int]) -> DataFrame:
+    """The landing rows of the windows (ascending)."""
+    return _of_windows(spark.read.format("delta").load(paths.events), windows)
 
 
 def batch_events(
@@ -209,13 +214,11 @@ def window_lsns(
     from pyspark.sql import functions as F
 
     highest: dict[int, int] = {}
-    window = F.col("window_id")
     for path in (paths.events, paths.quarantine):
         if path == paths.events and landed is not None:
             records = landed
         elif delta_exists(spark, path):
-            records = spark.read.format("delta").load(path)
-            records = records.where((window >= windows[0]) & (window <= windows[-1]) & window.isin(windows))
+            records = _of_windows(spark.read.format("delta").load(path), windows)
         else:
             continue
         rows = records.groupBy("source_partition").agg(F.max("lsn").alias("lsn")).collect()
@@ -292,25 +295,27 @@ def compact_batch(
     # The batch's landing rows are read once: for its events and for its LSN frontier.
     landed = batch_landing(spark, paths, todo).persist()
     events = batch_events(spark, config, paths, todo, published, landed).persist()
+    split = None
     try:
-        events.createOrReplaceTempView(f"_seqlake_events_{run_id}")
-        sql = aggregation_sql(config, f"_seqlake_events_{run_id}", group_by_extra=("window_id",))
-        rows = spark.sql(sql).select(*history_arrow_schema(config).names)
+        split = split_batch_spark(spark, config, events, f"_seqlake_events_{run_id}", todo)
         _crash("before_write", fail_at)
-        files = write_run_with_spark(rows, history, config, run_id)
+        files = write_run_with_spark(split.rows, history, config, run_id)
         _crash("after_write", fail_at)
         # Replace the windows' partitions, never append: a re-run after a failed commit, or a job
         # racing on the same windows, replaces the same events instead of adding them again.
-        events.writeTo(spark_name(config, DETAIL)).option(
+        split.kept.writeTo(spark_name(config, DETAIL)).option(
             "snapshot-property.seqlake.window-id", str(todo[-1])
         ).overwrite(F.col("window_id").isin(todo))
         _crash("after_detail", fail_at)
-        event_count = events.count()
+        event_count = events.count() - split.quarantined
         own_lsns = window_lsns(spark, paths, todo, landed)
     finally:
+        if split is not None:
+            split.release()
         events.unpersist()
         landed.unpersist()
-    return publish_batch(history, todo, files, own_lsns, event_count, fail_at=fail_at)
+    result = publish_batch(history, todo, files, own_lsns, event_count, fail_at=fail_at)
+    return replace(result, quarantined=split.quarantined) if result.published else result
 
 
 def publish_batch(

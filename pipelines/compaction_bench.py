@@ -20,6 +20,8 @@ import pyarrow.compute as pc
 from pyspark.sql import SparkSession
 
 from pipelines.compaction import (
+    DETAIL,
+    HISTORY,
     compact_batch,
     compact_window,
     history_tables,
@@ -29,7 +31,7 @@ from pipelines.compaction import (
 from pipelines.duckdb_compaction import compact_batch_duckdb, merge_runs_if_needed_duckdb
 from pipelines.landing import LandingPaths
 from pipelines.parse import landing_schema, parse_batch
-from seqlake.catalog import open_catalog, table_identifier
+from seqlake.catalog import purge_tables
 from seqlake.config import Config, GeneratorSpec
 from seqlake.generator import EventGenerator
 
@@ -86,13 +88,7 @@ def landing_events(config: Config, events: int, max_windows: int, seed: int) -> 
 def _lake(spark: SparkSession, config: Config, namespace: str, rows: pa.Table) -> tuple[Config, LandingPaths]:
     warehouse = config.warehouse.model_copy(update={"namespace": namespace})
     lake = config.model_copy(update={"warehouse": warehouse})
-    catalog = open_catalog(lake)
-    for name in ("history", "history_detail"):
-        identifier = table_identifier(lake, name)
-        if catalog.table_exists(identifier):
-            location = catalog.load_table(identifier).location()
-            catalog.purge_table(identifier)
-            shutil.rmtree(location.removeprefix("file://"), ignore_errors=True)
+    purge_tables(lake, (HISTORY, DETAIL))
     root = lake.warehouse_path() / f"{namespace}_landing"
     shutil.rmtree(root, ignore_errors=True)
     paths = LandingPaths(events=f"{root.as_uri()}/events", quarantine=f"{root.as_uri()}/quarantine")

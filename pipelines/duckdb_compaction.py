@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
+from dataclasses import replace
 
 import pyarrow as pa
 from pyiceberg.expressions import In
 
-from pipelines.aggregation import aggregation_sql, first_arrivals_sql
+from pipelines.aggregation import first_arrivals_sql
 from pipelines.compaction import (
     CompactionResult,
     _crash,
@@ -26,6 +27,7 @@ from pipelines.compaction import (
     merge_to_do,
     publish_batch,
 )
+from pipelines.compaction_quarantine import split_batch_duckdb
 from pipelines.landing import LandingPaths
 from pipelines.parse import landing_schema
 from pipelines.publication_check import is_delta_table
@@ -102,6 +104,21 @@ def _bucket_ordered(rows: pa.Table, bucket_count: int) -> pa.Table:
     return with_bucket.sort_by(order).drop_columns(["_bucket"])
 
 
+def write_history_run(history, config: Config, run_id: str, rows: pa.Table) -> list:
+    """Aggregated history rows written as sorted run `run_id` of `history` (files uncommitted)."""
+    schema = history_arrow_schema(config)
+    rows = _bucket_ordered(_as_history(rows, schema), config.layout.bucket_count)
+    attempt = uuid.uuid4().hex[:12]
+    return write_run(
+        rows.to_batches(max_chunksize=BATCH_ROWS),
+        file_uri=lambda bucket: history_file_uri(history.location(), run_id, bucket, attempt),
+        schema=schema,
+        run_id=run_id,
+        bucket_count=config.layout.bucket_count,
+        group_order=list(config.feature_groups),
+    )
+
+
 def compact_batch_duckdb(
     config: Config, paths: LandingPaths, windows: list[int], *, fail_at: str | None = None
 ) -> CompactionResult:
@@ -110,24 +127,12 @@ def compact_batch_duckdb(
     if not todo:
         return CompactionResult(max(windows), batch_run_id(sorted(windows)), published=False)
     run_id = batch_run_id(todo)
-    schema = history_arrow_schema(config)
     with connect(extensions=("delta",)) as con:
         events = batch_events_duckdb(con, config, paths, todo, detail, published)
-        con.register("_events", events)
-        sql = aggregation_sql(config, "_events", "duckdb", group_by_extra=("window_id",))
-        rows = _as_history(con.execute(f"SELECT * FROM ({sql})").to_arrow_table(), schema)
+        rows, events, quarantined = split_batch_duckdb(con, config, events, todo)
         own_lsns = _window_lsns(con, paths, todo)
-    rows = _bucket_ordered(rows, config.layout.bucket_count)
     _crash("before_write", fail_at)
-    attempt = uuid.uuid4().hex[:12]
-    files = write_run(
-        rows.to_batches(max_chunksize=BATCH_ROWS),
-        file_uri=lambda bucket: history_file_uri(history.location(), run_id, bucket, attempt),
-        schema=schema,
-        run_id=run_id,
-        bucket_count=config.layout.bucket_count,
-        group_order=list(config.feature_groups),
-    )
+    files = write_history_run(history, config, run_id, rows)
     _crash("after_write", fail_at)
     # Replace the windows' partitions, never append (a re-run replaces the same events).
     detail_rows = events.cast(detail.schema().as_arrow()) if len(events) else events
@@ -137,7 +142,8 @@ def compact_batch_duckdb(
         snapshot_properties={"seqlake.window-id": str(todo[-1])},
     )
     _crash("after_detail", fail_at)
-    return publish_batch(history, todo, files, own_lsns, events.num_rows, fail_at=fail_at)
+    result = publish_batch(history, todo, files, own_lsns, events.num_rows, fail_at=fail_at)
+    return replace(result, quarantined=quarantined) if result.published else result
 
 
 def _merged_buckets(con, by_bucket: dict[int, list[str]], names: list[str]) -> Iterator[pa.RecordBatch]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from pipelines.aggregation import aggregation_sql, dedupe_sql
+from pipelines.aggregation import dedupe_sql, publishable_rows_sql
 from seqlake.config import Config
 from seqlake.duckdb_session import connect
 from tableformat.schema import STORAGE_ORDER, TIMESTAMP_US, history_arrow_schema
@@ -61,7 +61,7 @@ def aggregate_window_local(
         columns = ", ".join(schema.names)
         order = ", ".join(SORT_COLUMNS)
         result = con.execute(
-            f"SELECT {columns} FROM ({aggregation_sql(config, _WINDOW_EVENTS, 'duckdb')}) ORDER BY {order}"
+            f"SELECT {columns} FROM ({publishable_rows_sql(config, _WINDOW_EVENTS, 'duckdb')}) ORDER BY {order}"
         ).to_arrow_table()
     finally:
         con.close()

@@ -12,7 +12,6 @@ row once (checked).
 
 from __future__ import annotations
 
-import shutil
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -21,15 +20,14 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from pipelines.compaction import history_tables
-from pipelines.duckdb_compaction import merge_runs_if_needed_duckdb
+from pipelines.compaction import DETAIL, HISTORY, history_tables
+from pipelines.duckdb_compaction import merge_runs_if_needed_duckdb, write_history_run
 from pipelines.merge_policy import policy_of
-from seqlake.catalog import open_catalog, table_identifier
+from seqlake.catalog import purge_tables
 from seqlake.config import Config
 from tableformat.bucketing import bucket_of
 from tableformat.lookup_index import FileIndex
-from tableformat.registry import RunRecord, commit_runs, history_file_uri, live_runs
-from tableformat.run_writer import write_run
+from tableformat.registry import RunRecord, commit_runs, live_runs
 from tableformat.schema import KEY_COLUMNS, history_arrow_schema
 from tableformat.synthetic import column_values
 
@@ -112,26 +110,13 @@ def window_rows(config: Config, window: int, rows: int, users: int, rng: np.rand
 def publish_window(history, config: Config, window: int, rows: pa.Table) -> None:
     """Commit one window's rows as run `w<window>`, as a window compaction does."""
     run_id = f"w{window}"
-    files = write_run(
-        rows.to_batches(max_chunksize=65_536),
-        file_uri=lambda bucket: history_file_uri(history.location(), run_id, bucket),
-        schema=history_arrow_schema(config),
-        run_id=run_id,
-        bucket_count=config.layout.bucket_count,
-        group_order=list(config.feature_groups),
-    )
+    files = write_history_run(history, config, run_id, rows)
     commit_runs(history, [(RunRecord(run_id, "window", [window], len(files), rows.num_rows), files)])
 
 
 def _fresh(config: Config, namespace: str) -> Config:
     lake = config.model_copy(update={"warehouse": config.warehouse.model_copy(update={"namespace": namespace})})
-    catalog = open_catalog(lake)
-    for name in ("history", "history_detail"):
-        identifier = table_identifier(lake, name)
-        if catalog.table_exists(identifier):
-            location = catalog.load_table(identifier).location()
-            catalog.purge_table(identifier)
-            shutil.rmtree(location.removeprefix("file://"), ignore_errors=True)
+    purge_tables(lake, (HISTORY, DETAIL))
     history_tables(lake)
     return lake
 

@@ -6,6 +6,7 @@ database, so a table committed by either engine is visible to the other.
 
 from __future__ import annotations
 
+import shutil
 import sqlite3
 from contextlib import closing, suppress
 from pathlib import Path
@@ -19,6 +20,7 @@ from seqlake.config import Config
 from seqlake.errors import SchemaError, SetupError
 from seqlake.storage import S3Settings, check_access, is_s3
 from seqlake.uris import masked_uri
+from tableformat.page_checksums import enable_iceberg_page_checksums
 
 
 def _use_wal(sqlite_uri: str) -> None:
@@ -42,6 +44,7 @@ def open_catalog(config: Config) -> SqlCatalog:
     damaged SQLite file) is a one-line SetupError naming the URI (password masked).
     """
     uri = config.catalog_uri()
+    enable_iceberg_page_checksums()  # every file written through this catalog carries page CRCs
     try:
         if config.warehouse_uri().startswith("file://"):
             config.warehouse_path().mkdir(parents=True, exist_ok=True)
@@ -74,6 +77,18 @@ def table_identifier(config: Config, table: str) -> str:
 def spark_name(config: Config, table: str) -> str:
     """`catalog.namespace.table` for Spark SQL."""
     return f"{config.warehouse.catalog_name}.{config.warehouse.namespace}.{table}"
+
+
+def purge_tables(config: Config, names: tuple[str, ...]) -> None:
+    """Drop the named tables of the configured namespace and remove their folders (benchmarks and
+    tests that start from nothing); a table that does not exist is skipped."""
+    catalog = open_catalog(config)
+    for name in names:
+        identifier = table_identifier(config, name)
+        if catalog.table_exists(identifier):
+            location = catalog.load_table(identifier).location()
+            catalog.purge_table(identifier)
+            shutil.rmtree(location.removeprefix("file://"), ignore_errors=True)
 
 
 def load_existing_table(config: Config, table: str) -> Table:

@@ -55,6 +55,7 @@ COMMANDS: dict[str, tuple[Callable[[list[str]], int], str]] = {
     "sql": (_job("jobs.sql"), "DuckDB SQL over the warehouse with seqlake's views and macros loaded (sql/)"),
     "maintain": (_job("jobs.maintain"), "expire snapshots, remove orphan files, vacuum landing, drop old detail"),
     "fsck": (_job("jobs.fsck"), "check every invariant of the history table's files and runs"),
+    "drop-run": (_job("jobs.drop_run"), "remove a damaged run from a history table so its windows can be rebuilt"),
     "bench-layout": (_job("jobs.bench_layout"), "measure candidate file layouts side by side (ratios to the default)"),
     "bench-ingest": (_job("jobs.bench_ingest"), "measure ingest cost for users with 0 and 10^5 prior events (ratio)"),
     "bench-reads": (_job("jobs.bench_reads"), "measure multi-user reads and the read cache side by side (ratios)"),

@@ -63,3 +63,10 @@ def table_name(text: str) -> str:
     if not _TABLE_NAME.fullmatch(text):
         raise argparse.ArgumentTypeError(f"{text!r} is not a table name (letters, digits and _; e.g. history)")
     return text
+
+
+def namespace_name(text: str) -> str:
+    """A catalog namespace: letters, digits and underscores, not a path or a dotted name."""
+    if not _TABLE_NAME.fullmatch(text):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a namespace name (letters, digits and _; e.g. bench)")
+    return text

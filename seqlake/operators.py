@@ -17,6 +17,9 @@ class MergeOperator:
     name: str
     sql: str  # Spark SQL aggregate over {col}; may use `lsn`
     types: frozenset[str] | None = None  # column types it applies to (None: any)
+    # True when the result can leave the input's range (a sum): compaction aggregates such a column
+    # in a wider type and quarantines groups whose result does not fit the declared one.
+    accumulates: bool = False
 
 
 INTEGER_TYPES = frozenset({"int8", "int16", "int32", "int64"})
@@ -25,11 +28,13 @@ NUMERIC_TYPES = INTEGER_TYPES | {"float32", "float64"}
 _OPERATORS: dict[str, MergeOperator] = {}
 
 
-def register_operator(name: str, sql: str, types: frozenset[str] | None = None) -> MergeOperator:
+def register_operator(
+    name: str, sql: str, types: frozenset[str] | None = None, *, accumulates: bool = False
+) -> MergeOperator:
     """Declare a merge operator, e.g. `register_operator("avg", "avg({col})", NUMERIC_TYPES)`."""
     if "{col}" not in sql:
         raise ConfigError(f"merge operator {name!r}: its SQL must use {{col}}, got {sql!r}")
-    operator = MergeOperator(name, sql, types)
+    operator = MergeOperator(name, sql, types, accumulates)
     _OPERATORS[name] = operator
     return operator
 
@@ -43,7 +48,7 @@ def get_operator(name: str) -> MergeOperator:
 
 register_operator("max", "max({col})")
 register_operator("min", "min({col})")
-register_operator("sum", "sum({col})", NUMERIC_TYPES)
+register_operator("sum", "sum({col})", NUMERIC_TYPES, accumulates=True)
 register_operator("count", "count({col})", INTEGER_TYPES)
 register_operator("bit_or", "bit_or({col})", INTEGER_TYPES)
 # first/last by arrival: the value of the earliest/latest event that carried one.

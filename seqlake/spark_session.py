@@ -81,6 +81,9 @@ def spark_conf(config: Config, master: str = "local[2]") -> dict[str, str]:
         # pyiceberg commits outside Spark; a cached table would serve a stale snapshot.
         f"{catalog}.cache-enabled": "false",
         "spark.sql.session.timeZone": "UTC",
+        # parquet-java checks the page CRCs seqlake's files carry (tableformat.page_checksums): a
+        # damaged page fails the read instead of turning into wrong rows. Iceberg's reader honours it.
+        "spark.hadoop.parquet.page.verify-checksum.enabled": "true",
         # Overflowing merges fail loudly on both engines (DuckDB's CAST does too), never wrap.
         "spark.sql.ansi.enabled": "true",
         # Python workers run seqlake's own code (mapInArrow writers): the same interpreter as here.

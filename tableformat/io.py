@@ -6,6 +6,8 @@ from __future__ import annotations
 import io
 import threading
 from collections import OrderedDict
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -156,6 +158,21 @@ def read_footer(handle: pa.NativeFile) -> pq.FileMetaData:
     return pq.read_metadata(pa.BufferReader(b"PAR1" + footer + tail))
 
 
+_verify = True  # page CRCs and footer digests checked; off only inside `unverified_reads`
+
+
+@contextmanager
+def unverified_reads() -> Iterator[None]:
+    """Reads in the block check neither page CRCs nor footer digests. Only the read benchmark uses it,
+    to measure what verification costs (`seqlake bench-reads`); every other read is verified."""
+    global _verify
+    _verify = False
+    try:
+        yield
+    finally:
+        _verify = True
+
+
 def load_footer(fs, footers: FooterCache, uri: str) -> pq.FileMetaData:
     """A file's parsed footer, from the cache or read with two exact reads and cached."""
     meta = footers.get(uri)
@@ -163,7 +180,8 @@ def load_footer(fs, footers: FooterCache, uri: str) -> pq.FileMetaData:
         from tableformat.verified import verified_file, verified_footer  # verified builds on this module
 
         with verified_file(fs, uri) as handle:
-            meta = verified_footer(handle, uri)  # checked against the layout digest the writer stored
+            # checked against the layout digest the writer stored
+            meta = verified_footer(handle, uri) if _verify else read_footer(handle)
         footers.put(uri, meta)
     return meta
 
@@ -178,7 +196,7 @@ def open_parquet(
         source,
         metadata=meta,
         pre_buffer=pre_buffer,
-        page_checksum_verification=True,
+        page_checksum_verification=_verify,
         read_dictionary=read_dictionary,
     )
 

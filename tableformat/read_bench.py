@@ -5,6 +5,9 @@ several sorted runs so that active users live in more than one run), then measur
 
   multi-user   `histories(reader, 256 users)` against 256 × `reader.read_user`: wall-time ratio,
                and opens, read calls and bytes counted through CountingFileSystem;
+  verification the same 256 `read_user` lookups with page checksums and footer digests checked (as
+               every seqlake read is) and without (`tableformat.io.unverified_reads`): wall-time
+               ratio, printed and not asserted;
   cache        a Zipf-skewed lookup workload (a serving tenant's selection) through `HistoryReader`
                and through `CachedHistoryReader` at each cache bound: hit rate, speed-up ratio. A
                bound of 0 caches no chunk, so its row shows what the per-snapshot file index alone
@@ -30,7 +33,7 @@ from seqlake.catalog import open_catalog, table_identifier
 from seqlake.config import Config, load_config
 from tableformat.bucketing import bucket_of
 from tableformat.cache import CachedHistoryReader, HistoryCache
-from tableformat.io import CountingFileSystem, FooterCache, IOStats, PlainFileSystem
+from tableformat.io import CountingFileSystem, FooterCache, IOStats, PlainFileSystem, unverified_reads
 from tableformat.layout import DEFAULT_POLICY
 from tableformat.multi_reader import histories
 from tableformat.reader import HistoryReader, Selection
@@ -188,6 +191,7 @@ class ReadBench:
     longest: int
     multi: list[dict] = field(default_factory=list)  # one per selection
     cache: list[dict] = field(default_factory=list)  # one per cache size
+    verification: dict = field(default_factory=dict)  # verified against unverified reads
     failures: list[str] = field(default_factory=list)
 
     @property
@@ -203,6 +207,7 @@ class ReadBench:
             "longest": self.longest,
             "multi": self.multi,
             "cache": self.cache,
+            "verification": self.verification,
             "failures": self.failures,
             "ok": self.ok,
         }
@@ -253,6 +258,31 @@ def measure_multi(
         **{f"{k}_ratio": loop_io[k] / max(1, multi_io[k]) for k in ("opens", "reads", "bytes")},
     }
     return row, failures
+
+
+def measure_verification(table, users: list[int], selection: Selection, repeats: int) -> tuple[dict, list[str]]:
+    """The `read_user` loop with verification (pages' CRCs, footers' digests) and without: times as the
+    median of interleaved repeats, each with a fresh reader (cold footers), identical results checked."""
+
+    def loop() -> list[pa.Table]:
+        reader = HistoryReader(table, PlainFileSystem())
+        return [reader.read_user(u, selection=selection) for u in users]
+
+    times: dict[str, list[float]] = {"verified": [], "unverified": []}
+    results: dict[str, list[pa.Table]] = {}
+    loop()  # warm-up: the operating system's page cache holds the files for both
+    for r in range(repeats):
+        for name in ("verified", "unverified") if r % 2 == 0 else ("unverified", "verified"):
+            if name == "verified":
+                elapsed, results[name] = _timed(loop)
+            else:
+                with unverified_reads():
+                    elapsed, results[name] = _timed(loop)
+            times[name].append(elapsed)
+    same = all(identical(a, b) for a, b in zip(results["verified"], results["unverified"], strict=True))
+    verified_s, unverified_s = float(np.median(times["verified"])), float(np.median(times["unverified"]))
+    row = {"users": len(users), "verified_s": verified_s, "unverified_s": unverified_s}
+    return row | {"cost_ratio": verified_s / unverified_s}, [] if same else ["verified reads differ from unverified"]
 
 
 def measure_cache(
@@ -331,6 +361,11 @@ def run_read_bench(
             row, failures = measure_multi(table, chosen, selection, repeats, max_workers)
             bench.multi.append({"selection": name, **row})
             bench.failures += failures
+        name, selection = next(iter(selections(config).items()))
+        say(f"verification: {multi_users} read_user lookups ({name}) with and without")
+        row, failures = measure_verification(table, chosen, selection, repeats)
+        bench.verification = {"selection": name, **row}
+        bench.failures += failures
         # The cache workload reads like a serving tenant: the first tenant's profile, if any.
         selection_name, selection = list(selections(config).items())[min(1, len(selections(config)) - 1)]
         say(f"cache: {lookups:,} Zipf lookups ({selection_name}), bounds {list(cache_bytes)} B")
@@ -357,6 +392,14 @@ def format_report(bench: ReadBench) -> str:
             f"| ×{row['speedup']:.1f} | {lo['opens']:,} → {mu['opens']:,} | {lo['reads']:,} → {mu['reads']:,} "
             f"| {lo['bytes'] / 2**20:,.1f} → {mu['bytes'] / 2**20:,.1f} MiB | ×{row['bytes_ratio']:.1f} |"
         )
+    if bench.verification:
+        v = bench.verification
+        lines += [
+            "",
+            f"Verification ({v['selection']}, {v['users']} read_user lookups, cold footers): "
+            f"{v['verified_s']:.3f} s verified (page checksums, footer digests), {v['unverified_s']:.3f} s "
+            f"without: cost ×{v['cost_ratio']:.2f}.",
+        ]
     lines += [
         "",
         "| selection | lookups (distinct users) | cache bound | HistoryReader, s | CachedHistoryReader, s | "

@@ -250,17 +250,27 @@ def test_empty_window_has_history_schema() -> None:
     assert result.schema.equals(history_arrow_schema(CONFIG), check_metadata=True)
 
 
-def test_sum_beyond_column_type_fails_instead_of_null() -> None:
-    """ANSI CAST, as Spark runs it: an int32 sum that overflows fails the window, never NULL."""
+def test_a_sum_beyond_its_column_type_is_left_out_never_null_or_wrapped() -> None:
+    """An int32 sum that overflows: the plain definition fails (ANSI CAST, as Spark runs it); the
+    rows compaction and fresh reads publish leave that group out and keep every other group."""
+    from pipelines.aggregation import aggregation_sql
+    from seqlake.duckdb_session import connect
+
     common = {column: None for column in CONFIG.column_types()}
     rows = [
         {**common, "event_id": f"e{i}", "user_id": 1, "feature_group": "engagement", "event_ts": BASE_TS,
-         "source_partition": 0, "lsn": i, "arrival_ts": BASE_TS, "window_id": 0, "item_id": 1,
-         "impression_count": 2**31 - 1}
-        for i in range(2)
+         "source_partition": 0, "lsn": i, "arrival_ts": BASE_TS, "window_id": 0, "item_id": item,
+         "impression_count": count}
+        for i, (item, count) in enumerate([(1, 2**31 - 1), (1, 2**31 - 1), (2, 5), (2, 6)])
     ]  # fmt: skip
-    with pytest.raises(duckdb.ConversionException, match="out of range"):
-        aggregate_window_local(CONFIG, _landing(CONFIG, rows))
+    landing = _landing(CONFIG, rows)
+    with connect(extensions=()) as con, pytest.raises(duckdb.ConversionException, match="out of range"):
+        con.register("events", landing)
+        con.execute(aggregation_sql(CONFIG, "events", "duckdb")).fetchall()
+    published = aggregate_window_local(CONFIG, landing)
+    assert published.select(["item_id", "impression_count", "event_count"]).to_pylist() == [
+        {"item_id": 2, "impression_count": 11, "event_count": 2}
+    ]
 
 
 def _aggregate_batch(config: Config, landing: pa.Table) -> list[dict]:

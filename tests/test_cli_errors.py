@@ -84,6 +84,28 @@ CASES = {
     "sql: a write": (["sql", "--query", "COPY history TO 'x.csv'"], "the session is read-only"),
     "bench-reads: NaN exponent": (["bench-reads", "--zipf", "nan"], "must be a finite number"),
     "bench-layout: zero users": (["bench-layout", "--users", "0"], "--users: must be an integer >= 1"),
+    "compact: negative window": (["compact", "--window", "-1"], "--window: must be an integer >= 0"),
+    "compact: window beyond int64": (["compact", "--window", BIG], "--window: must be an integer"),
+    "compact: unknown engine": (["compact", "--engine", "gpu"], "invalid choice"),
+    "compact: from detail without windows": (["compact", "--from-detail"], "--from-detail needs the windows"),
+    "drop-run: a path as run": (["drop-run", "--run", "../w1"], "is not a run id"),
+    "drop-run: a table without the history schema": (
+        ["drop-run", "--table", "raw_events", "--run", "w1"],
+        "is not a seqlake history table",
+    ),
+    "drop-run: an unknown run": (["drop-run", "--run", "w7"], "run w7 is not a live run"),
+    "demo: a missing configuration": (["demo", "--config", "{tmp}/none.yaml"], "cannot read configuration"),
+    "bench-ingest: a path as namespace": (["bench-ingest", "--namespace", "../x"], "is not a namespace name"),
+    "bench-ingest: zero users": (["bench-ingest", "--users", "0"], "--users: must be an integer >= 1"),
+    "maintain: a negative retention": (["maintain", "--snapshot-retention-hours", "-3"], "-3 is negative"),
+    "bench-merge: too few windows": (["bench-merge", "--windows", "0"], "--windows: must be an integer >= 2"),
+    "init: a folder that cannot exist": (["init", "/proc/nope/x"], "cannot write the starter configuration"),
+    "bench-compact: negative seed": (["bench-compact", "--seed", "-1"], "--seed: must be an integer >= 0"),
+    "bench-compact: a dotted namespace": (["bench-compact", "--namespace", "a.b"], "is not a namespace name"),
+    "bench-compact: unknown scale": (["bench-compact", "--scale", "huge"], "invalid choice"),
+    "bench-peers: unknown scale": (["bench-peers", "--scale", "huge"], "invalid choice"),
+    "bench-samples: seed beyond int64": (["bench-samples", "--seed", BIG], "--seed: must be an integer"),
+    "bench-samples: unknown scale": (["bench-samples", "--scale", "huge"], "invalid choice"),
     "unknown command": (["frobnicate"], "unknown command 'frobnicate'"),
     "config: true as an integer": (["history", "--user", "1", "--config", "{bad:layout.bucket_count=true}"], "= True"),
     "config: a quoted integer": (["fsck", "--config", "{bad:layout.window_seconds='3600'}"], "= '3600'"),
@@ -140,3 +162,9 @@ def test_a_damaged_catalog_file_is_one_line(tmp_path):
     assert done.stderr.strip() == (
         f"seqlake history: error: cannot open the catalog sqlite:///{root}/catalog.db: file is not a database"
     )
+
+
+def test_every_command_has_a_hostile_case():
+    from seqlake.cli import COMMANDS
+
+    assert set(COMMANDS) <= {args[0] for args, _ in CASES.values()}

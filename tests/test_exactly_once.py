@@ -313,7 +313,7 @@ def test_killed_compaction_reruns_to_the_clean_result(spark, stream, point):
 
 
 def test_two_jobs_racing_on_one_window_publish_it_once(spark, stream, monkeypatch):
-    import pipelines.compaction as compaction
+    import pipelines.spark_history as spark_history
 
     config = stream.config
     drop_history(config)
@@ -321,14 +321,14 @@ def test_two_jobs_racing_on_one_window_publish_it_once(spark, stream, monkeypatc
     # Both jobs get past the "already published?" check and write their files before either
     # commits: the race is certain, not left to the scheduler.
     barrier = threading.Barrier(2, timeout=300)
-    write = compaction.write_run_with_spark
+    write = spark_history.write_run_with_spark
 
     def write_then_wait(*args, **kwargs):
         files = write(*args, **kwargs)
         barrier.wait()
         return files
 
-    monkeypatch.setattr(compaction, "write_run_with_spark", write_then_wait)
+    monkeypatch.setattr(spark_history, "write_run_with_spark", write_then_wait)
     results: list = [None, None]
 
     def job(i: int) -> None:

@@ -22,6 +22,7 @@ from pipelines.aggregation import aggregation_sql, dedupe_sql
 from pipelines.local_compaction import SORT_COLUMNS, aggregate_window_local
 from pipelines.parse import landing_schema
 from seqlake.config import Config, parse_config
+from seqlake.duckdb_session import connect
 from tableformat.schema import history_arrow_schema
 from tests.conftest import make_config
 
@@ -244,15 +245,18 @@ def test_shared_column_merges_with_each_groups_operator(spark) -> None:
 
 
 def test_overflow_fails_on_both_engines(spark) -> None:
-    """An int32 sum beyond the column type fails (ANSI CAST) on Spark and on DuckDB, never NULL."""
+    """An int32 sum beyond the column type fails the plain definition (ANSI CAST) on Spark and on
+    DuckDB, never NULL; the rows compaction publishes leave the group out (it is quarantined)."""
     config = tiny_config("int32", "sum")
     landing = _table(
         [event("a", "clicks", 10, 0, 1, 2**31 - 1), event("b", "clicks", 10, 0, 2, 1)], landing_schema(config)
     )
     with pytest.raises(Exception, match="CAST_OVERFLOW"):
         _spark_aggregate(spark, config, landing).collect()
-    with pytest.raises(duckdb.ConversionException, match="out of range"):
-        aggregate_window_local(config, landing)
+    with connect(extensions=()) as con, pytest.raises(duckdb.ConversionException, match="out of range"):
+        con.register("events", landing)
+        con.execute(aggregation_sql(config, "events", "duckdb")).fetchall()
+    assert aggregate_window_local(config, landing).num_rows == 0
 
 
 # -- Spark / DuckDB parity on random windows of the default configuration ---------------------------

@@ -177,6 +177,7 @@ def test_bench_reads_at_small_size(measurement):
     report = format_report(bench)
     assert bench.ok, bench.failures
     assert bench.multi and bench.cache
+    assert bench.verification["cost_ratio"] > 0 and "Verification (" in report  # printed, not a target
     for row in bench.multi:
         assert row["multi_io"]["opens"] < row["loop_io"]["opens"]
         assert row["multi_io"]["reads"] < row["loop_io"]["reads"]

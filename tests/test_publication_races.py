@@ -20,7 +20,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pipelines import compaction
+from pipelines import compaction, spark_history
 from pipelines.compaction import (
     CRASH_POINTS,
     SimulatedCrash,
@@ -210,7 +210,7 @@ def test_a_merge_that_loses_to_a_publication_gives_up_and_removes_its_files(spar
     windows = closed_unpublished(lake, end_of_stream=True)
     for window in windows[:3]:
         compact_window(spark, lake.config, lake.paths, window)  # 3 runs > max_runs: a merge is due
-    original = compaction.write_run_with_spark
+    original = spark_history.write_run_with_spark
 
     def publish_during_merge(rows, table, config, run_id):
         files = original(rows, table, config, run_id)
@@ -218,9 +218,9 @@ def test_a_merge_that_loses_to_a_publication_gives_up_and_removes_its_files(spar
             compact_window(spark, lake.config, lake.paths, windows[3])
         return files
 
-    monkeypatch.setattr(compaction, "write_run_with_spark", publish_during_merge)
+    monkeypatch.setattr(spark_history, "write_run_with_spark", publish_during_merge)
     assert merge_runs_if_needed(spark, lake.config) is None
-    monkeypatch.setattr(compaction, "write_run_with_spark", original)
+    monkeypatch.setattr(spark_history, "write_run_with_spark", original)
     assert files_on_disk(lake) <= referenced_files(lake)
     assert merge_runs_if_needed(spark, lake.config) is not None
     compact_all(spark, lake)

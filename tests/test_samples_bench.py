@@ -36,6 +36,7 @@ def test_small_bench_answers_agree(tmp_path, measurement):
         assert tenant["requests"] > 0
         assert tenant["samples"] == tenant["matched"] == tenant["requests"] == tenant["fatrow_rows"]
         assert tenant["checksum_failures"] == 0
+        assert tenant["stream_samples"] == tenant["samples"]
         assert tenant["spark_samples"] == tenant["samples"] and tenant["spark_differences"] == 0
         assert tenant["spark_checksum_failures"] == 0
         # Late events make a replay by event time alone differ from what inference saw.

@@ -503,8 +503,8 @@ def test_table_storage(session, small):
     history_live = file_sizes(tables / "history" / "data", live)
     assert got == {
         "history": ("iceberg", 6, 5443, history_live, 6, file_sizes(tables / "history" / "data") - history_live),
-        # One file per window and user bucket.
-        "history_detail": ("iceberg", 9, 14, file_sizes(tables / "history_detail" / "data"), 0, 0),
+        # One file per window.
+        "history_detail": ("iceberg", 3, 14, file_sizes(tables / "history_detail" / "data"), 0, 0),
         "raw_events": ("iceberg", 4, 21, file_sizes(tables / "raw_events" / "data"), 0, 0),
         "landing_events": ("delta", 4, 18, file_sizes(root / "landing" / "events"), 0, 0),
         "quarantine": ("delta", 2, 3, file_sizes(root / "landing" / "quarantine"), 0, 0),
@@ -517,7 +517,7 @@ def test_table_storage(session, small):
         (
             "other tables",
             ["history_detail", "landing_events", "quarantine", "raw_events"],
-            19,
+            13,
             56,
             other_bytes,
             round(100 * other_bytes / (history_live + other_bytes), 1),

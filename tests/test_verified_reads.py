@@ -21,7 +21,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
-from tableformat.io import read_footer
+from tableformat.io import open_parquet, read_footer, unverified_reads
 from tableformat.reader import Selection
 from tableformat.verified import DAMAGE, CorruptFileError, open_verified, read_verified, verified_file, verified_footer
 from tableformat.writer import open_output
@@ -101,6 +101,30 @@ def test_pages_are_written_with_checksums(history_file):
         path.write_bytes(bytes(damaged))
         with pytest.raises(CorruptFileError, match="corrupt page \\(checksum mismatch\\)"):
             read_verified(str(path))
+    finally:
+        path.write_bytes(original)
+
+
+def test_the_benchmark_control_reads_without_verification(history_file):
+    # `unverified_reads` (the read benchmark's control) really skips the page checks: the same flip
+    # that the readers' `open_parquet` refuses decodes without an error inside it.
+    _, path = history_file
+    meta = pq.read_metadata(path)
+    chunk = meta.row_group(0).column(meta.schema.to_arrow_schema().get_field_index("item_id"))
+    original = path.read_bytes()
+    damaged = bytearray(original)
+    damaged[chunk.data_page_offset + chunk.total_compressed_size - 2] ^= 0x01
+    try:
+        path.write_bytes(bytes(damaged))
+        with pytest.raises(OSError, match="CRC checksum"):
+            open_parquet(str(path)).read_row_group(0)
+        with unverified_reads():
+            try:
+                open_parquet(str(path)).read_row_group(0)
+            except DAMAGE as error:  # the flip may still fail to decompress, but no CRC was checked
+                assert "CRC" not in str(error)
+        with pytest.raises(OSError, match="CRC checksum"):
+            open_parquet(str(path)).read_row_group(0)  # on again after the block
     finally:
         path.write_bytes(original)
 

@@ -3,8 +3,8 @@
 Pointers are read bucket by bucket (the training table shares history's bucket(N, user_id)), in
 batches; each batch reads its users' history once per user, with the tenant's feature groups and
 columns and the union of the batch's time ranges pushed down to storage, and the open windows' detail
-events once per batch. The batch is then rebuilt and verified by one DuckDB plan over those Arrow
-tables (`reconstruction_sql`: a join, a window rank, a grouped aggregation, the checksum over the
+events once per batch. The batch is then rebuilt and verified by two DuckDB queries over those Arrow
+tables (`BatchPlan`: a join, a window rank, a grouped aggregation, the checksum over the
 list columns), with no Python per pointer. `PrefetchingIterator` rebuilds the next batch while the
 caller consumes the current one.
 """
@@ -134,7 +134,7 @@ class Reconstruction:
         # Neighbours share packed row groups: the cache decodes each column chunk once for all of them.
         self.reader = CachedHistoryReader(history, filesystem=self.fs)
         self.batch_rows = batch_rows
-        self.sql = reconstruction_sql(config, tenant, mode)  # planned once, run per batch
+        self.plan = BatchPlan.of(config, tenant, mode)  # planned once, run per batch
 
     def batches(self) -> Iterator[SampleBatch]:
         # Pointers are not history: their bytes are not counted in the tenant's reads.
@@ -145,7 +145,7 @@ class Reconstruction:
         """The batch's sequences, rebuilt and verified in one DuckDB plan over Arrow."""
         history = stack_users(self._history_rows(pointers), self.reader, self.tenant)
         events = self._open_window_events(pointers) if self.mode == "lsn" else None
-        return rebuild_batch(self.config, self.tenant, self.mode, pointers, history, events, self.sql)
+        return rebuild_batch(self.config, self.tenant, self.mode, pointers, history, events, self.plan)
 
     def _ranged_histories(self, selections: dict[int, Selection]) -> dict[int, pa.Table]:
         """Each user's rows in its own selection: one multi-user read over the union of the ranges
@@ -217,20 +217,53 @@ def rebuild_batch(
     pointers: pa.Table,
     history: pa.Table,
     events: pa.Table | None,
-    sql: str | None = None,
+    plan: BatchPlan | None = None,
 ) -> SampleBatch:
     """Rebuild and verify a batch of pointers (training rows) from their users' history rows
-    (`user_id` plus the tenant's read columns) and, in LSN mode, the open windows' detail events."""
-    pointers = pointers.append_column("_pos", pa.array(np.arange(pointers.num_rows, dtype=np.int64)))
+    (`user_id` plus the tenant's read columns) and, in LSN mode, the open windows' detail events.
+
+    The plan's first query gathers every row a sequence may hold once (history rows, rebuilt open
+    window rows, fragment rows) with its checksum text; the second ranks and orders narrow keys
+    only; Arrow then gathers the rows in sequence order, cuts the list columns by offsets (no copy
+    of the values) and the checksums are hashed over the lists of texts (no sort)."""
+    plan = plan or BatchPlan.of(config, tenant, mode)
+    positions = pa.array(np.arange(pointers.num_rows, dtype=np.int64))
     with connect(extensions=()) as con:
-        con.register("_pointers", pointers)
+        con.register("_pointers", pointers.append_column("_pos", positions))
         con.register("_history", history)
         if mode == "lsn":
             con.register("_events", events)
-        result = con.execute(sql or reconstruction_sql(config, tenant, mode)).to_arrow_table()
-    assembled = result.select(sequence_table_schema(tenant).names).cast(sequence_table_schema(tenant))
-    ok = pc.is_null(result["reason"])
-    failed = result.filter(pc.invert(ok))
+        payload = con.execute(plan.payload_sql).to_arrow_table()
+        payload = payload.combine_chunks().append_column("_pid", pa.array(np.arange(payload.num_rows, dtype=np.int64)))
+        con.register("_payload", payload)
+        order = con.execute(plan.order_sql).to_arrow_table()
+        flat = payload.select([*tenant.model_columns, "_text"]).take(order["_pid"].combine_chunks())
+        flat = flat.append_column("_pos", order["_pos"])
+        counts = np.bincount(flat["_pos"].to_numpy(), minlength=pointers.num_rows).astype(np.int32)
+        offsets = pa.array(np.concatenate([[0], np.cumsum(counts, dtype=np.int64)]).astype(np.int32))
+        texts = flat["_text"].combine_chunks()
+        if texts.nbytes >= 2**31 - 1:
+            texts = texts.cast(pa.large_string())
+        checked = pa.table(
+            {
+                "_texts": pa.ListArray.from_arrays(offsets, texts),
+                "length": pointers["length"],
+                "checksum": pointers["checksum"],
+                "actual_length": pa.array(counts),
+            }
+        )
+        con.register("_checked", checked)
+        verdict = con.execute(_verdict_sql()).to_arrow_table()
+    seq = sequence_table_schema(tenant)
+    columns = {name: pointers[name] for name in REQUEST_COLUMNS}
+    for name in tenant.model_columns:
+        values = flat[name].combine_chunks()
+        columns[f"{SEQUENCE}{name}"] = pa.ListArray.from_arrays(offsets, values)
+    assembled = pa.table(columns).cast(seq)
+    ok = pc.is_null(verdict["reason"])
+    failed = pa.table(
+        {**{n: pointers[n] for n in ("request_id", "user_id")}, **{n: verdict[n] for n in verdict.column_names}}
+    ).filter(pc.invert(ok))
     quarantined = pa.table(
         {
             "tenant": pa.repeat(pa.scalar(tenant.name), failed.num_rows),
@@ -241,6 +274,17 @@ def rebuild_batch(
         }
     ).cast(QUARANTINE_SCHEMA)
     return SampleBatch(assembled.filter(ok), quarantined, assembled)
+
+
+def _verdict_sql() -> str:
+    """Each sequence's checksum over its list of row texts, compared with the captured one."""
+    actual = digest_sql("array_to_string(_texts, '')", "duckdb")
+    reason = reason_sql("actual_length", "length", "_actual_checksum", "checksum")
+    return (
+        f"SELECT {reason} AS reason, lower(hex(checksum)) AS expected_checksum, "
+        "lower(hex(_actual_checksum)) AS actual_checksum, length AS expected_length, actual_length "
+        f"FROM (SELECT *, {actual} AS _actual_checksum FROM _checked)"
+    )
 
 
 def stack_users(per_user: dict[int, pa.Table], reader: HistoryReader, tenant: Tenant) -> pa.Table:
@@ -257,78 +301,107 @@ def stack_users(per_user: dict[int, pa.Table], reader: HistoryReader, tenant: Te
     return pa.concat_tables(parts, promote_options="permissive")
 
 
-def reconstruction_sql(config: Config, tenant: Tenant, mode: Mode) -> str:
-    """The batch plan: candidates (visible history, the open window rebuilt from detail in LSN mode)
-    filtered to each pointer's range and before its fragment, the newest `length - W` kept by rank,
-    the fragment appended, list columns per request, verified. One output row per pointer, in order.
+@dataclass(frozen=True)
+class BatchPlan:
+    """The two queries of a batch (see `rebuild_batch`), planned once per tenant and mode."""
+
+    payload_sql: str
+    order_sql: str
+
+    @classmethod
+    def of(cls, config: Config, tenant: Tenant, mode: Mode) -> BatchPlan:
+        return cls(payload_sql(config, tenant, mode), order_sql(tenant, mode))
+
+
+# Payload kinds: a published history row, an open-window row rebuilt for one request, a fragment row.
+HISTORY, REBUILT, FRAGMENT_ROW = 0, 1, 2
+
+
+def payload_sql(config: Config, tenant: Tenant, mode: Mode) -> str:
+    """Every row a batch's sequences may hold, once, with its checksum text (`_text`) and `_kind`:
+    the tenant's history rows (a user's requests share most of them: their text is computed once),
+    in LSN mode the open window rebuilt from detail as of each request's bound (`_pos` set), and
+    each request's fragment rows (`_pos` and `_ord`, their order in the fragment, set).
 
     Inputs: `_pointers` (training rows plus `_pos`), `_history` (the users' history rows),
     `_events` (LSN mode: the open windows' detail events)."""
     model = tenant.model_columns
     groups = ", ".join(sql_literal(g) for g in tenant.feature_groups)
     keys = ", ".join(dict.fromkeys([*model, *ORDER_KEYS]))
-    history_keys = ", ".join(f"h.{c}" for c in dict.fromkeys([*model, *ORDER_KEYS]))
+    text = row_text_sql(tenant.schema, model, "duckdb")
+    parts = [
+        f"SELECT {HISTORY} AS _kind, user_id, window_id, {keys}, {text} AS _text "
+        f"FROM _history WHERE feature_group IN ({groups})"
+    ]
+    if mode == "lsn":
+        rebuilt = aggregation_sql(config, "_visible_events", "duckdb", group_by_extra=("_pos",))
+        parts.append(
+            f"SELECT {REBUILT} AS _kind, _pos, {keys}, {text} AS _text FROM ({rebuilt}) "
+            f"WHERE feature_group IN ({groups})"
+        )
+    unnested = ", ".join(f"unnest({FRAGMENT}{c}) AS {c}" for c in model)
+    fragment = f"SELECT _pos, unnest(range(len({FRAGMENT}event_ts))) AS _ord, {unnested} FROM _pointers"
+    parts.append(f"SELECT {FRAGMENT_ROW} AS _kind, _pos, _ord, {', '.join(model)}, {text} AS _text FROM ({fragment})")
+    ctes = ""
+    if mode == "lsn":
+        ctes = (
+            f"WITH {_BOUNDS}, _visible_events AS (SELECT b._pos, e.* FROM _events AS e JOIN _bounds AS b "
+            "ON e.user_id = b.user_id AND e.window_id = b.window_id "
+            "AND e.source_partition = b.source_partition AND e.lsn <= b.lsn_bound) "
+        )
+    return ctes + " UNION ALL BY NAME ".join(parts)
+
+
+_BOUNDS = (
+    "_bounds AS (SELECT _pos, user_id, open_window AS window_id, "
+    "unnest(map_keys(lsn_bound)) AS source_partition, unnest(map_values(lsn_bound)) AS lsn_bound "
+    "FROM _pointers)"
+)
+
+
+def order_sql(tenant: Tenant, mode: Mode) -> str:
+    """Narrow keys only: for each request (`_pos`), the payload rows (`_pid`) of its sequence in
+    order. Candidates (history visible under the bound outside the open window, and the request's
+    rebuilt open window in LSN mode) in the request's range and before its fragment; the newest
+    `length - W` kept by rank; then the fragment.
+
+    Inputs: `_pointers`, `_payload` (what `payload_sql` returned, plus `_pid`)."""
+    groups = ", ".join(sql_literal(g) for g in tenant.feature_groups)
     ctes = []
     if mode == "lsn":
+        ctes.append(_BOUNDS)
         ctes.append(
-            "_bounds AS (SELECT _pos, user_id, open_window AS window_id, "
-            "unnest(map_keys(lsn_bound)) AS source_partition, unnest(map_values(lsn_bound)) AS lsn_bound "
-            "FROM _pointers)"
-        )
-        ctes.append(
-            "_visible_events AS (SELECT b._pos, e.* FROM _events AS e JOIN _bounds AS b "
-            "ON e.user_id = b.user_id AND e.window_id = b.window_id "
-            "AND e.source_partition = b.source_partition AND e.lsn <= b.lsn_bound)"
-        )
-        rebuilt = aggregation_sql(config, "_visible_events", "duckdb", group_by_extra=("_pos",))
-        # Published rows under the bound (the open window excluded), then the open window as of the bound.
-        ctes.append(
-            f"_candidates AS (SELECT b._pos, {history_keys} "
-            "FROM _history AS h JOIN _bounds AS b ON h.user_id = b.user_id AND h.source_partition = b.source_partition "
-            f"WHERE h.window_id <> b.window_id AND h.lsn <= b.lsn_bound "
-            f"UNION ALL BY NAME SELECT _pos, {keys} FROM ({rebuilt}))"
+            "_candidates AS (SELECT b._pos, h._pid, h.feature_group, h.event_ts, h.lsn, h.source_partition "
+            "FROM _payload AS h JOIN _bounds AS b ON h.user_id = b.user_id AND h.source_partition = b.source_partition "
+            f"WHERE h._kind = {HISTORY} AND h.window_id <> b.window_id AND h.lsn <= b.lsn_bound "
+            "UNION ALL SELECT _pos, _pid, feature_group, event_ts, lsn, source_partition FROM _payload "
+            f"WHERE _kind = {REBUILT})"
         )
         older = (
             "(c.event_ts < p.fragment_start_ts OR (c.event_ts = p.fragment_start_ts AND (c.lsn < p.fragment_start_lsn "
             "OR (c.lsn = p.fragment_start_lsn AND c.source_partition < p.fragment_start_partition))))"
         )
-        keep = f"QUALIFY _rank <= p.length - len(p.{FRAGMENT}event_ts)"
+        keep = "QUALIFY _rank <= p._need"
     else:
         ctes.append(
-            f"_candidates AS (SELECT p._pos, {history_keys} FROM _history AS h JOIN _pointers AS p USING (user_id))"
+            "_candidates AS (SELECT p._pos, h._pid, h.feature_group, h.event_ts, h.lsn, h.source_partition "
+            f"FROM _payload AS h JOIN _pointers AS p USING (user_id) WHERE h._kind = {HISTORY})"
         )
         older = "c.event_ts < p.fragment_start_ts"
         keep = ""
     ctes.append(
-        f"_kept AS (SELECT c.*, row_number() OVER (PARTITION BY c._pos ORDER BY {_newest_first()}) AS _rank "
-        "FROM _candidates AS c JOIN _pointers AS p USING (_pos) "
+        "_needs AS (SELECT _pos, range_start, range_end, fragment_start_ts, fragment_start_lsn, "
+        f"fragment_start_partition, length - len({FRAGMENT}event_ts) AS _need FROM _pointers)"
+    )
+    ctes.append(
+        f"_kept AS (SELECT c._pos, c._pid, row_number() OVER (PARTITION BY c._pos ORDER BY {_newest_first()}) "
+        "AS _rank FROM _candidates AS c JOIN _needs AS p USING (_pos) "
         f"WHERE c.feature_group IN ({groups}) AND c.event_ts BETWEEN p.range_start AND p.range_end "
         f"AND (p.fragment_start_ts IS NULL OR {older}) {keep})"
     )
-    unnested = ", ".join(f"unnest({FRAGMENT}{c}) AS {c}" for c in model)
-    ctes.append(
-        f"_rows AS (SELECT _pos, 0 AS _part, -_rank AS _ord, {', '.join(model)} FROM _kept "
-        f"UNION ALL SELECT _pos, 1, unnest(range(len({FRAGMENT}event_ts))), {unnested} FROM _pointers)"
-    )
-    # One ordered aggregation per request (rows as structs with their checksum text), then one list
-    # per column: a single sort instead of one per list column.
-    fields = ", ".join([f"'_text': {row_text_sql(tenant.schema, model, 'duckdb')}", *(f"'{c}': {c}" for c in model)])
-    ctes.append(f"_lists AS (SELECT _pos, list({{{fields}}} ORDER BY _part, _ord) AS _r FROM _rows GROUP BY _pos)")
-    seq = [f"{SEQUENCE}{c}" for c in model]
-    unpacked = ", ".join(
-        f"list_transform(coalesce(l._r, []), lambda r: r.{c}) AS {s}" for c, s in zip(model, seq, strict=True)
-    )
-    text = "array_to_string(list_transform(coalesce(l._r, []), lambda r: r._text), '')"
-    ctes.append(
-        f"_checked AS (SELECT p.*, {unpacked}, {digest_sql(text, 'duckdb')} AS _actual_checksum, "
-        "len(coalesce(l._r, [])) AS actual_length FROM _pointers AS p LEFT JOIN _lists AS l USING (_pos))"
-    )
-    reason = reason_sql("actual_length", "length", "_actual_checksum", "checksum")
     return (
-        f"WITH {', '.join(ctes)} SELECT {', '.join(REQUEST_COLUMNS)}, {', '.join(seq)}, "
-        f"{reason} AS reason, lower(hex(checksum)) AS expected_checksum, "
-        "lower(hex(_actual_checksum)) AS actual_checksum, length AS expected_length, actual_length "
-        "FROM _checked ORDER BY _pos"
+        f"WITH {', '.join(ctes)} SELECT _pos, _pid FROM (SELECT _pos, 0 AS _part, -_rank AS _ord, _pid FROM _kept "
+        f"UNION ALL SELECT _pos, 1, _ord, _pid FROM _payload WHERE _kind = {FRAGMENT_ROW}) ORDER BY _pos, _part, _ord"
     )
 
 

@@ -20,7 +20,7 @@ import pyarrow as pa
 from pyarrow.fs import FileType
 from pyiceberg.table import Table
 
-from pipelines.aggregation import aggregation_sql, dedupe_sql
+from pipelines.aggregation import dedupe_sql, publishable_rows_sql
 from pipelines.compaction import published_frontier, published_windows
 from pipelines.landing import LandingPaths
 from pipelines.parse import landing_schema
@@ -112,7 +112,7 @@ class ViewSnapshot:
                 f"AND d.window_id >= e.window_id - {int(retention)})"
             )
         names = history_arrow_schema(self.config).names
-        sql = aggregation_sql(self.config, "_user_events", "duckdb", group_by_extra=("window_id",))
+        sql = publishable_rows_sql(self.config, "_user_events", "duckdb", group_by_extra=("window_id",))
         rows = con.execute(f"SELECT {', '.join(names)} FROM ({sql})").to_arrow_table()
         return rows.cast(history_arrow_schema(self.config))
 

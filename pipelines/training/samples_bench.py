@@ -27,7 +27,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pipelines.compaction import history_tables
+from pipelines.duckdb_compaction import write_history_run
 from pipelines.landing import landing_paths
+from pipelines.training.arrow_reconstruct import Reconstruction, sample_batches
 from pipelines.training.capture import Request, capture_requests, fat_rows, training_rows
 from pipelines.training.materialize import fatrow_match, read_fatrows_pyarrow, write_arrow_samples
 from pipelines.training.online_view import ViewSnapshot
@@ -46,8 +48,7 @@ from seqlake.config import Config
 from seqlake.duckdb_session import connect, sql_literal
 from tableformat.bucketing import bucket_of
 from tableformat.reader import HistoryReader
-from tableformat.registry import RunRecord, commit_runs, history_file_uri, live_runs
-from tableformat.run_writer import write_run
+from tableformat.registry import RunRecord, commit_runs, live_runs, published_frontier
 from tableformat.schema import history_arrow_schema
 from tableformat.synthetic import column_values
 
@@ -76,7 +77,9 @@ class TenantResult:
     tenant: str
     requests: int
     capture_seconds: float
-    samples_seconds: float
+    samples_seconds: float  # the samples job: rebuilt, verified and written to samples_<tenant>
+    stream_seconds: float  # what a trainer reads: rebuilt, verified Arrow batches, nothing written
+    stream_samples: int
     samples: int
     checksum_failures: int
     matched: int
@@ -97,7 +100,8 @@ class TenantResult:
         spark_ok = self.spark_samples is None or (
             self.spark_samples == self.samples and self.spark_differences == 0 and self.spark_checksum_failures == 0
         )
-        return self.matched == self.requests == self.samples == self.fatrow_rows and spark_ok
+        counts = self.matched == self.requests == self.samples == self.stream_samples == self.fatrow_rows
+        return counts and spark_ok
 
 
 @dataclass
@@ -168,30 +172,15 @@ def history_rows(config: Config, scale: Scale, day_start_us: int, seed: int) -> 
 
 def publish(history, config: Config, rows: pa.Table, run_id: str, windows: list[int], replaces=()) -> None:
     """Write `rows` (bucket-ordered) as one sorted run and commit it with the LSN frontier."""
-    files = write_run(
-        rows.to_batches(max_chunksize=65_536),
-        file_uri=lambda bucket: history_file_uri(history.location(), run_id, bucket),
-        schema=history_arrow_schema(config),
-        run_id=run_id,
-        bucket_count=config.layout.bucket_count,
-        group_order=list(config.feature_groups),
-    )
+    files = write_history_run(history, config, run_id, rows)
     frontier = rows.group_by("source_partition").aggregate([("lsn", "max")])
-    previous = json.loads(_frontier_property(history) or "{}")
+    previous = {str(k): v for k, v in published_frontier(history).items()}
     for partition, lsn in zip(frontier["source_partition"].to_pylist(), frontier["lsn_max"].to_pylist(), strict=True):
         previous[str(partition)] = max(previous.get(str(partition), -1), lsn)
     record = RunRecord(run_id, "merge" if replaces else "window", windows, len(files), rows.num_rows)
     properties = {"seqlake.frontier": json.dumps(dict(sorted(previous.items())))}
     commit_runs(history, [(record, files)], replaces=replaces, snapshot_properties=properties)
     history.refresh()
-
-
-def _frontier_property(history) -> str | None:
-    for snapshot in sorted(history.snapshots(), key=lambda s: s.sequence_number, reverse=True):
-        raw = snapshot.summary.additional_properties.get("seqlake.frontier") if snapshot.summary else None
-        if raw:
-            return raw
-    return None
 
 
 def request_hours(users: np.ndarray, k: int, seed: int) -> dict[int, list[int]]:
@@ -324,6 +313,7 @@ def _measure_tenant(config: Config, tenant: Tenant, capture_seconds: float, spar
     result = write_arrow_samples(config, tenant, "lsn", compare=False)
     samples_seconds = time.perf_counter() - started
     matched = fatrow_match(config, tenant, samples_table=samples_table_name(tenant))
+    stream_seconds, stream_samples = _stream(config, tenant)
     time_only = write_arrow_samples(config, tenant, "time")
     log(f"{tenant.name}: fat-row reads")
     pyarrow_seconds, fat_rows_read = read_fatrows_pyarrow(config, tenant)
@@ -333,6 +323,8 @@ def _measure_tenant(config: Config, tenant: Tenant, capture_seconds: float, spar
         requests=result.requests,
         capture_seconds=round(capture_seconds, 3),
         samples_seconds=round(samples_seconds, 3),
+        stream_seconds=round(stream_seconds, 3),
+        stream_samples=stream_samples,
         samples=result.samples,
         checksum_failures=result.quarantined,
         matched=matched,
@@ -364,6 +356,16 @@ def _measure_tenant(config: Config, tenant: Tenant, capture_seconds: float, spar
     )
 
 
+def _stream(config: Config, tenant: Tenant) -> tuple[float, int]:
+    """Seconds to consume the tenant's verified samples as Arrow batches (a trainer's read), and how many."""
+    history, detail = history_tables(config)
+    training = load_existing_table(config, training_table_name(tenant))
+    started = time.perf_counter()
+    with sample_batches(Reconstruction(config, tenant, training, history, detail)) as batches:
+        samples = sum(batch.num_rows for batch in batches)
+    return time.perf_counter() - started, samples
+
+
 def _ratio(a: float | None, b: float | None) -> str:
     return "-" if a is None or not b else f"{a / b:.2f}"
 
@@ -380,7 +382,10 @@ def format_report(bench: SamplesBench) -> str:
     ]
     for t in bench.tenants:
         storage = (t.training_bytes + bench.history_bytes + bench.detail_bytes) / max(t.fatrow_bytes, 1)
-        rows = [("in-process", t.samples_seconds, t.samples, t.matched, t.checksum_failures)]
+        rows = [
+            ("in-process", t.samples_seconds, t.samples, t.matched, t.checksum_failures),
+            ("in-process stream", t.stream_seconds, t.stream_samples, t.matched, t.checksum_failures),
+        ]
         if t.spark_seconds is not None:
             same = t.spark_samples - (t.spark_differences or 0)
             rows.append(("spark", t.spark_seconds, t.spark_samples, same, t.spark_checksum_failures))
@@ -395,7 +400,8 @@ def format_report(bench: SamplesBench) -> str:
     for t in bench.tenants:
         spark = f", Spark / in-process {_ratio(t.spark_seconds, t.samples_seconds)}" if t.spark_seconds else ""
         lines.append(
-            f"{t.tenant}: samples job {t.samples_seconds:.2f} s, fat rows {t.fatrow_pyarrow_seconds:.2f} s (pyarrow) "
+            f"{t.tenant}: samples job {t.samples_seconds:.2f} s, stream {t.stream_seconds:.2f} s, "
+            f"fat rows {t.fatrow_pyarrow_seconds:.2f} s (pyarrow) "
             f"{t.fatrow_duckdb_seconds:.2f} s (DuckDB){spark}; time-only replay equal to the fat row for "
             f"{t.time_only_matched / max(t.requests, 1):.2%}"
         )

@@ -48,6 +48,7 @@ class ServingResult:
     captures: Counter = field(default_factory=Counter)  # per tenant
     windows_published: int = 0
     events_compacted: int = 0
+    events_quarantined_at_compaction: int = 0
     merges: int = 0
 
 
@@ -62,6 +63,7 @@ def _compact(
         compacted = compact_window(spark, config, paths, window)
         result.windows_published += compacted.published
         result.events_compacted += compacted.events
+        result.events_quarantined_at_compaction += compacted.quarantined
         result.merges += merge_runs_if_needed(spark, config) is not None
 
 

@@ -1,0 +1,110 @@
+"""The compaction quarantine: events of groups whose aggregate does not fit the declared column type.
+
+Ingest checks every value against its column's type and range, but a merge can still leave the range
+(a `sum` of int32 values beyond int32). Compaction never stops on such a group: the aggregation runs
+in a wider type (`pipelines.aggregation.checked_groups_sql`), groups that fit are published, and the
+events of the others go to the Iceberg table `compaction_quarantine` with their reason
+(`aggregate_out_of_range:<columns>`), by window. They are kept out of the detail table too, so a rebuild
+from detail gives the published history. A re-run of a window replaces its quarantine rows; rows of a
+window count once the window is published.
+
+Both engines split a batch with the same SQL: Spark over persisted DataFrames, DuckDB over Arrow.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pyarrow as pa
+from pyiceberg.exceptions import TableAlreadyExistsError
+from pyiceberg.expressions import In
+from pyiceberg.io.pyarrow import pyarrow_to_schema
+from pyiceberg.partitioning import PartitionField, PartitionSpec
+from pyiceberg.table import Table
+from pyiceberg.transforms import IdentityTransform
+
+from pipelines.aggregation import checked_groups_sql, fitting_rows_sql, group_events_sql
+from pipelines.parse import landing_schema
+from seqlake.catalog import open_catalog, spark_name, table_identifier
+from seqlake.config import Config
+from tableformat.schema import history_arrow_schema, with_field_ids
+
+COMPACTION_QUARANTINE = "compaction_quarantine"
+GROUPING = ("window_id",)
+
+
+def compaction_quarantine_schema(config: Config) -> pa.Schema:
+    """The landing columns of the event and the reason its group was not published."""
+    return landing_schema(config).append(pa.field("reason", pa.string()))
+
+
+def compaction_quarantine_table(config: Config) -> Table:
+    """The compaction quarantine table (partitioned by window), created on first use."""
+    catalog = open_catalog(config)
+    identifier = table_identifier(config, COMPACTION_QUARANTINE)
+    if catalog.table_exists(identifier):
+        return catalog.load_table(identifier)
+    schema = pyarrow_to_schema(with_field_ids(compaction_quarantine_schema(config)))
+    window = schema.find_field("window_id").field_id
+    spec = PartitionSpec(
+        PartitionField(source_id=window, field_id=1000, transform=IdentityTransform(), name="window_id")
+    )
+    try:
+        return catalog.create_table(identifier, schema=schema, partition_spec=spec)
+    except TableAlreadyExistsError:
+        return catalog.load_table(identifier)
+
+
+@dataclass
+class SparkSplit:
+    """A Spark batch split by the aggregate check; `release` frees what it persisted."""
+
+    rows: object  # DataFrame: history rows of the groups that fit
+    kept: object  # DataFrame: their events (for the detail table)
+    quarantined: int
+    _persisted: tuple
+
+    def release(self) -> None:
+        for frame in self._persisted:
+            frame.unpersist()
+
+
+def split_batch_spark(spark, config: Config, events, view: str, windows: list[int]) -> SparkSplit:
+    """Aggregate the batch's `events` (a persisted DataFrame) once, with the check; write the events
+    of the groups that do not fit to the compaction quarantine (replacing the windows' rows)."""
+    from pyspark.sql import functions as F
+
+    events.createOrReplaceTempView(view)
+    groups = spark.sql(checked_groups_sql(config, view, group_by_extra=GROUPING)).persist()
+    groups_view = f"{view}_groups"
+    groups.createOrReplaceTempView(groups_view)
+    rows = spark.sql(fitting_rows_sql(config, groups_view, group_by_extra=GROUPING))
+    rows = rows.select(*history_arrow_schema(config).names)
+    names = compaction_quarantine_schema(config).names
+    failed = spark.sql(group_events_sql(config, view, groups_view, group_by_extra=GROUPING, failed=True))
+    failed = failed.select(*names).persist()
+    quarantined = failed.count()
+    kept = events
+    if quarantined:
+        compaction_quarantine_table(config)
+        failed.writeTo(spark_name(config, COMPACTION_QUARANTINE)).overwrite(F.col("window_id").isin(windows))
+        kept = spark.sql(group_events_sql(config, view, groups_view, group_by_extra=GROUPING, failed=False))
+    return SparkSplit(rows, kept, quarantined, (groups, failed))
+
+
+def split_batch_duckdb(con, config: Config, events: pa.Table, windows: list[int]) -> tuple[pa.Table, pa.Table, int]:
+    """(rows of the groups that fit, their events, the count quarantined) on DuckDB; the events of the
+    groups that do not fit are written to the compaction quarantine (replacing the windows' rows)."""
+    con.register("_events", events)
+    con.execute(f"CREATE OR REPLACE TEMP TABLE _groups AS {checked_groups_sql(config, '_events', 'duckdb', GROUPING)}")
+    rows = con.execute(fitting_rows_sql(config, "_groups", "duckdb", GROUPING)).to_arrow_table()
+    failed = con.execute(group_events_sql(config, "_events", "_groups", "duckdb", GROUPING, failed=True))
+    failed = failed.to_arrow_table()
+    if not failed.num_rows:
+        return rows, events, 0
+    schema = compaction_quarantine_table(config).schema().as_arrow()
+    compaction_quarantine_table(config).overwrite(
+        failed.select(schema.names).cast(schema), overwrite_filter=In("window_id", windows)
+    )
+    kept = con.execute(group_events_sql(config, "_events", "_groups", "duckdb", GROUPING, failed=False))
+    return rows, kept.to_arrow_table(), failed.num_rows

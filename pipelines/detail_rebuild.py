@@ -1,0 +1,41 @@
+"""Rebuild published windows from the detail table when their landing rows are gone.
+
+The detail table keeps each published window's events (first arrivals, without the events the
+compaction quarantine holds), so the fold of a window's detail rows is the window's history rows.
+After `seqlake drop-run` removed a damaged run, `seqlake compact --from-detail --window W` publishes W
+again from there, in-process on DuckDB, with the same aggregation SQL and run writer as compaction.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from pyiceberg.expressions import In
+
+from pipelines.compaction import CompactionResult, batch_run_id, batch_to_publish, publish_batch
+from pipelines.compaction_quarantine import split_batch_duckdb
+from pipelines.duckdb_compaction import write_history_run
+from seqlake.config import Config
+from seqlake.duckdb_session import connect
+from seqlake.errors import SeqlakeError
+
+
+def rebuild_from_detail(config: Config, windows: list[int]) -> CompactionResult:
+    """Publish `windows` (not held by a live run) as one run folded from their detail rows."""
+    history, detail, _, todo = batch_to_publish(config, windows)
+    if not todo:
+        return CompactionResult(max(windows), batch_run_id(sorted(windows)), published=False)
+    events = detail.scan(row_filter=In("window_id", todo)).to_arrow()
+    missing = sorted(set(todo) - set(events["window_id"].unique().to_pylist()))
+    if missing:
+        raise SeqlakeError(f"window(s) {missing} have no rows in the detail table: nothing to rebuild them from")
+    run_id = batch_run_id(todo)
+    with connect(extensions=()) as con:
+        rows, kept, quarantined = split_batch_duckdb(con, config, events, todo)
+    files = write_history_run(history, config, run_id, rows)
+    # The frontier is past these LSNs already (the windows were published): it stays where it is.
+    highest = kept.group_by("source_partition").aggregate([("lsn", "max")])
+    partitions, lsns = highest["source_partition"].to_pylist(), highest["lsn_max"].to_pylist()
+    own_lsns = dict(zip(partitions, lsns, strict=True))
+    result = publish_batch(history, todo, files, own_lsns, kept.num_rows)
+    return replace(result, quarantined=quarantined) if result.published else result
