@@ -31,10 +31,13 @@ $(INSTALLED): pyproject.toml | $(BIN)/python
 	touch $@
 
 # Resolved from Maven Central once; Spark loads them with spark.jars and never resolves at start.
-$(JARS): jvm/pom.xml
+# jvm/s3/pom.xml's jars (S3A and the AWS SDK) go to .jars/s3/, loaded only for s3:// warehouses.
+$(JARS): jvm/pom.xml jvm/s3/pom.xml
 	rm -rf .jars
 	mvn --batch-mode --quiet -f jvm/pom.xml dependency:copy-dependencies \
 		-DoutputDirectory=../.jars -DincludeScope=runtime
+	mvn --batch-mode --quiet -f jvm/s3/pom.xml dependency:copy-dependencies \
+		-DoutputDirectory=../../.jars/s3 -DincludeScope=runtime
 	touch $@
 
 lint: setup

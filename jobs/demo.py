@@ -6,10 +6,11 @@ Run it as `seqlake demo` (or `spark-submit jobs/demo.py`). It prints a report an
 
 from __future__ import annotations
 
-import shutil
 import sys
 import time
 from dataclasses import replace
+
+from pyarrow.fs import FileType
 
 from pipelines.compaction import DETAIL, HISTORY, history_tables, spark_name
 from pipelines.compaction_quarantine import COMPACTION_QUARANTINE
@@ -35,6 +36,7 @@ from seqlake.progress import Progress
 from seqlake.report import Report
 from seqlake.spark_session import spark_session
 from tableformat.fsck import fsck_table
+from tableformat.io import resolve_uri
 from tableformat.registry import live_runs
 
 RAW_TABLE = "raw_events"
@@ -47,9 +49,9 @@ def reset_demo_tables(config: Config) -> None:
         identifier = table_identifier(config, name)
         if catalog.table_exists(identifier):
             catalog.purge_table(identifier)
-    landing = config.warehouse_path() / "landing"
-    if landing.exists():
-        shutil.rmtree(landing)
+    filesystem, landing = resolve_uri(landing_paths(config).root)
+    if filesystem.get_file_info(landing).type != FileType.NotFound:
+        filesystem.delete_dir(landing)
 
 
 def run_demo(config: Config) -> Report:
@@ -220,7 +222,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         report = run_demo(config)
     print(report.render())
-    path = config.warehouse_path() / "report.json"
+    path = f"{config.warehouse_uri()}/report.json"
     report.write_json(path)
     print(f"\nreport written to {path}")
     return 0

@@ -34,6 +34,7 @@ from pipelines.publication_check import is_delta_table
 from seqlake.config import Config
 from seqlake.duckdb_session import connect, sql_literal
 from tableformat.bucketing import bucket_of
+from tableformat.io import engine_location
 from tableformat.registry import files_of_runs, history_file_uri
 from tableformat.run_writer import write_run
 from tableformat.schema import STORAGE_ORDER, history_arrow_schema
@@ -42,7 +43,7 @@ BATCH_ROWS = 65_536
 
 
 def _local(uri: str) -> str:
-    return uri.removeprefix("file://")
+    return engine_location(uri)
 
 
 def _as_history(table: pa.Table, schema: pa.Schema) -> pa.Table:

@@ -19,6 +19,7 @@ from pipelines.local_compaction import aggregate_window_local
 from pipelines.parse import landing_schema
 from seqlake.config import Config
 from seqlake.duckdb_session import connect
+from tableformat.io import engine_location
 from tableformat.reader import SEQUENCE_ORDER, HistoryReader, Selection, finish, row_filter
 from tableformat.writer import open_output
 
@@ -34,7 +35,7 @@ def unpublished_events(config: Config, paths: LandingPaths, user_id: int, above:
         rows = con.execute(
             "SELECT e.* FROM delta_scan(?) AS e LEFT JOIN _frontier AS f USING (source_partition) "
             "WHERE e.user_id = ? AND e.lsn > coalesce(f.frontier, -1)",
-            [path, int(user_id)],
+            [engine_location(paths.events), int(user_id)],
         ).to_arrow_table()
     return rows.select(landing_schema(config).names).cast(landing_schema(config))
 

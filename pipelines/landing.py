@@ -17,6 +17,10 @@ class LandingPaths:
     events: str
     quarantine: str
 
+    @property
+    def root(self) -> str:
+        return self.events.rsplit("/", 1)[0]
+
 
 def landing_paths(config: Config) -> LandingPaths:
     root = f"{config.warehouse_uri()}/landing"

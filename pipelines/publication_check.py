@@ -16,6 +16,7 @@ from pyiceberg.table import Table
 from pipelines.landing import LandingPaths
 from pipelines.windows import LandedWindows
 from seqlake.duckdb_session import connect
+from tableformat.io import engine_location
 from tableformat.registry import live_runs
 
 
@@ -29,7 +30,7 @@ def _windows_by_partition(con, uri: str, rows: dict[int, int] | None = None) -> 
     """{source partition: windows it has records in}; adds the rows per window to `rows`."""
     if not is_delta_table(uri):
         return {}  # nothing has landed there yet
-    path = uri.removeprefix("file://")
+    path = engine_location(uri)
     counted = con.execute(
         "SELECT source_partition, window_id, count(*) FROM delta_scan(?) GROUP BY ALL", [path]
     ).fetchall()

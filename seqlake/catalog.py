@@ -17,6 +17,7 @@ from pyiceberg.table import Table
 from sqlalchemy.exc import SQLAlchemyError
 
 from seqlake.config import Config
+from seqlake.duckdb_session import object_storage_by_default
 from seqlake.errors import SchemaError, SetupError
 from seqlake.storage import S3Settings, check_access, is_s3
 from seqlake.uris import masked_uri
@@ -54,6 +55,7 @@ def open_catalog(config: Config) -> SqlCatalog:
         if is_s3(config.warehouse_uri()):
             check_access(config.warehouse_uri())
             properties = S3Settings.from_env().pyiceberg_properties()
+            object_storage_by_default()
         catalog = SqlCatalog(config.warehouse.catalog_name, uri=uri, warehouse=config.warehouse_uri(), **properties)
         with suppress(NamespaceAlreadyExistsError):
             catalog.create_namespace(config.warehouse.namespace)

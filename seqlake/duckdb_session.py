@@ -14,6 +14,16 @@ from seqlake.errors import SetupError
 
 # Load order matters: iceberg reads Avro manifests through the avro extension.
 DEFAULT_EXTENSIONS = ("avro", "iceberg", "delta")
+# Set once a process opens a catalog whose warehouse is on object storage (seqlake.catalog): from
+# then on every connection that loads the lake extensions can read s3:// URIs too. A process works
+# on one warehouse, so a flag here spares every pipeline step from passing the warehouse along.
+_object_storage = False
+
+
+def object_storage_by_default() -> None:
+    """Give every later lake connection of this process S3 access (see `use_object_storage`)."""
+    global _object_storage
+    _object_storage = True
 
 
 def extension_path(name: str) -> Path:
@@ -49,6 +59,8 @@ def connect(
     )
     for name in extensions:
         con.execute(f"LOAD {sql_literal(str(extension_path(name)))}")
+    if _object_storage and extensions:
+        use_object_storage(con)
     return con
 
 

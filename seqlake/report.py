@@ -18,9 +18,18 @@ class Report:
     def to_dict(self) -> dict[str, Any]:
         return {"title": self.title, **self.sections}
 
-    def write_json(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(self.to_dict(), indent=2, sort_keys=False, default=str) + "\n")
+    def write_json(self, path: Path | str) -> None:
+        """Write the report to a local path or a URI (an s3:// warehouse keeps it there too)."""
+        text = json.dumps(self.to_dict(), indent=2, sort_keys=False, default=str) + "\n"
+        if isinstance(path, Path) or "://" not in path:
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+            Path(path).write_text(text)
+            return
+        from tableformat.io import resolve_uri
+
+        fs, name = resolve_uri(path)
+        with fs.open_output_stream(name) as out:
+            out.write(text.encode())
 
     def render(self) -> str:
         lines = [self.title, "=" * len(self.title)]

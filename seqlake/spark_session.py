@@ -42,6 +42,39 @@ def spark_jars() -> list[Path]:
     return jars
 
 
+def s3_jars() -> list[Path]:
+    """Hadoop's S3A and the AWS SDK (jvm/s3/pom.xml), loaded only for an s3:// warehouse."""
+    folder = jars_dir() / "s3"
+    jars = sorted(folder.glob("*.jar"))
+    if not any(jar.name.startswith("hadoop-aws") for jar in jars):
+        raise SetupError(
+            f"missing the S3 jars (hadoop-aws, AWS SDK bundle) in {folder}: run `make jars` once in a source "
+            f"checkout (jvm/s3/pom.xml), or set {ENV_JARS_DIR} to a folder whose s3/ subfolder holds them"
+        )
+    return jars
+
+
+def s3_conf() -> dict[str, str]:
+    """Hadoop settings that send s3:// and s3a:// paths (Delta's and Iceberg's) to S3A.
+
+    Endpoint and region come from the same AWS settings as pyiceberg, pyarrow and DuckDB
+    (`seqlake.storage`); credentials are never put in Spark's configuration: S3A's default provider
+    chain reads the AWS_* variables (or the instance's role) itself, on the driver and the executors.
+    """
+    from seqlake.storage import S3Settings
+
+    settings = S3Settings.from_env()
+    conf = {
+        "spark.hadoop.fs.s3.impl": "org.apache.hadoop.fs.s3a.S3AFileSystem",
+        "spark.hadoop.fs.s3a.endpoint.region": settings.region,
+    }
+    if settings.endpoint:  # an S3-compatible server: path-style URLs, plain HTTP when it says so
+        conf["spark.hadoop.fs.s3a.endpoint"] = settings.endpoint
+        conf["spark.hadoop.fs.s3a.path.style.access"] = "true"
+        conf["spark.hadoop.fs.s3a.connection.ssl.enabled"] = str(settings.endpoint.startswith("https")).lower()
+    return conf
+
+
 def jdbc_catalog_options(catalog_uri: str) -> dict[str, str]:
     """Translate the SQLAlchemy URI pyiceberg uses into the JDBC options Iceberg's JdbcCatalog uses."""
     if catalog_uri.startswith("sqlite:///"):
@@ -61,10 +94,14 @@ def jdbc_catalog_options(catalog_uri: str) -> dict[str, str]:
 
 def spark_conf(config: Config, master: str = "local[2]") -> dict[str, str]:
     """Every setting of a seqlake Spark session, as plain key/values (also usable by spark-submit)."""
+    from seqlake.storage import is_s3
+
     catalog = f"spark.sql.catalog.{config.warehouse.catalog_name}"
+    on_s3 = is_s3(config.warehouse_uri())
+    jars = spark_jars() + (s3_jars() if on_s3 else [])
     conf = {
         "spark.master": master,
-        "spark.jars": ",".join(str(j) for j in spark_jars()),
+        "spark.jars": ",".join(str(j) for j in jars),
         "spark.sql.extensions": ",".join(
             [
                 "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions",
@@ -101,6 +138,8 @@ def spark_conf(config: Config, master: str = "local[2]") -> dict[str, str]:
     }
     for key, value in jdbc_catalog_options(config.catalog_uri()).items():
         conf[f"{catalog}.{key}"] = value
+    if on_s3:
+        conf.update(s3_conf())
     return conf
 
 

@@ -111,6 +111,13 @@ def resolve_uri(uri: str) -> tuple[pafs.FileSystem, str]:
     return pafs.FileSystem.from_uri(uri)
 
 
+def engine_location(uri: str) -> str:
+    """A location DuckDB opens itself: a local path for a file URI, any other URI (s3://...) unchanged."""
+    if uri.startswith("file:"):
+        return resolve_uri(uri)[1]
+    return uri
+
+
 def is_local(uri: str) -> bool:
     """Whether a file URI or path names a file on the local file system."""
     return "://" not in uri or uri.startswith("file:")

@@ -26,6 +26,7 @@ from pipelines.landing import LandingPaths
 from pipelines.parse import landing_schema
 from seqlake.config import Config
 from seqlake.duckdb_session import connect, sql_literal
+from tableformat.io import engine_location
 from tableformat.schema import history_arrow_schema
 from tableformat.writer import open_output
 
@@ -68,7 +69,7 @@ class ViewSnapshot:
         self._con.execute(
             f"CREATE TEMP TABLE {_ABOVE} AS SELECT {columns} FROM delta_scan(?) AS e "
             "LEFT JOIN _frontier AS f USING (source_partition) WHERE e.lsn > coalesce(f.frontier, -1)",
-            [path],
+            [engine_location(paths.events)],
         )
 
     def closed_windows(self) -> list[int]:
