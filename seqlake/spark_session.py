@@ -92,16 +92,17 @@ def jdbc_catalog_options(catalog_uri: str) -> dict[str, str]:
     )
 
 
-def spark_conf(config: Config, master: str = "local[2]") -> dict[str, str]:
-    """Every setting of a seqlake Spark session, as plain key/values (also usable by spark-submit)."""
+def spark_conf(config: Config, master: str = "local[2]", jars: bool = True) -> dict[str, str]:
+    """Every setting of a seqlake Spark session, as plain key/values (also usable by spark-submit).
+
+    `jars=False` leaves spark.jars out (a submitter passed them: seqlake's jar folder need not exist
+    where the code runs, e.g. from a --py-files zip)."""
     from seqlake.storage import is_s3
 
     catalog = f"spark.sql.catalog.{config.warehouse.catalog_name}"
     on_s3 = is_s3(config.warehouse_uri())
-    jars = spark_jars() + (s3_jars() if on_s3 else [])
     conf = {
         "spark.master": master,
-        "spark.jars": ",".join(str(j) for j in jars),
         "spark.sql.extensions": ",".join(
             [
                 "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions",
@@ -138,6 +139,8 @@ def spark_conf(config: Config, master: str = "local[2]") -> dict[str, str]:
     }
     for key, value in jdbc_catalog_options(config.catalog_uri()).items():
         conf[f"{catalog}.{key}"] = value
+    if jars:
+        conf["spark.jars"] = ",".join(str(jar) for jar in spark_jars() + (s3_jars() if on_s3 else []))
     if on_s3:
         conf.update(s3_conf())
     return conf
@@ -193,7 +196,9 @@ def spark_session(config: Config, app_name: str = "seqlake", master: str | None 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     submitted = submitted_conf()
     builder = SparkSession.builder if "spark.app.name" in submitted else SparkSession.builder.appName(app_name)
-    settings = spark_conf(config, master or os.environ.get("SEQLAKE_SPARK_MASTER", "local[2]"))
+    settings = spark_conf(
+        config, master or os.environ.get("SEQLAKE_SPARK_MASTER", "local[2]"), jars="spark.jars" not in submitted
+    )
     settings.update(extra)
     settings = session_settings(settings, submitted)
     for key, value in settings.items():
@@ -203,14 +208,44 @@ def spark_session(config: Config, app_name: str = "seqlake", master: str | None 
     return session
 
 
+# seqlake's importable packages: what Spark executors need to run its code (mapInArrow writers).
+CODE_PACKAGES = ("seqlake", "tableformat", "pipelines", "jobs")
+
+
+def pack_code(target: Path) -> Path:
+    """Zip seqlake's packages (package data included) for `spark-submit --py-files`.
+
+    A zip of the code rather than a packed environment: executors already need Python with pyarrow,
+    pyiceberg and DuckDB (a cluster's image provides them); seqlake's own code changes with every
+    release and is small, so it travels with each submission.
+    """
+    import zipfile
+
+    root = Path(__file__).resolve().parent.parent
+    with zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED) as archive:
+        for package in CODE_PACKAGES:
+            for path in sorted((root / package).rglob("*")):
+                if path.is_file() and "__pycache__" not in path.parts:
+                    archive.write(path, path.relative_to(root).as_posix())
+    return target
+
+
 def main(argv: list[str] | None = None) -> None:
-    """`python -m seqlake.spark_session --jars`: the comma-separated jar list to give spark-submit."""
+    """`python -m seqlake.spark_session --jars [--s3]` prints the value of spark-submit's --jars;
+    `--py-files ZIP` writes seqlake's code for spark-submit's --py-files."""
     import argparse
 
     parser = argparse.ArgumentParser(prog="python -m seqlake.spark_session")
-    parser.add_argument("--jars", action="store_true", required=True, help="print the value of spark-submit --jars")
-    parser.parse_args(argv)
-    print(",".join(str(jar) for jar in spark_jars()))
+    action = parser.add_mutually_exclusive_group(required=True)
+    action.add_argument("--jars", action="store_true", help="print the value of spark-submit --jars")
+    action.add_argument("--py-files", metavar="ZIP", type=Path, help="write seqlake's code as a zip for --py-files")
+    parser.add_argument("--s3", action="store_true", help="with --jars: add the S3 jars (for s3:// warehouses)")
+    args = parser.parse_args(argv)
+    if args.py_files:
+        print(pack_code(args.py_files))
+        return
+    jars = spark_jars() + (s3_jars() if args.s3 else [])
+    print(",".join(str(jar) for jar in jars))
 
 
 if __name__ == "__main__":

@@ -9,8 +9,8 @@ import yaml
 
 from seqlake.config import DEFAULT_CONFIG_PATH, Config, parse_config
 
-# The S3 and PostgreSQL server fixtures for every test module.
-pytest_plugins = ["tests.s3_server", "tests.postgres_server"]
+# The S3 server, PostgreSQL server and Spark cluster fixtures for every test module.
+pytest_plugins = ["tests.s3_server", "tests.postgres_server", "tests.spark_cluster"]
 
 SMALL_GENERATOR = {
     "users": 120,

@@ -1,5 +1,6 @@
-"""The whole pipeline on object storage (S3 API) with a shared PostgreSQL catalog: the same content
-as the embedded warehouse (local folder, SQLite), and no secret in any output."""
+"""The whole pipeline on object storage (S3 API) with a shared PostgreSQL catalog, in local Spark and
+submitted to a standalone cluster: the same content as the embedded warehouse (local folder,
+SQLite), and no secret in any output."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import hashlib
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pyarrow as pa
@@ -16,12 +18,14 @@ import yaml
 from seqlake.config import DEFAULT_CONFIG_PATH, Config, load_config
 from seqlake.storage import create_bucket
 from tests.s3_server import S3Server
+from tests.spark_cluster import SPARK_BIN, SparkCluster
 
 pytestmark = pytest.mark.spark
 
 BUCKET = "seqlake-pipeline"
 # Small enough for a few Spark jobs on one machine; late, duplicate and malformed records included.
-TINY_GENERATOR = {"users": 24, "heavy_users": 1, "max_events": 400, "windows": 3, "malformed_share": 0.02}
+TINY_GENERATOR = {"users": 16, "heavy_users": 1, "max_events": 300, "windows": 2, "malformed_share": 0.02}
+REPO = Path(__file__).resolve().parent.parent
 SORT_KEYS = {"history": ["user_id", "feature_group", "event_ts", "lsn", "source_partition"]}
 
 
@@ -29,6 +33,7 @@ def write_config(folder: Path, warehouse: str, catalog_uri: str | None) -> Path:
     data = yaml.safe_load(DEFAULT_CONFIG_PATH.read_text())
     data["warehouse"] = {**data["warehouse"], "path": warehouse, "catalog_uri": catalog_uri}
     data["generator"] = {**data["generator"], **TINY_GENERATOR}
+    data["training"] = {**data["training"], "captures_per_window": 1}
     path = folder / "seqlake.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return path
@@ -70,9 +75,34 @@ def pipeline_contents(config_path: Path) -> dict[str, str]:
     return {name: content_digest(config, name) for name in names}
 
 
-def run_pipeline(config: Path, env: dict[str, str] | None = None) -> str:
+def submit_demo(cluster: SparkCluster, config: Path, folder: Path, env: dict[str, str]) -> str:
+    """`spark-submit --master spark://... jobs/demo.py`, seqlake's code shipped as --py-files."""
+    tools = {**os.environ, **env}
+    jars = subprocess.run(
+        [sys.executable, "-m", "seqlake.spark_session", "--jars", "--s3"], env=tools, capture_output=True, text=True
+    ).stdout.strip()
+    code = folder / "seqlake-code.zip"
+    subprocess.run([sys.executable, "-m", "seqlake.spark_session", "--py-files", str(code)], env=tools, check=True)
+    done = subprocess.run(
+        [str(SPARK_BIN / "spark-submit"), "--master", cluster.master, "--jars", jars, "--py-files", str(code)]
+        + ["--conf", "spark.executor.memory=1g", str(REPO / "jobs" / "demo.py"), "--config", str(config)],
+        capture_output=True,
+        text=True,
+        env={**tools, "PYSPARK_PYTHON": sys.executable},
+        cwd=folder,
+        timeout=1800,
+    )
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, f"spark-submit jobs/demo.py exited {done.returncode}:\n{output[-4000:]}"
+    return output
+
+
+def run_pipeline(config: Path, env: dict[str, str] | None = None, cluster: SparkCluster | None = None) -> str:
     """generate, ingest, compact, capture and samples (the demo), then reads, SQL and fsck."""
-    output = seqlake(config, "demo", env=env)
+    if cluster is None:
+        output = seqlake(config, "demo", env=env)
+    else:
+        output = submit_demo(cluster, config, config.parent, env or {})
     user = 1  # the generator's users are numbered from 1
     output += seqlake(config, "history", "--user", str(user), "--top-k", "5", "--json", env=env)
     output += seqlake(config, "sql", "--query", "SELECT count(*) AS n FROM history", env=env)
@@ -81,19 +111,30 @@ def run_pipeline(config: Path, env: dict[str, str] | None = None) -> str:
 
 
 @pytest.fixture(scope="module")
-def embedded_contents(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+def embedded_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, str], float]:
+    """The embedded run's table contents and seconds."""
     folder = tmp_path_factory.mktemp("embedded")
     config = write_config(folder, str(folder / "warehouse"), None)
+    started = time.monotonic()
     run_pipeline(config)
-    return pipeline_contents(config)
+    return pipeline_contents(config), time.monotonic() - started
 
 
+@pytest.mark.parametrize("where", ["local-spark", "cluster"])
 def test_the_pipeline_on_s3_with_a_postgres_catalog_equals_the_embedded_run(
-    embedded_contents, s3_env: S3Server, postgres_server, postgres_catalog_uri, tmp_path, monkeypatch
+    where, embedded_run, s3_env: S3Server, postgres_server, postgres_catalog_uri, tmp_path, request, measurement
 ):
+    embedded_contents, embedded_seconds = embedded_run
     create_bucket(BUCKET)
     config = write_config(tmp_path, f"s3://{BUCKET}/{tmp_path.name}", postgres_catalog_uri)
-    output = run_pipeline(config, env=s3_env.env())
+    cluster = request.getfixturevalue("spark_cluster") if where == "cluster" else None
+    started = time.monotonic()
+    output = run_pipeline(config, env=s3_env.env(), cluster=cluster)
+    seconds = time.monotonic() - started
     assert pipeline_contents(config) == embedded_contents
     for secret in (s3_env.secret_access_key, postgres_server.password):
         assert secret not in output
+    measurement(
+        f"whole pipeline on S3 + PostgreSQL ({where}) vs embedded: {seconds / embedded_seconds:.2f}x "
+        f"({seconds:.0f} s vs {embedded_seconds:.0f} s)"
+    )
