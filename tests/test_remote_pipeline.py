@@ -2,9 +2,9 @@
 standalone Spark cluster: the same content as the embedded warehouse (local folder, SQLite, local
 Spark), and no secret in any output.
 
-The same run in local Spark (`where="local-spark"`) passes too; `make test` runs the cluster run
-only, which covers the same storage and catalog paths and adds the submission, to keep the suite's
-time in bounds."""
+Add "local-spark" to the parametrization to run it in local Spark as well (it passes); `make test`
+runs the cluster run only, which covers the same storage and catalog paths and adds the submission,
+to keep the suite's time in bounds."""
 
 from __future__ import annotations
 
