@@ -16,6 +16,7 @@ from seqlake.errors import SeqlakeError, SetupError
 
 DEBUG_ENV = "SEQLAKE_DEBUG"
 ENV_CONFIG = "SEQLAKE_CONFIG"  # seqlake.config.ENV_CONFIG; not imported: `seqlake --help` loads no pydantic
+ENV_PROFILE = "SEQLAKE_PROFILE"  # seqlake.config.ENV_PROFILE
 
 
 # Top-level modules of the optional extras (pyproject.toml) and the extra that installs each.
@@ -80,7 +81,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="seqlake: sorted, compacted, versioned storage for long user-interaction histories.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog=f"commands:\n{lines}\n\nRun `seqlake COMMAND --help` for a command's options.",
-        usage="seqlake [-h] [--version] [--config FILE] COMMAND [ARGS...]",
+        usage="seqlake [-h] [--version] [--config FILE] [--profile NAME] COMMAND [ARGS...]",
     )
     # For the help text: main() reads these itself, before the command.
     parser.add_argument("--version", action="store_true", help="print the version and exit")
@@ -89,24 +90,28 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="FILE",
         help=f"configuration YAML for the command (else ${ENV_CONFIG}, ./seqlake.yaml, or the packaged default)",
     )
+    parser.add_argument(
+        "--profile",
+        metavar="NAME",
+        help=f"where it runs: local, s3 or cluster (conf/profiles/; else ${ENV_PROFILE}); laid over the configuration",
+    )
     return parser
 
 
-def _global_options(argv: list[str], parser: argparse.ArgumentParser) -> tuple[str | None, list[str]]:
-    """`--config FILE` (or `--config=FILE`) before the command; the rest of argv from the command on."""
-    config = None
-    while argv and argv[0].startswith("--config"):
+def _global_options(argv: list[str], parser: argparse.ArgumentParser) -> tuple[dict[str, str], list[str]]:
+    """`--config FILE` and `--profile NAME` (or `--option=value`) before the command; the rest of argv
+    from the command on."""
+    found: dict[str, str] = {}
+    while argv and argv[0].partition("=")[0] in ("--config", "--profile"):
         option, sep, value = argv[0].partition("=")
-        if option != "--config":
-            break
         if not sep:
             if len(argv) < 2 or argv[1].startswith("-"):
-                parser.error("--config needs a file")
+                parser.error(f"{option} needs a {'file' if option == '--config' else 'name'}")
             value, argv = argv[1], argv[2:]
         else:
             argv = argv[1:]
-        config = value
-    return config, argv
+        found[option] = value
+    return found, argv
 
 
 def _unknown(command: str) -> str:
@@ -119,7 +124,7 @@ def _unknown(command: str) -> str:
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
-    config, argv = _global_options(argv, parser)
+    options, argv = _global_options(argv, parser)
     if not argv or argv[0] in ("-h", "--help"):
         parser.print_help()
         return 0 if argv else 2
@@ -131,26 +136,28 @@ def main(argv: list[str] | None = None) -> int:
     command, rest = argv[0], argv[1:]
     if command not in COMMANDS:
         parser.error(_unknown(command))
-    with _config_for_command(config):
+    with _config_for_command(options.get("--config"), options.get("--profile")):
         return _run(command, rest)
 
 
 @contextmanager
-def _config_for_command(config: str | None) -> Iterator[None]:
+def _config_for_command(config: str | None, profile: str | None) -> Iterator[None]:
     # Every job loads its configuration with load_config, which reads $SEQLAKE_CONFIG when the job's
-    # own --config is not given: the global option reaches all of them through it, and the job's wins.
-    if config is None:
-        yield
-        return
-    before = os.environ.get(ENV_CONFIG)
-    os.environ[ENV_CONFIG] = str(Path(config).absolute())
+    # own --config is not given, and $SEQLAKE_PROFILE: the global options reach all of them through
+    # these variables, and a job's own --config wins.
+    settings = {ENV_CONFIG: str(Path(config).absolute()) if config else None, ENV_PROFILE: profile}
+    before = {name: os.environ.get(name) for name in settings}
+    for name, value in settings.items():
+        if value is not None:
+            os.environ[name] = value
     try:
         yield
     finally:
-        if before is None:
-            os.environ.pop(ENV_CONFIG, None)
-        else:
-            os.environ[ENV_CONFIG] = before
+        for name, value in before.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 def _run(command: str, rest: list[str]) -> int:

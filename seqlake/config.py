@@ -5,9 +5,11 @@ packaged default (`conf/seqlake.yaml`, see `seqlake init`). A relative warehouse
 the folder of the file that names it (the packaged default's against the current directory).
 
 Every model is frozen and forbids unknown keys, so a typo fails at load with the key's path and value
-instead of being silently ignored. Two environment variables override the storage location:
-``SEQLAKE_WAREHOUSE`` (a folder or URI; relative to the current directory) and ``SEQLAKE_CATALOG_URI``
-(an SQLAlchemy URI).
+instead of being silently ignored. A profile (``seqlake --profile NAME`` or ``$SEQLAKE_PROFILE``:
+``local``, ``s3``, ``cluster``; `conf/profiles/`) overlays where the warehouse, catalog and Spark
+master are. Environment variables override those last: ``SEQLAKE_WAREHOUSE`` (a folder or URI;
+relative to the current directory), ``SEQLAKE_CATALOG_URI`` (an SQLAlchemy URI) and
+``SEQLAKE_SPARK_MASTER``.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from seqlake.errors import ConfigError
 from seqlake.operators import get_operator
-from seqlake.resources import default_config
+from seqlake.resources import default_config, profiles_dir
 from seqlake.uris import masked_uri
 
 DEFAULT_CONFIG_PATH = default_config()  # packaged: read it with .read_text()
@@ -30,6 +32,9 @@ LOCAL_CONFIG_NAME = "seqlake.yaml"  # found in the current directory when no oth
 ENV_CONFIG = "SEQLAKE_CONFIG"
 ENV_WAREHOUSE = "SEQLAKE_WAREHOUSE"
 ENV_CATALOG_URI = "SEQLAKE_CATALOG_URI"
+ENV_PROFILE = "SEQLAKE_PROFILE"
+ENV_SPARK_MASTER = "SEQLAKE_SPARK_MASTER"
+PROFILES_DIR = profiles_dir()
 
 ColumnType = Literal["bool", "int8", "int16", "int32", "int64", "float32", "float64", "string"]
 Identifier = Annotated[str, Field(pattern=r"^[a-z][a-z0-9_]{0,62}$")]
@@ -123,6 +128,10 @@ class MaintenanceSpec(_Frozen):
     landing_retention_hours: float = Field(default=168, ge=0)  # Delta VACUUM retention of the landing tier
 
 
+class SparkSpec(_Frozen):
+    master: str = "local[2]"  # spark-submit's --master wins; $SEQLAKE_SPARK_MASTER overrides this
+
+
 class GeneratorSpec(_Frozen):
     seed: int = 7
     users: int = Field(default=2000, ge=1)
@@ -171,6 +180,7 @@ class Config(_Frozen):
     layout: LayoutSpec = LayoutSpec()
     merge: MergeSpec = MergeSpec()
     maintenance: MaintenanceSpec = MaintenanceSpec()
+    spark: SparkSpec = SparkSpec()
     feature_groups: dict[Identifier, FeatureGroupSpec] = Field(min_length=1)
     tenants: dict[Identifier, TenantSpec] = {}
     generator: GeneratorSpec = GeneratorSpec()
@@ -265,7 +275,9 @@ def parse_config(data: dict, source: str = "<dict>", *, base_dir: str | Path | N
     """
     if not isinstance(data, dict):
         raise ConfigError(f"invalid configuration in {source}: expected a mapping at the top level")
-    data = dict(data)
+    data = _with_profile(dict(data), os.environ.get(ENV_PROFILE))
+    if os.environ.get(ENV_SPARK_MASTER):
+        data["spark"] = {**(data.get("spark") or {}), "master": os.environ[ENV_SPARK_MASTER]}
     warehouse = data.get("warehouse")
     warehouse = {} if warehouse is None else warehouse  # `warehouse:` left empty: every default
     if isinstance(warehouse, dict):
@@ -281,6 +293,22 @@ def parse_config(data: dict, source: str = "<dict>", *, base_dir: str | Path | N
         return Config.model_validate(data)
     except ValidationError as error:
         raise ConfigError(format_validation_error(error, "configuration", source)) from None
+
+
+def profile_names() -> list[str]:
+    return sorted(path.name.removesuffix(".yaml") for path in PROFILES_DIR.iterdir() if path.name.endswith(".yaml"))
+
+
+def _with_profile(data: dict, profile: str | None) -> dict:
+    """`data` with the profile's sections laid over it (key by key within a section)."""
+    if not profile:
+        return data
+    if profile not in profile_names():
+        raise ConfigError(f"unknown profile {profile!r} (${ENV_PROFILE}); profiles: {', '.join(profile_names())}")
+    overlay = yaml.safe_load(PROFILES_DIR.joinpath(f"{profile}.yaml").read_text()) or {}
+    for section, values in overlay.items():
+        data[section] = {**(data.get(section) or {}), **values}
+    return data
 
 
 def find_config(path: str | Path | None = None) -> Path | None:

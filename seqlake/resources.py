@@ -20,6 +20,11 @@ def default_config() -> Traversable:
     return _DATA / "conf" / "seqlake.yaml"
 
 
+def profiles_dir() -> Traversable:
+    """The packaged deployment profiles (`conf/profiles/*.yaml`: local, s3, cluster)."""
+    return _DATA / "conf" / "profiles"
+
+
 def mappings_dir() -> Traversable:
     """The packaged import mapping examples (`conf/mappings/*.yaml`)."""
     return _DATA / "conf" / "mappings"

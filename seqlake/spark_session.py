@@ -196,9 +196,7 @@ def spark_session(config: Config, app_name: str = "seqlake", master: str | None 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     submitted = submitted_conf()
     builder = SparkSession.builder if "spark.app.name" in submitted else SparkSession.builder.appName(app_name)
-    settings = spark_conf(
-        config, master or os.environ.get("SEQLAKE_SPARK_MASTER", "local[2]"), jars="spark.jars" not in submitted
-    )
+    settings = spark_conf(config, master or config.spark.master, jars="spark.jars" not in submitted)
     settings.update(extra)
     settings = session_settings(settings, submitted)
     for key, value in settings.items():

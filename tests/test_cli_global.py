@@ -71,3 +71,17 @@ def test_usage_errors_suggest_and_exit_2(tmp_path):
     assert "Traceback" not in typo.stderr
     dangling = seqlake("--config", cwd=tmp_path)
     assert dangling.returncode == 2 and "--config needs a file" in dangling.stderr
+
+
+def test_a_profile_says_where_every_job_runs(config_file, tmp_path):
+    # The s3 profile moves the warehouse to object storage: a job now looks there (and, with no S3
+    # server configured, says so in one line) instead of the configured folder.
+    env_free = seqlake(
+        "--config", str(config_file), "--profile", "local", "sql", "--quiet", "--query", COUNT, cwd=tmp_path
+    )
+    assert env_free.returncode == 0, env_free.stderr
+    done = seqlake("--profile=nowhere", "--config", str(config_file), "history", "--user", "1", cwd=tmp_path)
+    assert done.returncode == 2
+    assert done.stderr.splitlines() == [
+        "seqlake history: error: unknown profile 'nowhere' ($SEQLAKE_PROFILE); profiles: cluster, local, s3"
+    ]

@@ -99,3 +99,30 @@ def test_unreadable_and_non_yaml_files_fail_clearly(tmp_path: Path):
     bad.write_text("layout: [unclosed\n")
     with pytest.raises(ConfigError, match="not valid YAML"):
         load_config(bad)
+
+
+@pytest.mark.parametrize(
+    ("profile", "warehouse", "catalog", "master"),
+    [
+        ("local", None, None, "local[2]"),
+        ("s3", "s3://seqlake/warehouse", "sqlite:///seqlake-catalog.db", "local[2]"),
+        (
+            "cluster",
+            "s3://seqlake/warehouse",
+            "postgresql+psycopg://seqlake@127.0.0.1:5432/seqlake",
+            "spark://127.0.0.1:7077",
+        ),
+    ],
+)
+def test_a_profile_overlays_warehouse_catalog_and_master(profile, warehouse, catalog, master, monkeypatch, tmp_path):
+    monkeypatch.setenv("SEQLAKE_PROFILE", profile)
+    config = load_config(None)
+    assert config.warehouse_uri() == (warehouse or (Path.cwd() / "warehouse").as_uri())
+    assert config.warehouse.catalog_uri == catalog
+    assert config.spark.master == master
+    # The environment still has the last word, profile or not.
+    monkeypatch.setenv("SEQLAKE_WAREHOUSE", "s3://other/lake")
+    monkeypatch.setenv("SEQLAKE_SPARK_MASTER", "spark://10.0.0.1:7077")
+    config = load_config(None)
+    assert (config.warehouse_uri(), config.spark.master) == ("s3://other/lake", "spark://10.0.0.1:7077")
+    assert config.tenants == load_config(DEFAULT_CONFIG_PATH).tenants  # only where it runs changes

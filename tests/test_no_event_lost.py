@@ -42,10 +42,10 @@ def ratings(hours: list[int], salt: int = 0) -> list[str]:
     return lines
 
 
-def make_warehouse(tmp_path: Path, **layout: int | str) -> Path:
+def make_warehouse(tmp_path: Path, catalog_uri: str | None = None, **layout: int | str) -> Path:
     tmp_path.mkdir(parents=True, exist_ok=True)
     data = yaml.safe_load(DEFAULT_CONFIG_PATH.read_text())
-    data["warehouse"] = {**data["warehouse"], "path": str(tmp_path / "warehouse"), "catalog_uri": None}
+    data["warehouse"] = {**data["warehouse"], "path": str(tmp_path / "warehouse"), "catalog_uri": catalog_uri}
     data["layout"] = {**data["layout"], "bucket_count": 2, **layout}
     path = tmp_path / "seqlake.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
@@ -169,8 +169,12 @@ def test_compactions_killed_inside_batches_rerun_to_the_clean_history(tmp_path: 
     assert_every_event_once(killed, len(lines))
 
 
-def test_racing_compactions_publish_each_window_once(tmp_path: Path) -> None:
-    config = make_warehouse(tmp_path, max_runs=2)
+@pytest.mark.parametrize("catalog", ["sqlite", "postgresql"])
+def test_racing_compactions_publish_each_window_once(catalog: str, tmp_path: Path, request) -> None:
+    # Two writer processes commit through one catalog: the embedded SQLite file, or a shared
+    # PostgreSQL database (tests/postgres_server.py), as Spark jobs on a cluster would.
+    catalog_uri = request.getfixturevalue("postgres_catalog_uri") if catalog == "postgresql" else None
+    config = make_warehouse(tmp_path, catalog_uri, max_runs=2)
     lines = ratings(list(range(5)))
     import_lines(config, tmp_path, "five_hours", lines)
 
