@@ -138,19 +138,3 @@ def test_top_k_of_a_long_history_reads_the_row_groups_holding_k_rows_plus_at_mos
         f"Top-{k} of a 100,000-event history: {len(chosen)} of {meta.num_row_groups} row groups read "
         f"({len(holding)} hold the K rows), {fs.stats.bytes_read:,} B"
     )
-
-
-def test_fixed_width_chunks_taken_as_stored_equal_pyarrows_decoding(table):
-    # Packed row groups hold several users and feature groups: the asked columns have nulls there.
-    columns = ("event_ts", "item_id", "watch_time_ms")
-    users = [USER, 1_000_004, 1_000_010, 1_000_100]
-    fast = HistoryReader(table)
-    slow = HistoryReader(table)
-    for uri in slow.lookup_index().files.uris:
-        slow.lookup_index().entry(uri).paged().read_plain_chunks = lambda *args: {}  # pyarrow only
-    for user in users:
-        for selection in (Selection(columns=columns), Selection(feature_groups=("engagement",))):
-            got, expected = fast.read_user(user, selection=selection), slow.read_user(user, selection=selection)
-            assert got.num_rows > 0 and got.equals(expected) and got.schema.equals(expected.schema)
-    entries = fast.lookup_index().entries.values()
-    assert sum(e.paged().plain_pages_read for e in entries) > 0
