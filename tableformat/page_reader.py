@@ -8,11 +8,10 @@ Parquet file whose footer is the original column chunk's metadata narrowed to th
 self-contained (their levels and values start at the page), so the decoded rows are exactly the
 original ones; the caller slices the asked range out of the pages' rows.
 
-Fixed-width columns in PLAIN pages (the history's integer and float columns) skip that machinery
-(`plain_array`), for Top-K pages and for whole column chunks (`read_plain_chunks`): each page's CRC is
-checked, its body decompressed with a reused zstd context, its definition levels turned into a
-validity bitmap and its values taken as stored; anything else (a dictionary page, another encoding
-or codec) goes through pyarrow.
+Fixed-width columns without nulls in PLAIN pages (the history's integer and float columns) skip that
+machinery once their Arrow field is known: each page's CRC is checked, its body decompressed and its
+values taken as they are (`plain_values`); anything else (a dictionary page, another encoding, a null,
+another codec) goes through pyarrow.
 """
 
 from __future__ import annotations
@@ -55,7 +54,7 @@ class PagedFile:
         orders = tc.get(self.fields, 7)
         self.orders = orders[1] if orders is not None else None
         self.pages_read = 0  # data pages handed to the decoder, for tests and benchmarks
-        self.plain_pages_read = 0  # of those, pages whose values were taken as stored (`plain_array`)
+        self.plain_pages_read = 0  # of those, pages whose values were taken as stored (`plain_values`)
         self._locations: dict[tuple[int, int], tuple[np.ndarray, np.ndarray, np.ndarray] | None] = {}
         self._footers: dict[tuple[int, int, int, int], bytes] = {}  # (rg, column, first row, end row)
         self._fields: dict[int, pa.Field] = {}  # column -> its Arrow field, as pyarrow decoded it once
@@ -121,12 +120,14 @@ class PagedFile:
             dictionary = next(blobs) if has_dictionary else b""
             data = next(blobs)
             field = self._fields.get(column)
-            values = None if has_dictionary or field is None else self.plain_array(column, meta, data, field.type)
+            values = None if has_dictionary or field is None else self.plain_values(column, meta, data)
             if values is not None and len(values) == end_row - start_row:
-                arrays.append(values.slice(low - start_row, high - low))
+                arrays.append(pa.Array.from_buffers(field.type, len(values), [None, pa.py_buffer(values)]))
+                arrays[-1] = arrays[-1].slice(low - start_row, high - low)
                 fields.append(field)
                 with self._lock:
                     self.pages_read += pages
+                    self.plain_pages_read += pages
                 continue
             key = (rg, column, start_row, end_row)
             with self._lock:
@@ -147,47 +148,15 @@ class PagedFile:
                 self.pages_read += pages
         return pa.Table.from_arrays(arrays, schema=pa.schema(fields))
 
-    def read_plain_chunks(
-        self, groups: Sequence[int], names: Sequence[str], schema: pa.Schema, read: ReadRanges
-    ) -> dict[str, pa.ChunkedArray]:
-        """The whole column chunks of `groups` for those of `names` that `plain_array` can take as
-        stored (fixed width, PLAIN, no dictionary page), with one ranged read per chunk;
-        the other columns are left out, for pyarrow to decode."""
-        candidates = []
-        for name in names:
-            column = self.column.get(name)
-            field = schema.field(name) if column is not None else None
-            if field is None or not self.flat:
-                continue
-            metas = [tc.get(self.chunk(rg, column), 3) for rg in groups]
-            if all(_plain_chunk(field.type, m) for m in metas):
-                candidates.append((name, column, field, metas))
-        if not candidates:
-            return {}
-        ranges = [(int(tc.get(m, 9)), int(tc.get(m, 7))) for _, _, _, metas in candidates for m in metas]
-        blobs = iter(read(ranges))
-        found = {}
-        for name, column, field, metas in candidates:
-            chunks = [next(blobs) for _ in metas]
-            arrays = []
-            for rg, meta, data in zip(groups, metas, chunks, strict=True):
-                values = self.plain_array(column, meta, data, field.type)
-                if values is None or len(values) != self.num_rows(rg):
-                    break  # left to pyarrow
-                arrays.append(values)
-            else:
-                found[name] = pa.chunked_array(arrays, field.type)
-        return found
-
-    def plain_array(self, column: int, meta: tc.Fields, data: bytes, kind: pa.DataType) -> pa.Array | None:
-        """The values of consecutive data pages of a fixed-width column as an Arrow array of `kind`,
-        when every page is a v1 PLAIN page; None otherwise (then pyarrow decodes them). Each page's
-        CRC is checked first (a mismatch raises, as pyarrow's check does)."""
+    def plain_values(self, column: int, meta: tc.Fields, data: bytes) -> np.ndarray | None:
+        """The values of consecutive data pages of a fixed-width column, when every page is a v1
+        PLAIN page without nulls; None otherwise (then pyarrow decodes them). Each page's CRC is
+        checked first (a mismatch raises, as pyarrow's check does)."""
         physical, codec = tc.get(meta, 1), tc.get(meta, 4)
         if physical not in _WIDTH or codec not in _CODECS:
             return None
         optional = tc.get(self.leaves[column], 3) == 1
-        view, position, parts, present = memoryview(data), 0, [], []
+        view, position, parts = memoryview(data), 0, []
         while position < len(data):
             header, body = tc.decode(view, position)
             size = tc.get(header, 3)
@@ -202,26 +171,17 @@ class PagedFile:
             if encoding != 0:
                 return None
             raw = memoryview(_decompress(page, codec, tc.get(header, 2)))
-            valid = None
-            if optional:  # definition levels (0: null, 1: present), RLE / bit-packed hybrid of width 1
+            if optional:  # definition levels: all present is one RLE run of `values` ones
                 length = int.from_bytes(raw[:4], "little")
-                valid = _levels(raw[4 : 4 + length], values)
+                levels = tc._Reader(raw[4 : 4 + length])
+                run = levels.varint()
+                if run & 1 or run >> 1 != values or levels.byte() != 1 or levels.position != length:
+                    return None
                 raw = raw[4 + length :]
-            stored = values if valid is None else int(np.count_nonzero(valid))
-            if len(raw) != stored * _WIDTH[physical]:
+            if len(raw) != values * _WIDTH[physical]:
                 return None
             parts.append(np.frombuffer(raw, _DTYPE[physical]))
-            present.append(valid if valid is not None else np.ones(values, bool))
-        with self._lock:
-            self.plain_pages_read += len(parts)
-        stored = parts[0] if len(parts) == 1 else np.concatenate(parts)
-        valid = present[0] if len(present) == 1 else np.concatenate(present)
-        if len(stored) == len(valid):  # no nulls
-            return pa.Array.from_buffers(kind, len(stored), [None, pa.py_buffer(stored)])
-        full = np.zeros(len(valid), stored.dtype)
-        full[valid] = stored
-        bitmap = pa.py_buffer(np.packbits(valid, bitorder="little"))
-        return pa.Array.from_buffers(kind, len(full), [bitmap, pa.py_buffer(full)], len(valid) - len(stored))
+        return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
     def _footer(self, column: int, meta: tc.Fields, dictionary: int, data: int, rows: int) -> bytes:
         """The footer (thrift, length, magic) of a Parquet file of one row group and one column chunk
@@ -258,41 +218,6 @@ class PagedFile:
             footer.append([7, tc.LIST, (tc.STRUCT, [self.orders[column]])])
         encoded = tc.encode(footer)
         return encoded + len(encoded).to_bytes(4, "little") + b"PAR1"
-
-
-def _levels(data: memoryview, count: int) -> np.ndarray:
-    """`count` definition levels of width 1 (RLE / bit-packed hybrid) as booleans: present or null."""
-    reader, runs, got = tc._Reader(data), [], 0
-    while got < count:
-        header = reader.varint()
-        if header & 1:  # bit-packed: (header >> 1) groups of 8 levels
-            size = header >> 1
-            bits = np.unpackbits(
-                np.frombuffer(data[reader.position : reader.position + size], np.uint8), bitorder="little"
-            )
-            reader.position += size
-            run = bits[: count - got].astype(bool)
-        else:
-            run = np.full(min(header >> 1, count - got), bool(reader.byte()))
-        if not len(run):
-            raise ValueError("corrupt definition levels (an empty run)")
-        runs.append(run)
-        got += len(run)
-    return runs[0] if len(runs) == 1 else np.concatenate(runs)
-
-
-def _plain_chunk(kind: pa.DataType, meta: tc.Fields) -> bool:
-    """Whether a column chunk's metadata promises pages `plain_array` takes: its physical type is the
-    Arrow type as stored, no dictionary page or dictionary encoding and a known codec (so its bytes
-    are rarely read twice)."""
-    encodings = tc.get(meta, 2)
-    return (
-        _plain_type(kind, tc.get(meta, 1))
-        and tc.get(meta, 11) is None
-        and tc.get(meta, 4) in _CODECS
-        and encodings is not None
-        and set(encodings[1]) <= {0, 3}  # PLAIN values, RLE levels
-    )
 
 
 def _plain_type(kind: pa.DataType, physical: int) -> bool:

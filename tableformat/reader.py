@@ -118,26 +118,8 @@ class HistoryReader:
         return load_footer(self.fs, self.footers, uri)
 
     def read_groups(self, uri: str, groups: list[int], columns: list[str]) -> pa.Table:
-        """The rows of `groups` (ascending) with `columns` (the step subclasses change, e.g. to cache).
-        Fixed-width columns without nulls come from their pages as stored, the rest through pyarrow."""
-        entry = self.lookup_index().entry(uri)
-
-        def read(ranges: list[tuple[int, int]]) -> list[bytes]:
-            return read_byte_ranges(self.fs, uri, ranges, entry.meta, self.files)
-
-        try:
-            plain = entry.paged().read_plain_chunks(groups, columns, entry.schema, read) if groups else {}
-        except CorruptFileError:
-            raise
-        except DAMAGE as error:
-            raise CorruptFileError(table_of(uri), uri, describe(error)) from error
-        rest = [c for c in columns if c not in plain]
-        if not plain:
-            return read_row_groups(self.fs, uri, entry.meta, groups, columns, self.files)
-        decoded = read_row_groups(self.fs, uri, entry.meta, groups, rest, self.files) if rest else None
-        fields = [entry.schema.field(c) if c in plain else decoded.schema.field(c) for c in columns]
-        arrays = [plain[c] if c in plain else decoded[c] for c in columns]
-        return pa.Table.from_arrays(arrays, schema=pa.schema(fields, metadata=entry.schema.metadata))
+        """The rows of `groups` (ascending) with `columns` (the step subclasses change, e.g. to cache)."""
+        return read_row_groups(self.fs, uri, self.footer(uri), groups, columns, self.files)
 
     def read_rows(self, uri: str, rg: int, low: int, high: int, columns: list[str]) -> pa.Table | None:
         """Rows [low, high) of one row group, decoded from the pages that hold them (page index)."""
