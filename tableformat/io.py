@@ -9,6 +9,7 @@ from collections import OrderedDict
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from dataclasses import field as dataclass_field
 
 import pyarrow as pa
 import pyarrow.fs as pafs
@@ -20,19 +21,35 @@ class IOStats:
     opens: int = 0
     reads: int = 0
     bytes_read: int = 0
+    reads_by_file: dict[str, int] = dataclass_field(default_factory=dict)
+
+    @property
+    def files(self) -> int:
+        """Files read from (readers keep files open, so opens count first uses only)."""
+        return sum(1 for n in self.reads_by_file.values() if n)
 
     def snapshot(self) -> IOStats:
-        return IOStats(self.opens, self.reads, self.bytes_read)
+        return IOStats(self.opens, self.reads, self.bytes_read, dict(self.reads_by_file))
 
     def since(self, earlier: IOStats) -> IOStats:
-        return IOStats(self.opens - earlier.opens, self.reads - earlier.reads, self.bytes_read - earlier.bytes_read)
+        by_file = {f: n - earlier.reads_by_file.get(f, 0) for f, n in self.reads_by_file.items()}
+        return IOStats(
+            self.opens - earlier.opens, self.reads - earlier.reads, self.bytes_read - earlier.bytes_read, by_file
+        )
 
 
 class _CountingReader(io.RawIOBase):
-    def __init__(self, inner: pa.NativeFile, stats: IOStats, lock: threading.Lock) -> None:
+    def __init__(self, inner: pa.NativeFile, owner: CountingFileSystem, uri: str) -> None:
         self._inner = inner
-        self._stats = stats
-        self._lock = lock
+        self._owner = owner  # its `stats` at the time of each read (a caller may swap in fresh ones)
+        self._uri = uri
+
+    def _count(self, n: int) -> None:
+        with self._owner._lock:
+            stats = self._owner.stats
+            stats.reads += 1
+            stats.bytes_read += n
+            stats.reads_by_file[self._uri] = stats.reads_by_file.get(self._uri, 0) + 1
 
     def readable(self) -> bool:
         return True
@@ -50,16 +67,12 @@ class _CountingReader(io.RawIOBase):
         data = self._inner.read(len(buffer))
         n = len(data)
         buffer[:n] = data
-        with self._lock:
-            self._stats.reads += 1
-            self._stats.bytes_read += n
+        self._count(n)
         return n
 
     def read(self, size: int = -1) -> bytes:
         data = self._inner.read() if size is None or size < 0 else self._inner.read(size)
-        with self._lock:
-            self._stats.reads += 1
-            self._stats.bytes_read += len(data)
+        self._count(len(data))
         return data
 
     def size(self) -> int:
@@ -82,7 +95,7 @@ class CountingFileSystem:
         fs, path = (self.inner, uri) if self.inner else resolve_uri(uri)
         with self._lock:
             self.stats.opens += 1
-        return pa.PythonFile(_CountingReader(fs.open_input_file(path), self.stats, self._lock), mode="r")
+        return pa.PythonFile(_CountingReader(fs.open_input_file(path), self, uri), mode="r")
 
 
 _LOCAL = pafs.LocalFileSystem()
@@ -208,17 +221,95 @@ def open_parquet(
     )
 
 
-def read_row_groups(fs, uri: str, meta: pq.FileMetaData, groups: list[int], columns: list[str]) -> pa.Table:
-    """The rows of `groups` (ascending) with `columns`. On an object store, pre-buffering fetches the
-    column chunks in few coalesced requests; a local file is read chunk by chunk on the calling thread
-    instead (pre-buffering hands each read to pyarrow's I/O pool and waits for it: a thread hand-off
-    per lookup that costs more than the read from the page cache, `seqlake bench-peers`). Decoding on
-    the calling thread is faster than pyarrow's pool for a lookup's few chunks, and leaves the
-    parallelism to the caller."""
-    from tableformat.verified import verified_file
+class OpenFiles:
+    """Opened data files kept between lookups: per file, idle (handle, ParquetFile) pairs, LRU-bounded
+    by files. Opening a file and building pyarrow's reader (its schema manifest, the dictionary
+    columns) costs about as much as decoding a 10K-event lookup's two columns, and files are
+    immutable, so a reader keeps them. A pair is used by one thread at a time (checked out, then
+    returned); at most `per_file` idle pairs are kept per file, so threads reading one file each
+    get their own."""
 
-    with verified_file(fs, uri) as handle:
-        parquet = open_parquet(handle, meta, pre_buffer=not is_local(uri), read_dictionary=columns)
+    def __init__(self, capacity: int = 64, per_file: int = 4) -> None:
+        self.capacity, self.per_file = capacity, per_file
+        self._idle: OrderedDict[str, list[tuple[pa.NativeFile, pq.ParquetFile]]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def take(self, fs, uri: str, meta: pq.FileMetaData) -> tuple[pa.NativeFile, pq.ParquetFile]:
+        with self._lock:
+            idle = self._idle.get(uri)
+            if idle:
+                self._idle.move_to_end(uri)
+                return idle.pop()
+        handle = fs.open_input_file(uri)
+        try:
+            strings = [f.name for f in meta.schema.to_arrow_schema() if _is_string(f.type)]
+            return handle, open_parquet(handle, meta, pre_buffer=not is_local(uri), read_dictionary=strings)
+        except BaseException:
+            handle.close()
+            raise
+
+    def give_back(self, uri: str, opened: tuple[pa.NativeFile, pq.ParquetFile]) -> None:
+        with self._lock:
+            idle = self._idle.setdefault(uri, [])
+            self._idle.move_to_end(uri)
+            if len(idle) < self.per_file:
+                idle.append(opened)
+                opened = None
+            evicted = []
+            while len(self._idle) > self.capacity:
+                evicted += self._idle.popitem(last=False)[1]
+        for handle, _ in evicted + ([opened] if opened is not None else []):
+            handle.close()
+
+    @contextmanager
+    def opened(self, fs, uri: str, meta: pq.FileMetaData) -> Iterator[tuple[pa.NativeFile, pq.ParquetFile]]:
+        """A file's (handle, ParquetFile) for the block; damage met while reading is raised as
+        CorruptFileError (`tableformat.verified`), and a pair that failed is not kept."""
+        from tableformat.verified import DAMAGE, CorruptFileError, describe, table_of
+
+        try:
+            pair = self.take(fs, uri, meta)
+        except CorruptFileError:
+            raise
+        except DAMAGE as error:
+            raise CorruptFileError(table_of(uri), uri, describe(error)) from error
+        try:
+            yield pair
+        except CorruptFileError:
+            pair[0].close()
+            raise
+        except DAMAGE as error:
+            pair[0].close()
+            raise CorruptFileError(table_of(uri), uri, describe(error)) from error
+        except BaseException:
+            pair[0].close()
+            raise
+        self.give_back(uri, pair)
+
+    def clear(self) -> None:
+        with self._lock:
+            idle, self._idle = list(self._idle.values()), OrderedDict()
+        for pairs in idle:
+            for handle, _ in pairs:
+                handle.close()
+
+
+def _is_string(kind: pa.DataType) -> bool:
+    return pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_binary(kind)
+
+
+def read_row_groups(
+    fs, uri: str, meta: pq.FileMetaData, groups: list[int], columns: list[str], files: OpenFiles | None = None
+) -> pa.Table:
+    """The rows of `groups` (ascending) with `columns`, through the opened files `files` (a new
+    one-use set if None). On an object store, pre-buffering fetches the column chunks in few
+    coalesced requests; a local file is read chunk by chunk on the calling thread instead
+    (pre-buffering hands each read to pyarrow's I/O pool and waits for it: a thread hand-off per
+    lookup that costs more than the read from the page cache, `seqlake bench-peers`). Decoding on the
+    calling thread is faster than pyarrow's pool for a lookup's few chunks, and leaves the parallelism
+    to the caller."""
+    files = files if files is not None else OpenFiles(capacity=0, per_file=0)
+    with files.opened(fs, uri, meta) as (_, parquet):
         return dictionaries_decoded(parquet.read_row_groups(groups, columns=columns, use_threads=False))
 
 
@@ -234,16 +325,23 @@ def dictionaries_decoded(table: pa.Table) -> pa.Table:
     return table
 
 
-def read_byte_ranges(fs, uri: str, ranges: list[tuple[int, int]]) -> list[bytes]:
-    """The bytes of each (offset, length) range of a file, in one open (page index, single pages)."""
+def read_byte_ranges(
+    fs, uri: str, ranges: list[tuple[int, int]], meta: pq.FileMetaData | None = None, files: OpenFiles | None = None
+) -> list[bytes]:
+    """The bytes of each (offset, length) range of a file (page index, single pages), through an
+    opened file of `files` when given (with the file's footer `meta`), else in one open."""
+    if files is not None and meta is not None:
+        with files.opened(fs, uri, meta) as (handle, _):
+            return [_read_at(handle, offset, length) for offset, length in ranges]
     from tableformat.verified import verified_file
 
-    out = []
     with verified_file(fs, uri) as handle:
-        for offset, length in ranges:
-            handle.seek(offset)
-            out.append(handle.read(length))
-    return out
+        return [_read_at(handle, offset, length) for offset, length in ranges]
+
+
+def _read_at(handle, offset: int, length: int) -> bytes:
+    handle.seek(offset)
+    return handle.read(length)
 
 
 def decode_parquet(data: bytes) -> pa.Table:

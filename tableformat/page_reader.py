@@ -7,11 +7,17 @@ pages that hold the rows (plus the dictionary page), and has pyarrow decode them
 Parquet file whose footer is the original column chunk's metadata narrowed to those pages. Pages are
 self-contained (their levels and values start at the page), so the decoded rows are exactly the
 original ones; the caller slices the asked range out of the pages' rows.
+
+Fixed-width columns without nulls in PLAIN pages (the history's integer and float columns) skip that
+machinery once their Arrow field is known: each page's CRC is checked, its body decompressed and its
+values taken as they are (`plain_values`); anything else (a dictionary page, another encoding, a null,
+another codec) goes through pyarrow.
 """
 
 from __future__ import annotations
 
 import threading
+import zlib
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -25,6 +31,9 @@ ReadRanges = Callable[[list[tuple[int, int]]], list[bytes]]
 # The decoder of a one-column Parquet file held in memory (tableformat.io.decode_parquet).
 Decode = Callable[[bytes], pa.Table]
 FOOTERS_KEPT = 4096  # narrowed footers a file keeps (a few hundred bytes each)
+_WIDTH = {1: 4, 2: 8, 4: 4, 5: 8}  # Parquet physical type (INT32, INT64, FLOAT, DOUBLE) -> bytes a value
+_DTYPE = {1: "<i4", 2: "<i8", 4: "<f4", 5: "<f8"}
+_CODECS = {0: None, 6: "zstd"}  # UNCOMPRESSED, ZSTD
 
 
 class PagedFile:
@@ -45,8 +54,10 @@ class PagedFile:
         orders = tc.get(self.fields, 7)
         self.orders = orders[1] if orders is not None else None
         self.pages_read = 0  # data pages handed to the decoder, for tests and benchmarks
+        self.plain_pages_read = 0  # of those, pages whose values were taken as stored (`plain_values`)
         self._locations: dict[tuple[int, int], tuple[np.ndarray, np.ndarray, np.ndarray] | None] = {}
         self._footers: dict[tuple[int, int, int, int], bytes] = {}  # (rg, column, first row, end row)
+        self._fields: dict[int, pa.Field] = {}  # column -> its Arrow field, as pyarrow decoded it once
         self._lock = threading.Lock()
 
     def chunk(self, rg: int, column: int) -> tc.Fields:
@@ -108,6 +119,16 @@ class PagedFile:
         for column, meta, has_dictionary, start_row, end_row, pages in plans:
             dictionary = next(blobs) if has_dictionary else b""
             data = next(blobs)
+            field = self._fields.get(column)
+            values = None if has_dictionary or field is None else self.plain_values(column, meta, data)
+            if values is not None and len(values) == end_row - start_row:
+                arrays.append(pa.Array.from_buffers(field.type, len(values), [None, pa.py_buffer(values)]))
+                arrays[-1] = arrays[-1].slice(low - start_row, high - low)
+                fields.append(field)
+                with self._lock:
+                    self.pages_read += pages
+                    self.plain_pages_read += pages
+                continue
             key = (rg, column, start_row, end_row)
             with self._lock:
                 footer = self._footers.get(key)
@@ -120,9 +141,47 @@ class PagedFile:
             table = decode(b"".join([b"PAR1", dictionary, data, footer]))
             arrays.append(table.column(0).slice(low - start_row, high - low))
             fields.append(table.schema.field(0))
+            if _plain_type(table.schema.field(0).type, tc.get(meta, 1)):
+                with self._lock:
+                    self._fields.setdefault(column, table.schema.field(0))
             with self._lock:
                 self.pages_read += pages
         return pa.Table.from_arrays(arrays, schema=pa.schema(fields))
+
+    def plain_values(self, column: int, meta: tc.Fields, data: bytes) -> np.ndarray | None:
+        """The values of consecutive data pages of a fixed-width column, when every page is a v1
+        PLAIN page without nulls; None otherwise (then pyarrow decodes them). Each page's CRC is
+        checked first (a mismatch raises, as pyarrow's check does)."""
+        physical, codec = tc.get(meta, 1), tc.get(meta, 4)
+        if physical not in _WIDTH or codec not in _CODECS:
+            return None
+        optional = tc.get(self.leaves[column], 3) == 1
+        view, position, parts = memoryview(data), 0, []
+        while position < len(data):
+            header, body = tc.decode(view, position)
+            size = tc.get(header, 3)
+            page = view[body : body + size]
+            position = body + size
+            if tc.get(header, 1) != 0 or size is None or len(page) != size:
+                return None
+            crc = tc.get(header, 4)
+            if crc is not None and zlib.crc32(page) != crc & 0xFFFFFFFF:
+                raise OSError("CRC checksum verification failed for a data page (page_reader)")
+            values, encoding = tc.get(tc.get(header, 5), 1), tc.get(tc.get(header, 5), 2)
+            if encoding != 0:
+                return None
+            raw = memoryview(_decompress(page, codec, tc.get(header, 2)))
+            if optional:  # definition levels: all present is one RLE run of `values` ones
+                length = int.from_bytes(raw[:4], "little")
+                levels = tc._Reader(raw[4 : 4 + length])
+                run = levels.varint()
+                if run & 1 or run >> 1 != values or levels.byte() != 1 or levels.position != length:
+                    return None
+                raw = raw[4 + length :]
+            if len(raw) != values * _WIDTH[physical]:
+                return None
+            parts.append(np.frombuffer(raw, _DTYPE[physical]))
+        return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
     def _footer(self, column: int, meta: tc.Fields, dictionary: int, data: int, rows: int) -> bytes:
         """The footer (thrift, length, magic) of a Parquet file of one row group and one column chunk
@@ -159,3 +218,28 @@ class PagedFile:
             footer.append([7, tc.LIST, (tc.STRUCT, [self.orders[column]])])
         encoded = tc.encode(footer)
         return encoded + len(encoded).to_bytes(4, "little") + b"PAR1"
+
+
+def _plain_type(kind: pa.DataType, physical: int) -> bool:
+    """Whether an Arrow type is the Parquet physical type's values as stored (no conversion)."""
+    if physical == 1:
+        return kind == pa.int32()
+    if physical == 2:
+        return kind == pa.int64() or (pa.types.is_timestamp(kind) and kind.unit == "us")
+    return kind == (pa.float32() if physical == 4 else pa.float64())
+
+
+_DECOMPRESSORS = threading.local()
+
+
+def _decompress(page: memoryview, codec: int, size: int) -> bytes | memoryview:
+    """A page body decompressed with a per-thread zstd context (reused: creating one per page costs
+    as much as decompressing a small page)."""
+    if _CODECS[codec] is None:
+        return page
+    decompressor = getattr(_DECOMPRESSORS, "zstd", None)
+    if decompressor is None:
+        import zstandard
+
+        decompressor = _DECOMPRESSORS.zstd = zstandard.ZstdDecompressor()
+    return decompressor.decompress(page, max_output_size=size)
