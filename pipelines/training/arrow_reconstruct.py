@@ -27,7 +27,7 @@ from pipelines.parse import landing_schema
 from pipelines.training.prefetch import PrefetchingIterator
 from pipelines.training.reconstruct import Mode, reason_sql
 from pipelines.training.sequence import ORDER_KEYS, Tenant
-from pipelines.training.sequence_digest import digest_sql, row_text_sql
+from pipelines.training.sequence_digest import piece_sql, pieces_checksum_sql, row_digest_sql, row_text_sql
 from pipelines.training.tables import FRAGMENT, QUARANTINE_SCHEMA, REQUEST_COLUMNS, SEQUENCE, sequence_table_schema
 from seqlake.config import Config
 from seqlake.duckdb_session import connect, sql_literal
@@ -223,9 +223,10 @@ def rebuild_batch(
     (`user_id` plus the tenant's read columns) and, in LSN mode, the open windows' detail events.
 
     The plan's first query gathers every row a sequence may hold once (history rows, rebuilt open
-    window rows, fragment rows) with its checksum text; the second ranks and orders narrow keys
-    only; Arrow then gathers the rows in sequence order, cuts the list columns by offsets (no copy
-    of the values) and the checksums are hashed over the lists of texts (no sort)."""
+    window rows, fragment rows) with its row digest (SHA-256 once per row, however many requests
+    hold it); the second ranks and orders narrow keys only; Arrow then gathers the rows in sequence
+    order, cuts the list columns by offsets (no copy of the values) and the checksums fold the lists
+    of digest pieces in integer arithmetic (no hashing per request)."""
     plan = plan or BatchPlan.of(config, tenant, mode)
     positions = pa.array(np.arange(pointers.num_rows, dtype=np.int64))
     with connect(extensions=()) as con:
@@ -237,16 +238,13 @@ def rebuild_batch(
         payload = payload.combine_chunks().append_column("_pid", pa.array(np.arange(payload.num_rows, dtype=np.int64)))
         con.register("_payload", payload)
         order = con.execute(plan.order_sql).to_arrow_table()
-        flat = payload.select([*tenant.model_columns, "_text"]).take(order["_pid"].combine_chunks())
+        flat = payload.select([*tenant.model_columns, *PIECES]).take(order["_pid"].combine_chunks())
         flat = flat.append_column("_pos", order["_pos"])
         counts = np.bincount(flat["_pos"].to_numpy(), minlength=pointers.num_rows).astype(np.int32)
         offsets = pa.array(np.concatenate([[0], np.cumsum(counts, dtype=np.int64)]).astype(np.int32))
-        texts = flat["_text"].combine_chunks()
-        if texts.nbytes >= 2**31 - 1:
-            texts = texts.cast(pa.large_string())
         checked = pa.table(
             {
-                "_texts": pa.ListArray.from_arrays(offsets, texts),
+                **{p: pa.ListArray.from_arrays(offsets, flat[p].combine_chunks()) for p in PIECES},
                 "length": pointers["length"],
                 "checksum": pointers["checksum"],
                 "actual_length": pa.array(counts),
@@ -277,8 +275,8 @@ def rebuild_batch(
 
 
 def _verdict_sql() -> str:
-    """Each sequence's checksum over its list of row texts, compared with the captured one."""
-    actual = digest_sql("array_to_string(_texts, '')", "duckdb")
+    """Each sequence's checksum from its rows' digest pieces, compared with the captured one."""
+    actual = pieces_checksum_sql(list(PIECES), "duckdb")
     reason = reason_sql("actual_length", "length", "_actual_checksum", "checksum")
     return (
         f"SELECT {reason} AS reason, lower(hex(checksum)) AS expected_checksum, "
@@ -315,10 +313,12 @@ class BatchPlan:
 
 # Payload kinds: a published history row, an open-window row rebuilt for one request, a fragment row.
 HISTORY, REBUILT, FRAGMENT_ROW = 0, 1, 2
+# A payload row's digest, as the four 16-bit pieces the checksum's lanes fold.
+PIECES = ("_p0", "_p1", "_p2", "_p3")
 
 
 def payload_sql(config: Config, tenant: Tenant, mode: Mode) -> str:
-    """Every row a batch's sequences may hold, once, with its checksum text (`_text`) and `_kind`:
+    """Every row a batch's sequences may hold, once, with its row digest's pieces (PIECES) and `_kind`:
     the tenant's history rows (a user's requests share most of them: their text is computed once),
     in LSN mode the open window rebuilt from detail as of each request's bound (`_pos` set), and
     each request's fragment rows (`_pos` and `_ord`, their order in the fragment, set).
@@ -349,7 +349,10 @@ def payload_sql(config: Config, tenant: Tenant, mode: Mode) -> str:
             "ON e.user_id = b.user_id AND e.window_id = b.window_id "
             "AND e.source_partition = b.source_partition AND e.lsn <= b.lsn_bound) "
         )
-    return ctes + " UNION ALL BY NAME ".join(parts)
+    pieces = ", ".join(f"{piece_sql('_digest', k, 'duckdb')} AS {p}" for k, p in enumerate(PIECES))
+    rows = " UNION ALL BY NAME ".join(parts)
+    digested = f"SELECT * EXCLUDE (_text), {row_digest_sql('_text', 'duckdb')} AS _digest FROM ({rows})"
+    return f"{ctes}SELECT * EXCLUDE (_digest), {pieces} FROM ({digested})"
 
 
 _BOUNDS = (
