@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from datetime import timedelta
 
+import duckdb
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -135,6 +136,8 @@ class Reconstruction:
         self.reader = CachedHistoryReader(history, filesystem=self.fs)
         self.batch_rows = batch_rows
         self.plan = BatchPlan.of(config, tenant, mode)  # planned once, run per batch
+        # One in-memory database for all batches (each batch a cursor: its own views, no new instance).
+        self.database = connect(extensions=())
 
     def batches(self) -> Iterator[SampleBatch]:
         # Pointers are not history: their bytes are not counted in the tenant's reads.
@@ -145,7 +148,7 @@ class Reconstruction:
         """The batch's sequences, rebuilt and verified in one DuckDB plan over Arrow."""
         history = stack_users(self._history_rows(pointers), self.reader, self.tenant)
         events = self._open_window_events(pointers) if self.mode == "lsn" else None
-        return rebuild_batch(self.config, self.tenant, self.mode, pointers, history, events, self.plan)
+        return rebuild_batch(self.config, self.tenant, self.mode, pointers, history, events, self.plan, self.database)
 
     def _ranged_histories(self, selections: dict[int, Selection]) -> dict[int, pa.Table]:
         """Each user's rows in its own selection: one multi-user read over the union of the ranges
@@ -218,6 +221,7 @@ def rebuild_batch(
     history: pa.Table,
     events: pa.Table | None,
     plan: BatchPlan | None = None,
+    database: duckdb.DuckDBPyConnection | None = None,
 ) -> SampleBatch:
     """Rebuild and verify a batch of pointers (training rows) from their users' history rows
     (`user_id` plus the tenant's read columns) and, in LSN mode, the open windows' detail events.
@@ -229,7 +233,7 @@ def rebuild_batch(
     of digest pieces in integer arithmetic (no hashing per request)."""
     plan = plan or BatchPlan.of(config, tenant, mode)
     positions = pa.array(np.arange(pointers.num_rows, dtype=np.int64))
-    with connect(extensions=()) as con:
+    with database.cursor() if database is not None else connect(extensions=()) as con:
         con.register("_pointers", pointers.append_column("_pos", positions))
         con.register("_history", history)
         if mode == "lsn":
@@ -271,7 +275,9 @@ def rebuild_batch(
             **{name: failed[name] for name in QUARANTINE_SCHEMA.names[4:]},
         }
     ).cast(QUARANTINE_SCHEMA)
-    return SampleBatch(assembled.filter(ok), quarantined, assembled)
+    # A batch that verifies in full (the usual case) is returned as is, not copied by a filter.
+    samples = assembled if failed.num_rows == 0 else assembled.filter(ok)
+    return SampleBatch(samples, quarantined, assembled)
 
 
 def _verdict_sql() -> str:
