@@ -18,6 +18,7 @@ hold them to it):
 
 from __future__ import annotations
 
+import functools
 from typing import Literal
 
 import sqlglot
@@ -51,6 +52,7 @@ def _ansi_cast(node: exp.Expression) -> exp.Expression:
     return node
 
 
+@functools.lru_cache(maxsize=256)  # a fresh read per request batch asks for the same SQL again
 def _transpile(sql: str, dialect: Dialect) -> str:
     if dialect == "spark":
         return sql

@@ -325,7 +325,8 @@ def in_sequence(parts: list[pa.Table], segments: Segments, merging: bool) -> pa.
     if len(parts) == 1:
         return parts[0]
     # Files may have read different keys (one cut by LSN, another not): keep the common columns.
-    common = [c for c in parts[0].column_names if all(c in p.column_names for p in parts)]
+    names = [set(p.column_names) for p in parts]  # once per part: column_names builds a new list
+    common = [c for c in parts[0].column_names if all(c in n for n in names)]
     parts = [p.select(common) if p.column_names != common else p for p in parts]
     if not merging:  # disjoint time ranges: concatenate in time order
         return pa.concat_tables([parts[i] for i in np.argsort(segments.ts_min, kind="stable").tolist()])

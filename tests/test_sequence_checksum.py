@@ -31,12 +31,16 @@ ROW_ONE = ("engagement", T0, 7, 2, 0.1, True)
 ROW_TWO = ("é", T0 + timedelta(minutes=1), -3, None, -1.5, False)
 TEXT_ONE = "10:engagement|1772445600000000|7|2|7205759511166976p-4|t|\n"
 TEXT_TWO = "2:é|1772445660000000|-3|~|-6755399441055744p0|f|\n"
-# (sequence, text, checksum) exactly as SPEC.md lists them.
+# (sequence, row texts, checksum) exactly as SPEC.md lists them.
 VECTORS = [
-    ([], "", "e3b0c44298fc1c149afbf4c8996fb924"),
-    ([ROW_ONE], TEXT_ONE, "d8daf44c0ddd6d187083220b28e4c7df"),
-    ([ROW_ONE, ROW_TWO], TEXT_ONE + TEXT_TWO, "a5931a1a8ea28f5e084338d288c47693"),
+    ([], [], "00000001000000010000000100000001"),
+    ([ROW_ONE], [TEXT_ONE], "796f8f0468c39886411ba448633fb825"),
+    ([ROW_ONE, ROW_TWO], [TEXT_ONE, TEXT_TWO], "06e6f13d655182ab25867055223f1842"),
 ]
+# The row digests SPEC.md lists: the first 8 bytes of the SHA-256 of each row's text.
+ROW_DIGESTS = {TEXT_ONE: "d8daf44c0ddd6d18", TEXT_TWO: "24b1e18584798b66"}
+MODULUS = 2**31 - 1
+BASES = (2037298730, 1757586490, 1092327019, 1665092365)
 COLUMNS = [f"seq_{f.name}" for f in SCHEMA]
 
 
@@ -60,9 +64,22 @@ def spark_checksums(spark, sequences, schema: pa.Schema = SCHEMA) -> list[str]:
     return [r["c"] for r in hashed.collect()]
 
 
-def test_the_spec_text_hashes_to_the_spec_checksums():
-    for _, text, checksum in VECTORS:
-        assert hashlib.sha256(text.encode()).digest()[:16].hex() == checksum
+def reference_checksum(texts: list[str]) -> str:
+    """SPEC.md's definition, row by row in plain Python: four lanes, Horner's rule from 1, each over
+    one 16-bit piece of every row's digest, modulo 2^31 - 1; the lanes as 4 bytes big-endian."""
+    lanes = [1, 1, 1, 1]
+    for text in texts:
+        digest = hashlib.sha256(text.encode()).digest()[:8]
+        for k in range(4):
+            lanes[k] = (lanes[k] * BASES[k] + int.from_bytes(digest[2 * k : 2 * k + 2], "big")) % MODULUS
+    return b"".join(lane.to_bytes(4, "big") for lane in lanes).hex()
+
+
+def test_the_spec_texts_give_the_spec_row_digests_and_checksums():
+    for text, digest in ROW_DIGESTS.items():
+        assert hashlib.sha256(text.encode()).hexdigest()[:16] == digest
+    for _, texts, checksum in VECTORS:
+        assert reference_checksum(texts) == checksum
 
 
 def capture_tenant() -> Tenant:
@@ -79,6 +96,14 @@ def test_duckdb_and_the_capture_path_reproduce_the_vectors():
     assert tenant.schema == SCHEMA
     sequences = [pa.Table.from_pylist([dict(zip(SCHEMA.names, r, strict=True)) for r in v[0]], SCHEMA) for v in VECTORS]
     assert [c.hex() for c in capture_sequence_checksums(sequences, tenant)] == [v[2] for v in VECTORS]
+
+
+def test_a_long_sequence_folds_exactly_as_the_reference():
+    # Thousands of rows in a pattern the first rows do not predict: every lane wraps many times.
+    pattern = [ROW_ONE, ROW_TWO, ROW_TWO, ROW_ONE, ROW_ONE, ROW_ONE, ROW_TWO]
+    rows = [pattern[(i * i) % len(pattern)] for i in range(3_001)]
+    texts = [TEXT_ONE if row is ROW_ONE else TEXT_TWO for row in rows]
+    assert duckdb_checksums([rows]) == [reference_checksum(texts)]
 
 
 @pytest.mark.spark

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from datetime import timedelta
 
+import duckdb
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -27,7 +28,7 @@ from pipelines.parse import landing_schema
 from pipelines.training.prefetch import PrefetchingIterator
 from pipelines.training.reconstruct import Mode, reason_sql
 from pipelines.training.sequence import ORDER_KEYS, Tenant
-from pipelines.training.sequence_digest import digest_sql, row_text_sql
+from pipelines.training.sequence_digest import piece_sql, pieces_checksum_sql, row_digest_sql, row_text_sql
 from pipelines.training.tables import FRAGMENT, QUARANTINE_SCHEMA, REQUEST_COLUMNS, SEQUENCE, sequence_table_schema
 from seqlake.config import Config
 from seqlake.duckdb_session import connect, sql_literal
@@ -135,6 +136,8 @@ class Reconstruction:
         self.reader = CachedHistoryReader(history, filesystem=self.fs)
         self.batch_rows = batch_rows
         self.plan = BatchPlan.of(config, tenant, mode)  # planned once, run per batch
+        # One in-memory database for all batches (each batch a cursor: its own views, no new instance).
+        self.database = connect(extensions=())
 
     def batches(self) -> Iterator[SampleBatch]:
         # Pointers are not history: their bytes are not counted in the tenant's reads.
@@ -145,7 +148,7 @@ class Reconstruction:
         """The batch's sequences, rebuilt and verified in one DuckDB plan over Arrow."""
         history = stack_users(self._history_rows(pointers), self.reader, self.tenant)
         events = self._open_window_events(pointers) if self.mode == "lsn" else None
-        return rebuild_batch(self.config, self.tenant, self.mode, pointers, history, events, self.plan)
+        return rebuild_batch(self.config, self.tenant, self.mode, pointers, history, events, self.plan, self.database)
 
     def _ranged_histories(self, selections: dict[int, Selection]) -> dict[int, pa.Table]:
         """Each user's rows in its own selection: one multi-user read over the union of the ranges
@@ -218,17 +221,19 @@ def rebuild_batch(
     history: pa.Table,
     events: pa.Table | None,
     plan: BatchPlan | None = None,
+    database: duckdb.DuckDBPyConnection | None = None,
 ) -> SampleBatch:
     """Rebuild and verify a batch of pointers (training rows) from their users' history rows
     (`user_id` plus the tenant's read columns) and, in LSN mode, the open windows' detail events.
 
     The plan's first query gathers every row a sequence may hold once (history rows, rebuilt open
-    window rows, fragment rows) with its checksum text; the second ranks and orders narrow keys
-    only; Arrow then gathers the rows in sequence order, cuts the list columns by offsets (no copy
-    of the values) and the checksums are hashed over the lists of texts (no sort)."""
+    window rows, fragment rows) with its row digest (SHA-256 once per row, however many requests
+    hold it); the second ranks and orders narrow keys only; Arrow then gathers the rows in sequence
+    order, cuts the list columns by offsets (no copy of the values) and the checksums fold the lists
+    of digest pieces in integer arithmetic (no hashing per request)."""
     plan = plan or BatchPlan.of(config, tenant, mode)
     positions = pa.array(np.arange(pointers.num_rows, dtype=np.int64))
-    with connect(extensions=()) as con:
+    with database.cursor() if database is not None else connect(extensions=()) as con:
         con.register("_pointers", pointers.append_column("_pos", positions))
         con.register("_history", history)
         if mode == "lsn":
@@ -237,16 +242,13 @@ def rebuild_batch(
         payload = payload.combine_chunks().append_column("_pid", pa.array(np.arange(payload.num_rows, dtype=np.int64)))
         con.register("_payload", payload)
         order = con.execute(plan.order_sql).to_arrow_table()
-        flat = payload.select([*tenant.model_columns, "_text"]).take(order["_pid"].combine_chunks())
+        flat = payload.select([*tenant.model_columns, *PIECES]).take(order["_pid"].combine_chunks())
         flat = flat.append_column("_pos", order["_pos"])
         counts = np.bincount(flat["_pos"].to_numpy(), minlength=pointers.num_rows).astype(np.int32)
         offsets = pa.array(np.concatenate([[0], np.cumsum(counts, dtype=np.int64)]).astype(np.int32))
-        texts = flat["_text"].combine_chunks()
-        if texts.nbytes >= 2**31 - 1:
-            texts = texts.cast(pa.large_string())
         checked = pa.table(
             {
-                "_texts": pa.ListArray.from_arrays(offsets, texts),
+                **{p: pa.ListArray.from_arrays(offsets, flat[p].combine_chunks()) for p in PIECES},
                 "length": pointers["length"],
                 "checksum": pointers["checksum"],
                 "actual_length": pa.array(counts),
@@ -273,12 +275,14 @@ def rebuild_batch(
             **{name: failed[name] for name in QUARANTINE_SCHEMA.names[4:]},
         }
     ).cast(QUARANTINE_SCHEMA)
-    return SampleBatch(assembled.filter(ok), quarantined, assembled)
+    # A batch that verifies in full (the usual case) is returned as is, not copied by a filter.
+    samples = assembled if failed.num_rows == 0 else assembled.filter(ok)
+    return SampleBatch(samples, quarantined, assembled)
 
 
 def _verdict_sql() -> str:
-    """Each sequence's checksum over its list of row texts, compared with the captured one."""
-    actual = digest_sql("array_to_string(_texts, '')", "duckdb")
+    """Each sequence's checksum from its rows' digest pieces, compared with the captured one."""
+    actual = pieces_checksum_sql(list(PIECES), "duckdb")
     reason = reason_sql("actual_length", "length", "_actual_checksum", "checksum")
     return (
         f"SELECT {reason} AS reason, lower(hex(checksum)) AS expected_checksum, "
@@ -315,10 +319,12 @@ class BatchPlan:
 
 # Payload kinds: a published history row, an open-window row rebuilt for one request, a fragment row.
 HISTORY, REBUILT, FRAGMENT_ROW = 0, 1, 2
+# A payload row's digest, as the four 16-bit pieces the checksum's lanes fold.
+PIECES = ("_p0", "_p1", "_p2", "_p3")
 
 
 def payload_sql(config: Config, tenant: Tenant, mode: Mode) -> str:
-    """Every row a batch's sequences may hold, once, with its checksum text (`_text`) and `_kind`:
+    """Every row a batch's sequences may hold, once, with its row digest's pieces (PIECES) and `_kind`:
     the tenant's history rows (a user's requests share most of them: their text is computed once),
     in LSN mode the open window rebuilt from detail as of each request's bound (`_pos` set), and
     each request's fragment rows (`_pos` and `_ord`, their order in the fragment, set).
@@ -349,7 +355,10 @@ def payload_sql(config: Config, tenant: Tenant, mode: Mode) -> str:
             "ON e.user_id = b.user_id AND e.window_id = b.window_id "
             "AND e.source_partition = b.source_partition AND e.lsn <= b.lsn_bound) "
         )
-    return ctes + " UNION ALL BY NAME ".join(parts)
+    pieces = ", ".join(f"{piece_sql('_digest', k, 'duckdb')} AS {p}" for k, p in enumerate(PIECES))
+    rows = " UNION ALL BY NAME ".join(parts)
+    digested = f"SELECT * EXCLUDE (_text), {row_digest_sql('_text', 'duckdb')} AS _digest FROM ({rows})"
+    return f"{ctes}SELECT * EXCLUDE (_digest), {pieces} FROM ({digested})"
 
 
 _BOUNDS = (

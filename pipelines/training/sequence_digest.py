@@ -1,14 +1,16 @@
 """The sequence checksum, computed set-wise from list columns in DuckDB and in Spark SQL.
 
 Every row of a sequence becomes a text (each model column's token followed by `|`, the row closed
-by a newline); the checksum is the first 16 bytes of the SHA-256 of the concatenated row texts.
+by a newline) and the row's digest is the first 8 bytes of that text's SHA-256: computed once per
+row, however many sequences hold it. The checksum combines the rows' digests by position in
+integer arithmetic (four polynomial hashes modulo 2^31 - 1, 16 bytes in all).
 Tokens: `~` for null; integers in decimal; timestamps as microseconds since the epoch in decimal;
 booleans `t` / `f`; strings as `<UTF-8 byte length>:<bytes>`; floating point values exactly, as
 `[-]<significand>p<exponent>` with the integer significand in [2^52, 2^53) (value = significand *
 2^(exponent - 52)), `0` for both zeros, `nan`, `inf`, `-inf`. tableformat/SPEC.md ("Sequence
 checksum") is the normative text, with test vectors.
 
-Both dialects build the same text with built-in functions only, so capture (DuckDB over Arrow),
+Both dialects build the same text and fold with built-in functions only, so capture (DuckDB over Arrow),
 the in-process reconstruction (DuckDB) and the Spark reconstruction agree byte for byte.
 """
 
@@ -74,29 +76,77 @@ def row_text_sql(schema: pa.Schema, columns: list[str], dialect: Dialect) -> str
     return f"concat({_fields(parts)}, {newline})"
 
 
-def digest_sql(text: str, dialect: Dialect) -> str:
-    """SQL for the checksum (binary, CHECKSUM_BYTES) of a sequence's text."""
+# The combination: four lanes, each a polynomial hash modulo the prime 2^31 - 1 (Horner's rule,
+# starting at 1) over one 16-bit piece of each row's digest, with a primitive root as base. Every
+# intermediate value stays below 2^62, so no engine overflows (DuckDB raises, Spark ANSI raises).
+MODULUS = 2**31 - 1
+BASES = (2037298730, 1757586490, 1092327019, 1665092365)
+ROW_DIGEST_HEX = 16  # a row's digest: the first 8 bytes of the SHA-256 of its text, in hex
+
+
+def row_digest_sql(text: str, dialect: Dialect) -> str:
+    """SQL for a row's digest (lowercase hex, ROW_DIGEST_HEX characters) from its text."""
     if dialect == "spark":
-        return f"unhex(substring(sha2({text}, 256), 1, {2 * CHECKSUM_BYTES}))"
-    return f"unhex(sha256({text})[1:{2 * CHECKSUM_BYTES}])"
+        return f"substring(sha2({text}, 256), 1, {ROW_DIGEST_HEX})"
+    return f"sha256({text})[1:{ROW_DIGEST_HEX}]"
 
 
-def sequence_text_sql(schema: pa.Schema, columns: list[str], dialect: Dialect) -> str:
-    """SQL for the text a sequence held in list columns `columns` (one per field of `schema`, in
-    order, all of one length) is hashed from."""
+def piece_sql(digest: str, lane: int, dialect: Dialect) -> str:
+    """SQL for the 16-bit piece `lane` (0..3, big-endian) of a row digest in hex."""
+    hex4 = f"substring({digest}, {4 * lane + 1}, 4)"
+    if dialect == "spark":
+        return f"CAST(conv({hex4}, 16, 10) AS BIGINT)"
+    return f"CAST(concat('0x', {hex4}) AS BIGINT)"
+
+
+def lane_sql(pieces: str, lane: int, dialect: Dialect) -> str:
+    """SQL for lane `lane` of a sequence from the list (BIGINT) of its rows' pieces for that lane."""
+    step = f"(a * {BASES[lane]} + x) % {MODULUS}"
+    if dialect == "spark":
+        return f"aggregate({pieces}, CAST(1 AS BIGINT), (a, x) -> {step})"
+    return f"list_reduce({pieces}, lambda a, x: {step}, CAST(1 AS BIGINT))"
+
+
+def combine_sql(lanes: list[str], dialect: Dialect) -> str:
+    """SQL for the checksum (binary, CHECKSUM_BYTES): the four lanes, each 4 bytes big-endian."""
+    if dialect == "spark":
+        padded = [f"lpad(hex({lane}), 8, '0')" for lane in lanes]
+        return f"unhex(concat({', '.join(padded)}))"
+    return f"unhex(printf('%08x%08x%08x%08x', {', '.join(lanes)}))"
+
+
+def pieces_checksum_sql(piece_lists: list[str], dialect: Dialect) -> str:
+    """SQL for the checksum from four list columns (BIGINT): each row's pieces, lane by lane."""
+    return combine_sql([lane_sql(p, k, dialect) for k, p in enumerate(piece_lists)], dialect)
+
+
+def row_digests_sql(schema: pa.Schema, columns: list[str], dialect: Dialect) -> str:
+    """SQL for the list of row digests (hex) of a sequence held in list columns `columns` (one per
+    field of `schema`, in order, all of one length)."""
     if dialect == "spark":
         # arrays_zip names each struct field after its input column.
         zipped = f"arrays_zip({', '.join(columns)})"
         parts = [value_token(f"r.{c}", f.type, dialect) for c, f in zip(columns, schema, strict=True)]
-        return f"array_join(transform({zipped}, r -> concat({_fields(parts)}, '\\n')), '')"
+        row = row_digest_sql(f"concat({_fields(parts)}, '\\n')", dialect)
+        return f"transform({zipped}, r -> {row})"
     parts = [value_token(f"{c}[i]", f.type, dialect) for c, f in zip(columns, schema, strict=True)]
-    row = f"concat({_fields(parts)}, chr(10))"
-    return f"array_to_string(list_transform(range(1, len({columns[0]}) + 1), lambda i: {row}), '')"
+    row = row_digest_sql(f"concat({_fields(parts)}, chr(10))", dialect)
+    return f"list_transform(range(1, len({columns[0]}) + 1), lambda i: {row})"
+
+
+def digests_checksum_sql(digests: str, dialect: Dialect) -> str:
+    """SQL for the checksum from a list of row digests (hex)."""
+    transform = "transform" if dialect == "spark" else "list_transform"
+    arrow = "d ->" if dialect == "spark" else "lambda d:"
+    lists = [f"{transform}({digests}, {arrow} {piece_sql('d', k, dialect)})" for k in range(4)]
+    return pieces_checksum_sql(lists, dialect)
 
 
 def checksum_sql(schema: pa.Schema, columns: list[str], dialect: Dialect) -> str:
-    """SQL for the checksum (binary, CHECKSUM_BYTES) of the sequence held in list columns `columns`."""
-    return digest_sql(sequence_text_sql(schema, columns, dialect), dialect)
+    """SQL for the checksum (binary, CHECKSUM_BYTES) of the sequence held in list columns `columns`
+    (one expression; it names the row digests once per lane, so where a query can, it computes
+    `row_digests_sql` as a column first and applies `digests_checksum_sql` to it)."""
+    return digests_checksum_sql(row_digests_sql(schema, columns, dialect), dialect)
 
 
 def sequence_checksums(sequences: pa.Table, schema: pa.Schema, prefix: str) -> pa.Array:
@@ -105,5 +155,6 @@ def sequence_checksums(sequences: pa.Table, schema: pa.Schema, prefix: str) -> p
     with connect(extensions=()) as con:
         con.register("_sequences", sequences.select(columns))
         quoted = [f'"{c}"' for c in columns]
-        result = con.execute(f"SELECT {checksum_sql(schema, quoted, 'duckdb')} FROM _sequences").to_arrow_table()
+        digests = f"SELECT {row_digests_sql(schema, quoted, 'duckdb')} AS _d FROM _sequences"
+        result = con.execute(f"SELECT {digests_checksum_sql('_d', 'duckdb')} FROM ({digests})").to_arrow_table()
     return result.column(0).combine_chunks().cast(pa.binary())

@@ -21,7 +21,7 @@ from pipelines.aggregation import aggregation_sql
 from pipelines.compaction import DETAIL, HISTORY, spark_name
 from pipelines.training.reconstruct import Mode, fragment_columns, reason_sql
 from pipelines.training.sequence import ORDER_KEYS, Tenant
-from pipelines.training.sequence_digest import checksum_sql
+from pipelines.training.sequence_digest import digests_checksum_sql, row_digests_sql
 from pipelines.training.tables import (
     FRAGMENT,
     QUARANTINE,
@@ -155,8 +155,11 @@ def reconstruct_with_spark(spark: SparkSession, config: Config, tenant: Tenant, 
     for field, name in zip(tenant.schema, seq, strict=True):
         empty = F.array().cast(from_arrow_type(pa.list_(field.type)))
         sequences = sequences.withColumn(name, F.coalesce(F.col(name), empty))
-    checked = sequences.withColumn("_actual", F.expr(checksum_sql(tenant.schema, seq, "spark"))).withColumn(
-        "actual_length", F.size(seq[0])
+    # Row digests first (one SHA-256 per row), then the checksum's four lanes fold them.
+    checked = (
+        sequences.withColumn("_digests", F.expr(row_digests_sql(tenant.schema, seq, "spark")))
+        .withColumn("_actual", F.expr(digests_checksum_sql("_digests", "spark")))
+        .withColumn("actual_length", F.size(seq[0]))
     )
     reason = F.expr(reason_sql("actual_length", "length", "_actual", "checksum"))
     return checked.select(
