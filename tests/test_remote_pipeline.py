@@ -1,10 +1,6 @@
-"""The whole pipeline on object storage (S3 API) with a shared PostgreSQL catalog, submitted to a
-standalone Spark cluster: the same content as the embedded warehouse (local folder, SQLite, local
-Spark), and no secret in any output.
-
-Add "local-spark" to the parametrization to run it in local Spark as well (it passes); `make test`
-runs the cluster run only, which covers the same storage and catalog paths and adds the submission,
-to keep the suite's time in bounds."""
+"""The whole pipeline on object storage (S3 API) with a shared PostgreSQL catalog, in local Spark and
+submitted to a standalone Spark cluster: the same content as the embedded warehouse (local folder,
+SQLite, local Spark), and no secret in any output."""
 
 from __future__ import annotations
 
@@ -124,7 +120,7 @@ def embedded_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, st
     return pipeline_contents(config), time.monotonic() - started
 
 
-@pytest.mark.parametrize("where", ["cluster"])
+@pytest.mark.parametrize("where", ["local-spark", "cluster"])
 def test_the_pipeline_on_s3_with_a_postgres_catalog_equals_the_embedded_run(
     where, embedded_run, s3_env: S3Server, postgres_server, postgres_catalog_uri, tmp_path, request, measurement
 ):
