@@ -227,20 +227,8 @@ def rebuild_batch(
     only; Arrow then gathers the rows in sequence order, cuts the list columns by offsets (no copy
     of the values) and the checksums are hashed over the lists of texts (no sort)."""
     plan = plan or BatchPlan.of(config, tenant, mode)
-    positions = pa.array(np.arange(pointers.num_rows, dtype=np.int64))
     with connect(extensions=()) as con:
-        con.register("_pointers", pointers.append_column("_pos", positions))
-        con.register("_history", history)
-        if mode == "lsn":
-            con.register("_events", events)
-        payload = con.execute(plan.payload_sql).to_arrow_table()
-        payload = payload.combine_chunks().append_column("_pid", pa.array(np.arange(payload.num_rows, dtype=np.int64)))
-        con.register("_payload", payload)
-        order = con.execute(plan.order_sql).to_arrow_table()
-        flat = payload.select([*tenant.model_columns, "_text"]).take(order["_pid"].combine_chunks())
-        flat = flat.append_column("_pos", order["_pos"])
-        counts = np.bincount(flat["_pos"].to_numpy(), minlength=pointers.num_rows).astype(np.int32)
-        offsets = pa.array(np.concatenate([[0], np.cumsum(counts, dtype=np.int64)]).astype(np.int32))
+        flat, offsets, counts = gather_sequences(con, plan, tenant, mode, pointers, history, events)
         texts = flat["_text"].combine_chunks()
         if texts.nbytes >= 2**31 - 1:
             texts = texts.cast(pa.large_string())
@@ -276,6 +264,34 @@ def rebuild_batch(
     return SampleBatch(assembled.filter(ok), quarantined, assembled)
 
 
+def gather_sequences(
+    con,
+    plan: BatchPlan,
+    tenant: Tenant,
+    mode: Mode,
+    pointers: pa.Table,
+    history: pa.Table,
+    events: pa.Table | None,
+    keep: tuple[str, ...] = ("_text",),
+) -> tuple[pa.Table, pa.Array, np.ndarray]:
+    """The plan's two queries over a batch: every sequence's rows in order, flat (the model columns,
+    `keep` and `_pos`, the pointer's position), the list offsets and each sequence's row count."""
+    positions = pa.array(np.arange(pointers.num_rows, dtype=np.int64))
+    con.register("_pointers", pointers.append_column("_pos", positions))
+    con.register("_history", history)
+    if mode == "lsn":
+        con.register("_events", events)
+    payload = con.execute(plan.payload_sql).to_arrow_table()
+    payload = payload.combine_chunks().append_column("_pid", pa.array(np.arange(payload.num_rows, dtype=np.int64)))
+    con.register("_payload", payload)
+    order = con.execute(plan.order_sql).to_arrow_table()
+    flat = payload.select([*tenant.model_columns, *keep]).take(order["_pid"].combine_chunks())
+    flat = flat.append_column("_pos", order["_pos"])
+    counts = np.bincount(flat["_pos"].to_numpy(), minlength=pointers.num_rows).astype(np.int32)
+    offsets = pa.array(np.concatenate([[0], np.cumsum(counts, dtype=np.int64)]).astype(np.int32))
+    return flat, offsets, counts
+
+
 def _verdict_sql() -> str:
     """Each sequence's checksum over its list of row texts, compared with the captured one."""
     actual = digest_sql("array_to_string(_texts, '')", "duckdb")
@@ -309,15 +325,19 @@ class BatchPlan:
     order_sql: str
 
     @classmethod
-    def of(cls, config: Config, tenant: Tenant, mode: Mode) -> BatchPlan:
-        return cls(payload_sql(config, tenant, mode), order_sql(tenant, mode))
+    def of(
+        cls, config: Config, tenant: Tenant, mode: Mode, *, cut_to_length: bool = False, with_text: bool = True
+    ) -> BatchPlan:
+        """`cut_to_length`: time mode keeps only the newest `length` rows too (backfills);
+        `with_text=False`: no checksum texts (`_text` is NULL), for sequences nothing verifies."""
+        return cls(payload_sql(config, tenant, mode, with_text), order_sql(tenant, mode, cut_to_length))
 
 
 # Payload kinds: a published history row, an open-window row rebuilt for one request, a fragment row.
 HISTORY, REBUILT, FRAGMENT_ROW = 0, 1, 2
 
 
-def payload_sql(config: Config, tenant: Tenant, mode: Mode) -> str:
+def payload_sql(config: Config, tenant: Tenant, mode: Mode, with_text: bool = True) -> str:
     """Every row a batch's sequences may hold, once, with its checksum text (`_text`) and `_kind`:
     the tenant's history rows (a user's requests share most of them: their text is computed once),
     in LSN mode the open window rebuilt from detail as of each request's bound (`_pos` set), and
@@ -328,7 +348,7 @@ def payload_sql(config: Config, tenant: Tenant, mode: Mode) -> str:
     model = tenant.model_columns
     groups = ", ".join(sql_literal(g) for g in tenant.feature_groups)
     keys = ", ".join(dict.fromkeys([*model, *ORDER_KEYS]))
-    text = row_text_sql(tenant.schema, model, "duckdb")
+    text = row_text_sql(tenant.schema, model, "duckdb") if with_text else "CAST(NULL AS VARCHAR)"
     parts = [
         f"SELECT {HISTORY} AS _kind, user_id, window_id, {keys}, {text} AS _text "
         f"FROM _history WHERE feature_group IN ({groups})"
@@ -359,7 +379,7 @@ _BOUNDS = (
 )
 
 
-def order_sql(tenant: Tenant, mode: Mode) -> str:
+def order_sql(tenant: Tenant, mode: Mode, cut_to_length: bool = False) -> str:
     """Narrow keys only: for each request (`_pos`), the payload rows (`_pid`) of its sequence in
     order. Candidates (history visible under the bound outside the open window, and the request's
     rebuilt open window in LSN mode) in the request's range and before its fragment; the newest
@@ -388,7 +408,7 @@ def order_sql(tenant: Tenant, mode: Mode) -> str:
             f"FROM _payload AS h JOIN _pointers AS p USING (user_id) WHERE h._kind = {HISTORY})"
         )
         older = "c.event_ts < p.fragment_start_ts"
-        keep = ""
+        keep = "QUALIFY _rank <= p._need" if cut_to_length else ""
     ctes.append(
         "_needs AS (SELECT _pos, range_start, range_end, fragment_start_ts, fragment_start_lsn, "
         f"fragment_start_partition, length - len({FRAGMENT}event_ts) AS _need FROM _pointers)"
