@@ -298,27 +298,29 @@ def label_source_sql(con, config: Config, labels: str | Path | pa.Table) -> str:
     return f"SELECT * FROM iceberg_scan({sql_literal(table.metadata_location)})"
 
 
-def load_labels(con, config: Config, labels: str | Path | pa.Table) -> list[str]:
+def load_labels(con, config: Config, labels: str | Path | pa.Table, ts_column: str = "ts") -> list[str]:
     """Label rows into the table `_labels` with `_row`, `_ts` (UTC) and `_bucket`; returns the
     label's own column names (kept as they are, `user_id` as int64)."""
     source = label_source_sql(con, config, labels)
     names = [d[0] for d in con.execute(f"SELECT * FROM ({source}) LIMIT 0").description]
-    missing = [c for c in ("user_id", "ts") if c not in names]
+    missing = [c for c in ("user_id", ts_column) if c not in names]
     if missing:
-        raise SchemaError(f"label rows need columns user_id and ts; missing {', '.join(missing)} (found {names})")
+        raise SchemaError(
+            f"label rows need columns user_id and {ts_column}; missing {', '.join(missing)} (found {names})"
+        )
     clash = [c for c in names if c.startswith(SEQUENCE) or c in INTERNAL]
     if clash:
         raise SchemaError(f"label columns {clash} clash with the backfill's output columns")
     try:
         con.execute(
             f"CREATE OR REPLACE TABLE _labels AS SELECT * REPLACE (CAST(user_id AS BIGINT) AS user_id), "
-            f"CAST(ts AS TIMESTAMPTZ) AS _ts, row_number() OVER () AS _row FROM ({source})"
+            f'CAST("{ts_column}" AS TIMESTAMPTZ) AS _ts, row_number() OVER () AS _row FROM ({source})'
         )
     except Exception as error:  # DuckDB's conversion errors are one line: keep them
-        raise SchemaError(f"label rows: user_id must be an integer and ts a timestamp ({error})") from error
+        raise SchemaError(f"label rows: user_id must be an integer and {ts_column} a timestamp ({error})") from error
     (nulls,) = con.execute("SELECT count(*) FROM _labels WHERE user_id IS NULL OR _ts IS NULL").fetchone()
     if nulls:
-        raise SchemaError(f"{nulls} label rows have no user_id or ts")
+        raise SchemaError(f"{nulls} label rows have no user_id or {ts_column}")
     rows = con.execute("SELECT _row, user_id FROM _labels").to_arrow_table()
     buckets = pa.table(
         {"_row": rows["_row"], "_bucket": pa.array(bucket_of(rows["user_id"], config.layout.bucket_count))}
@@ -339,6 +341,7 @@ class Backfill:
         tenant: Tenant,
         as_of: AsOf = "event-time",
         batch_rows: int = 2048,
+        ts_column: str = "ts",
     ) -> None:
         if as_of not in AS_OF:
             raise SchemaError(f"as_of must be one of {', '.join(AS_OF)}, not {as_of!r}")
@@ -348,7 +351,7 @@ class Backfill:
         self.history, self.detail = history_tables(config)
         self.con = connect()
         self.con.execute("SET TimeZone = 'UTC'")
-        self.columns = load_labels(self.con, config, labels)
+        self.columns = load_labels(self.con, config, labels, ts_column)
         self.frontiers = ArrivalFrontiers(self.con, lake_arrivals_sql(self.con, config, self.history))
         self.reconstruction = Reconstruction(config, tenant, None, self.history, self.detail)  # type: ignore[arg-type]
         self.plans = BackfillPlans.of(config, tenant)
@@ -365,7 +368,7 @@ class Backfill:
                 "SELECT l.* EXCLUDE (_row), b._bucket FROM _labels AS l JOIN _label_buckets AS b USING (_row) "
                 "ORDER BY b._bucket, l.user_id, l._ts, l._row"
             )
-            .fetch_record_batch(self.batch_rows)
+            .to_arrow_reader(self.batch_rows)
         )
         for batch in reader:
             if batch.num_rows:
@@ -373,12 +376,14 @@ class Backfill:
 
     def rebuild(self, labels: pa.Table) -> pa.Table:
         bounds, windows = self.frontiers.at(labels["_ts"])
-        labels = labels.append_column("lsn_bound", bounds).append_column("open_window", windows)
-        pointers = label_pointers(self.tenant, labels, self.as_of)
+        keys = pa.table(
+            {"user_id": labels["user_id"], "_ts": labels["_ts"], "lsn_bound": bounds, "open_window": windows}
+        )
+        pointers = label_pointers(self.tenant, keys, self.as_of)
         reconstruction = self.reconstruction
         history = _stack(reconstruction, pointers)
         events = reconstruction._open_window_events(pointers) if self.as_of == "arrival" else None
-        found = backfill_batch(self.config, self.tenant, self.as_of, labels, history, events, self.plans)
+        found = backfill_batch(self.config, self.tenant, self.as_of, keys, history, events, self.plans)
         self.leakage.add(found.leaked)
         out = labels.select(self.columns)
         for name, values in found.sequences.items():
@@ -402,11 +407,12 @@ def write_backfill(
     as_of: AsOf = "event-time",
     out: str | None = None,
     batch_rows: int = 2048,
+    ts_column: str = "ts",
 ) -> BackfillResult:
     """Backfill `labels` into the Iceberg table `out` (default `backfill_<tenant>`, bucketed like
     history), replacing it in one commit."""
     name = out or f"backfill_{tenant.name}"
-    job = Backfill(config, labels, tenant, as_of, batch_rows)
+    job = Backfill(config, labels, tenant, as_of, batch_rows, ts_column)
     rows = 0
     try:
         transaction = None
