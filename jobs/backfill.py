@@ -28,19 +28,32 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--as-of", choices=AS_OF, default="event-time", help="point-in-time rule (default: event-time)")
     parser.add_argument("--out", help="output Iceberg table (default: backfill_<tenant>)")
     parser.add_argument("--ts-column", default="ts", help="the label time column (default: ts)")
+    parser.add_argument("--engine", choices=("arrow", "spark"), default="arrow", help="where to run (default: arrow)")
     parser.add_argument("--batch-rows", type=integer_at_least(1), default=2048, help="label rows per batch")
     args = parser.parse_args(argv)
     config = load_config(args.config)
     tenant = Tenant(config, args.tenant)
     started = time.perf_counter()
-    result = write_backfill(
-        config, args.labels, tenant, args.as_of, args.out, batch_rows=args.batch_rows, ts_column=args.ts_column
-    )
+    if args.engine == "arrow":
+        result = write_backfill(
+            config, args.labels, tenant, args.as_of, args.out, batch_rows=args.batch_rows, ts_column=args.ts_column
+        )
+        rows, leakage, table = result.rows, result.leakage, result.table
+    else:
+        from pipelines.training.spark_backfill import write_spark_backfill
+        from seqlake.spark_session import spark_session
+
+        spark = spark_session(config, "seqlake-backfill")
+        rows, leakage = write_spark_backfill(spark, config, args.labels, tenant, args.as_of, args.out, args.ts_column)
+        table = args.out or f"backfill_{tenant.name}"
     seconds = time.perf_counter() - started
-    rate = result.rows / seconds if seconds else 0.0
-    where = f"written to {result.table}" if result.table else "no label rows, nothing written"
-    print(f"{tenant.name}: {result.rows:,} label rows backfilled ({args.as_of}), {where}, {rate:,.0f} label rows/s")
-    print(result.leakage.summary())
+    rate = rows / seconds if seconds else 0.0
+    where = f"written to {table}" if table else "no label rows, nothing written"
+    print(
+        f"{tenant.name}: {rows:,} label rows backfilled ({args.as_of}, {args.engine}), {where}, "
+        f"{rate:,.0f} label rows/s"
+    )
+    print(leakage.summary())
     return 0
 
 

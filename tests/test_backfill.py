@@ -14,6 +14,7 @@ from pipelines.landing import landing_paths
 from pipelines.training.backfill import write_backfill
 from pipelines.training.materialize import write_arrow_samples
 from pipelines.training.online_view import ViewSnapshot
+from pipelines.training.spark_backfill import write_spark_backfill
 from pipelines.training.tables import samples_table_name, training_table_name
 from seqlake.catalog import load_existing_table
 from tests.test_late_materialization import (
@@ -74,11 +75,24 @@ def test_arrival_semantics_equal_the_samples_of_captured_requests(spark, lake_co
     )
     assert out == 0
     printed = capsys.readouterr().out
-    assert "2 label rows backfilled (event-time)" in printed
+    assert "2 label rows backfilled (event-time, arrow)" in printed
     assert "2 of 2 label rows (100.00%) would receive 4 sequence rows that arrived after their ts" in printed
     by_time = load_existing_table(config, "bf_time").scan().to_arrow()
     assert minutes(pa.table({"event_ts": by_time["seq_event_ts"][0].values})) == [0, 1, 2, 3, 4, 5]
     assert sorted(by_time["clicked"].to_pylist()) == [False, True]
+
+    # Spark: the same rows and the same leakage, from a storage-partitioned join.
+    for as_of, table in (("arrival", "bf_arrival"), ("event-time", "bf_time")):
+        source = training_table_name(tenant) if as_of == "arrival" else labels
+        ts = "request_ts" if as_of == "arrival" else "ts"
+        count, report = write_spark_backfill(spark, config, source, tenant, as_of, out=f"{table}_spark", ts_column=ts)
+        expected = load_existing_table(config, table).scan().to_arrow()
+        on_spark = load_existing_table(config, f"{table}_spark").scan().to_arrow()
+        key = "request_id" if as_of == "arrival" else "clicked"
+        assert on_spark.sort_by(key).to_pylist() == expected.sort_by(key).to_pylist()
+        assert count == expected.num_rows
+        leaks = (2, 4) if as_of == "event-time" else (1, 2)
+        assert (report.leaking_rows, report.leaked_events) == leaks
 
 
 def _config_args(config, tmp_path) -> list[str]:
