@@ -10,7 +10,8 @@ groups and columns, the newest `max_length` rows, oldest first) as it stood at `
   F_p(ts) is the highest LSN of p that had arrived by `ts`: the largest of the LSNs of p's landing
   records with `arrival_ts <= ts`, and of the frontiers recorded by publications once every window
   published up to them had ended by `ts` (a window's records all arrive before its end). LSNs are
-  arrival order within a partition, so "LSN <= F_p(ts)" is "arrived by ts". The sequence is then
+  arrival order within a partition, so "LSN <= F_p(ts)" is "arrived by ts" (publication points
+  alone are lower bounds: without the landing records the rule is conservative). The sequence is then
   what a capture at `ts` would have read: history rows with `lsn <= F_p(ts)` outside the window
   open at `ts` (the newest window any landing record arrived in by `ts`), that window rebuilt
   from the detail table's events up to the frontiers; no event-time bound. It equals
