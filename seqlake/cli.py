@@ -68,6 +68,10 @@ COMMANDS: dict[str, tuple[Callable[[list[str]], int], str]] = {
         _job("jobs.samples"),
         "rebuild training samples from pointers, verified (versioned late materialization)",
     ),
+    "backfill": (
+        _job("jobs.backfill"),
+        "sequences for any labelled table as of each row's time (event time or arrival), with a leakage report",
+    ),
     "export-sst": (_job("jobs.export_sst"), "export a sorted run as RocksDB SST files for bulk loading"),
     "storage": (_job("seqlake.storage"), "S3 bucket chores: create, list, empty (settings from the AWS_* variables)"),
 }

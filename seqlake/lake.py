@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from pyiceberg.table import Table
 
     from jobs.sql import SqlSession
+    from pipelines.training.backfill import Backfill, BackfillResult
     from pipelines.training.capture import Capture, Request
     from pipelines.training.materialize import ReconstructionResult
     from pipelines.training.sequence import Tenant
@@ -236,6 +237,54 @@ class Lake:
         self._check_warehouse()
         profile = self.tenant(tenant) if isinstance(tenant, str) else tenant
         return write_arrow_samples(self.config, profile, mode, compare=compare)
+
+    def backfill(
+        self,
+        labels: str | Path | pa.Table,
+        tenant: str | Tenant,
+        *,
+        as_of: Literal["event-time", "arrival"] = "event-time",
+        out: str | None = None,
+        ts_column: str = "ts",
+    ) -> BackfillResult:
+        """Each label row (user_id, ts, other columns kept) with the tenant's sequence as it stood at
+        ts, written to the Iceberg table `out` (default backfill_<tenant>, replaced; bucketed like
+        history) (`pipelines.training.backfill.write_backfill`). The result holds the leakage
+        report (`result.leakage`: label rows that event-time semantics would give events that
+        arrived after their ts).
+
+        Parameters:
+            labels: an Arrow table, an Iceberg table's name, a Delta folder, a Parquet or CSV file.
+            tenant: the tenant's name or `Tenant` (feature groups, columns, length).
+            as_of: "event-time" (event time < ts) or "arrival" (only what had arrived by ts).
+            out: the output table's name.
+            ts_column: the label time column.
+
+        Raises:
+            SchemaError: the labels lack user_id or the time column, or a value does not convert.
+        """
+        from pipelines.training.backfill import write_backfill
+
+        self._check_warehouse()
+        profile = self.tenant(tenant) if isinstance(tenant, str) else tenant
+        return write_backfill(self.config, labels, profile, as_of, out, ts_column=ts_column)
+
+    def backfill_batches(
+        self,
+        labels: str | Path | pa.Table,
+        tenant: str | Tenant,
+        *,
+        as_of: Literal["event-time", "arrival"] = "event-time",
+        ts_column: str = "ts",
+    ) -> Backfill:
+        """The same backfill as a stream, nothing written: iterate `job.batches()` (Arrow tables of
+        label rows with their `seq_` list columns); `job.leakage` is complete once it is consumed;
+        `job.close()` when done."""
+        from pipelines.training.backfill import Backfill
+
+        self._check_warehouse()
+        profile = self.tenant(tenant) if isinstance(tenant, str) else tenant
+        return Backfill(self.config, labels, profile, as_of, ts_column=ts_column)
 
     # -- tables --------------------------------------------------------------------------------------
 

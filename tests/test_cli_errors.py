@@ -77,6 +77,11 @@ CASES = {
     "generate: zero users": (["generate", "--out", "{tmp}/g.parquet", "--users", "0"], "--users: must be an integer"),
     "generate: seed beyond int64": (["generate", "--out", "{tmp}/g.parquet", "--seed", BIG], "--seed: must be"),
     "samples: unknown tenant": (["samples", "--tenant", "nope"], "unknown tenant 'nope'"),
+    "backfill: unknown tenant": (["backfill", "--labels", "x", "--tenant", "nope"], "unknown tenant 'nope'"),
+    "backfill: unknown semantics": (
+        ["backfill", "--labels", "x", "--tenant", "ranking", "--as-of", "now"],
+        "invalid choice",
+    ),
     "samples: unknown engine": (["samples", "--engine", "gpu"], "invalid choice"),
     "sql: negative max rows": (["sql", "--max-rows", "-1", "--query", "SELECT 1"], "--max-rows: must be"),
     "sql: a malformed parameter": (["sql", "--query", "SELECT $a", "-p", "a b"], "is not NAME=VALUE"),

@@ -41,4 +41,6 @@ def test_small_bench_answers_agree(tmp_path, measurement):
         assert tenant["spark_checksum_failures"] == 0
         # Late events make a replay by event time alone differ from what inference saw.
         assert tenant["time_only_matched"] < tenant["requests"]
+        assert tenant["backfill_rows"] == tenant["requests"]  # every request as a label row
     assert "| ranking | spark |" in report
+    assert "ranking: backfill (event time, stream)" in report

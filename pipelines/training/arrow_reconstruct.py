@@ -232,20 +232,8 @@ def rebuild_batch(
     order, cuts the list columns by offsets (no copy of the values) and the checksums fold the lists
     of digest pieces in integer arithmetic (no hashing per request)."""
     plan = plan or BatchPlan.of(config, tenant, mode)
-    positions = pa.array(np.arange(pointers.num_rows, dtype=np.int64))
     with database.cursor() if database is not None else connect(extensions=()) as con:
-        con.register("_pointers", pointers.append_column("_pos", positions))
-        con.register("_history", history)
-        if mode == "lsn":
-            con.register("_events", events)
-        payload = con.execute(plan.payload_sql).to_arrow_table()
-        payload = payload.combine_chunks().append_column("_pid", pa.array(np.arange(payload.num_rows, dtype=np.int64)))
-        con.register("_payload", payload)
-        order = con.execute(plan.order_sql).to_arrow_table()
-        flat = payload.select([*tenant.model_columns, *PIECES]).take(order["_pid"].combine_chunks())
-        flat = flat.append_column("_pos", order["_pos"])
-        counts = np.bincount(flat["_pos"].to_numpy(), minlength=pointers.num_rows).astype(np.int32)
-        offsets = pa.array(np.concatenate([[0], np.cumsum(counts, dtype=np.int64)]).astype(np.int32))
+        flat, offsets, counts = gather_sequences(con, plan, tenant, mode, pointers, history, events)
         checked = pa.table(
             {
                 **{p: pa.ListArray.from_arrays(offsets, flat[p].combine_chunks()) for p in PIECES},
@@ -278,6 +266,36 @@ def rebuild_batch(
     # A batch that verifies in full (the usual case) is returned as is, not copied by a filter.
     samples = assembled if failed.num_rows == 0 else assembled.filter(ok)
     return SampleBatch(samples, quarantined, assembled)
+
+
+def gather_sequences(
+    con,
+    plan: BatchPlan,
+    tenant: Tenant,
+    mode: Mode,
+    pointers: pa.Table,
+    history: pa.Table,
+    events: pa.Table | None,
+    keep: tuple[str, ...] | None = None,
+) -> tuple[pa.Table, pa.Array, np.ndarray]:
+    """The plan's two queries over a batch: every sequence's rows in order, flat (the model columns,
+    `keep` (default: the row digest's pieces) and `_pos`, the pointer's position), the list offsets
+    and each sequence's row count."""
+    keep = PIECES if keep is None else keep
+    positions = pa.array(np.arange(pointers.num_rows, dtype=np.int64))
+    con.register("_pointers", pointers.append_column("_pos", positions))
+    con.register("_history", history)
+    if mode == "lsn":
+        con.register("_events", events)
+    payload = con.execute(plan.payload_sql).to_arrow_table()
+    payload = payload.combine_chunks().append_column("_pid", pa.array(np.arange(payload.num_rows, dtype=np.int64)))
+    con.register("_payload", payload)
+    order = con.execute(plan.order_sql).to_arrow_table()
+    flat = payload.select([*tenant.model_columns, *keep]).take(order["_pid"].combine_chunks())
+    flat = flat.append_column("_pos", order["_pos"])
+    counts = np.bincount(flat["_pos"].to_numpy(), minlength=pointers.num_rows).astype(np.int32)
+    offsets = pa.array(np.concatenate([[0], np.cumsum(counts, dtype=np.int64)]).astype(np.int32))
+    return flat, offsets, counts
 
 
 def _verdict_sql() -> str:
@@ -313,8 +331,12 @@ class BatchPlan:
     order_sql: str
 
     @classmethod
-    def of(cls, config: Config, tenant: Tenant, mode: Mode) -> BatchPlan:
-        return cls(payload_sql(config, tenant, mode), order_sql(tenant, mode))
+    def of(
+        cls, config: Config, tenant: Tenant, mode: Mode, *, cut_to_length: bool = False, with_digest: bool = True
+    ) -> BatchPlan:
+        """`cut_to_length`: time mode keeps only the newest `length` rows too (backfills);
+        `with_digest=False`: no row digests, for sequences nothing verifies."""
+        return cls(payload_sql(config, tenant, mode, with_digest), order_sql(tenant, mode, cut_to_length))
 
 
 # Payload kinds: a published history row, an open-window row rebuilt for one request, a fragment row.
@@ -323,8 +345,9 @@ HISTORY, REBUILT, FRAGMENT_ROW = 0, 1, 2
 PIECES = ("_p0", "_p1", "_p2", "_p3")
 
 
-def payload_sql(config: Config, tenant: Tenant, mode: Mode) -> str:
-    """Every row a batch's sequences may hold, once, with its row digest's pieces (PIECES) and `_kind`:
+def payload_sql(config: Config, tenant: Tenant, mode: Mode, with_digest: bool = True) -> str:
+    """Every row a batch's sequences may hold, once, with its row digest's pieces (PIECES; left out
+    with `with_digest=False`) and `_kind`:
     the tenant's history rows (a user's requests share most of them: their text is computed once),
     in LSN mode the open window rebuilt from detail as of each request's bound (`_pos` set), and
     each request's fragment rows (`_pos` and `_ord`, their order in the fragment, set).
@@ -334,7 +357,7 @@ def payload_sql(config: Config, tenant: Tenant, mode: Mode) -> str:
     model = tenant.model_columns
     groups = ", ".join(sql_literal(g) for g in tenant.feature_groups)
     keys = ", ".join(dict.fromkeys([*model, *ORDER_KEYS]))
-    text = row_text_sql(tenant.schema, model, "duckdb")
+    text = row_text_sql(tenant.schema, model, "duckdb") if with_digest else "CAST(NULL AS VARCHAR)"
     parts = [
         f"SELECT {HISTORY} AS _kind, user_id, window_id, {keys}, {text} AS _text "
         f"FROM _history WHERE feature_group IN ({groups})"
@@ -357,6 +380,8 @@ def payload_sql(config: Config, tenant: Tenant, mode: Mode) -> str:
         )
     pieces = ", ".join(f"{piece_sql('_digest', k, 'duckdb')} AS {p}" for k, p in enumerate(PIECES))
     rows = " UNION ALL BY NAME ".join(parts)
+    if not with_digest:
+        return f"{ctes}SELECT * EXCLUDE (_text) FROM ({rows})"
     digested = f"SELECT * EXCLUDE (_text), {row_digest_sql('_text', 'duckdb')} AS _digest FROM ({rows})"
     return f"{ctes}SELECT * EXCLUDE (_digest), {pieces} FROM ({digested})"
 
@@ -368,7 +393,7 @@ _BOUNDS = (
 )
 
 
-def order_sql(tenant: Tenant, mode: Mode) -> str:
+def order_sql(tenant: Tenant, mode: Mode, cut_to_length: bool = False) -> str:
     """Narrow keys only: for each request (`_pos`), the payload rows (`_pid`) of its sequence in
     order. Candidates (history visible under the bound outside the open window, and the request's
     rebuilt open window in LSN mode) in the request's range and before its fragment; the newest
@@ -397,7 +422,7 @@ def order_sql(tenant: Tenant, mode: Mode) -> str:
             f"FROM _payload AS h JOIN _pointers AS p USING (user_id) WHERE h._kind = {HISTORY})"
         )
         older = "c.event_ts < p.fragment_start_ts"
-        keep = ""
+        keep = "QUALIFY _rank <= p._need" if cut_to_length else ""
     ctes.append(
         "_needs AS (SELECT _pos, range_start, range_end, fragment_start_ts, fragment_start_lsn, "
         f"fragment_start_partition, length - len({FRAGMENT}event_ts) AS _need FROM _pointers)"

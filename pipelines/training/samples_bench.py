@@ -90,6 +90,8 @@ class TenantResult:
     fatrow_bytes: int
     training_bytes: int
     time_only_matched: int
+    backfill_seconds: float | None = None  # the requests as label rows, event-time backfill, streamed
+    backfill_rows: int | None = None
     spark_seconds: float | None = None
     spark_samples: int | None = None
     spark_checksum_failures: int | None = None
@@ -318,6 +320,8 @@ def _measure_tenant(config: Config, tenant: Tenant, capture_seconds: float, spar
     log(f"{tenant.name}: fat-row reads")
     pyarrow_seconds, fat_rows_read = read_fatrows_pyarrow(config, tenant)
     duckdb_seconds, _ = read_fatrows_duckdb(config, tenant)
+    log(f"{tenant.name}: backfill of the requests as label rows (event time, in-process stream)")
+    backfill_seconds, backfill_rows = _backfill_stream(config, tenant)
     measured = TenantResult(
         tenant=tenant.name,
         requests=result.requests,
@@ -335,6 +339,8 @@ def _measure_tenant(config: Config, tenant: Tenant, capture_seconds: float, spar
         fatrow_bytes=table_bytes(load_existing_table(config, fatrow_table_name(tenant))),
         training_bytes=training_bytes,
         time_only_matched=time_only.matched,
+        backfill_seconds=round(backfill_seconds, 3),
+        backfill_rows=backfill_rows,
     )
     if spark is None:
         return measured
@@ -364,6 +370,20 @@ def _stream(config: Config, tenant: Tenant) -> tuple[float, int]:
     with sample_batches(Reconstruction(config, tenant, training, history, detail)) as batches:
         samples = sum(batch.num_rows for batch in batches)
     return time.perf_counter() - started, samples
+
+
+def _backfill_stream(config: Config, tenant: Tenant) -> tuple[float, int]:
+    """Seconds to stream an event-time backfill of the tenant's requests (the training table as the
+    label table, request time as ts), and the label rows it gave."""
+    from pipelines.training.backfill import Backfill
+
+    started = time.perf_counter()
+    job = Backfill(config, training_table_name(tenant), tenant, "event-time", ts_column="request_ts")
+    try:
+        rows = sum(batch.num_rows for batch in job.batches())
+    finally:
+        job.close()
+    return time.perf_counter() - started, rows
 
 
 def _ratio(a: float | None, b: float | None) -> str:
@@ -405,6 +425,14 @@ def format_report(bench: SamplesBench) -> str:
             f"{t.fatrow_duckdb_seconds:.2f} s (DuckDB){spark}; time-only replay equal to the fat row for "
             f"{t.time_only_matched / max(t.requests, 1):.2%}"
         )
+    for t in bench.tenants:
+        if t.backfill_seconds is not None:
+            lines.append(
+                f"{t.tenant}: backfill (event time, stream) {t.backfill_rows:,} label rows, "
+                f"{t.backfill_rows / max(t.backfill_seconds, 1e-9):,.0f} label rows/s; time / fat-row read "
+                f"{_ratio(t.backfill_seconds, t.fatrow_pyarrow_seconds)} (pyarrow) "
+                f"{_ratio(t.backfill_seconds, t.fatrow_duckdb_seconds)} (DuckDB)"
+            )
     normalized = sum(t.training_bytes for t in bench.tenants) + bench.history_bytes + bench.detail_bytes
     lines.append(
         f"storage, all tenants: (training + history + live detail) / fat rows = {normalized / max(fat_total, 1):.3f}"
