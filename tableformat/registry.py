@@ -273,3 +273,46 @@ def history_file_uri(location: str, run_id: str, bucket: int, attempt: str = "0"
 
 def files_of_runs(table: Table, run_ids: set[str]) -> list[DataFile]:
     return [task.file for task in table.scan().plan_files() if run_id_of_path(task.file.file_path) in run_ids]
+
+
+def commit_file_rewrite(
+    table: Table,
+    runs_read: dict[str, RunRecord],
+    replaced: Sequence[DataFile],
+    written: Sequence[WrittenFile],
+    *,
+    snapshot_properties: dict[str, str] | None = None,
+) -> int:
+    """Replace some files of live runs by rewritten ones (the same runs, buckets and windows, fewer
+    rows) in one snapshot, with the runs' file and row counts updated in the same commit.
+
+    `runs_read` is the registry the rewrite was planned on: a run published, merged or rewritten
+    since then raises RunsChanged (the caller plans again on the new snapshot)."""
+    runs = live_runs(table)
+    if runs != runs_read:
+        raise RunsChanged(f"{table.name()}: the runs changed while rewriting files")
+    counts = {run_id: [record.files, record.rows] for run_id, record in runs.items()}
+    for data_file in replaced:
+        run = run_id_of_path(data_file.file_path)
+        counts[run][0] -= 1
+        counts[run][1] -= data_file.record_count
+    for item in written:
+        counts[item.facts.run_id][0] += 1
+        counts[item.facts.run_id][1] += item.facts.row_count
+    updated = {
+        run_id: asdict(RunRecord(run_id, record.kind, record.windows, *counts[run_id]))
+        for run_id, record in runs.items()
+    }
+    properties = {"seqlake.operation": "rewrite-files", **(snapshot_properties or {})}
+    try:
+        with table.transaction() as tx:
+            tx.set_properties({RUNS_PROPERTY: json.dumps(updated)})
+            with tx.update_snapshot(snapshot_properties=properties).overwrite() as files:
+                for data_file in replaced:
+                    files.delete_data_file(data_file)
+                for item in written:
+                    files.append_data_file(data_file_for(table, item))
+    except CommitFailedException as error:
+        raise RunsChanged(f"{table.name()} changed while rewriting files: {error}") from error
+    table.refresh()
+    return table.current_snapshot().snapshot_id
