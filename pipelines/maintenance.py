@@ -198,6 +198,11 @@ def vacuum_landing(spark, paths: LandingPaths, retention: timedelta) -> list[Ste
     hours = retention.total_seconds() / 3600
     # Delta refuses a retention below 7 days unless told; the caller's retention is the policy.
     spark.conf.set("spark.databricks.delta.retentionDurationCheck.enabled", "false")
+    # VACUUM lists the table's folders with this many tasks (10,000 by default): on a small cluster
+    # the tasks' overhead, not the listing, takes the time.
+    spark.conf.set(
+        "spark.sql.sources.parallelPartitionDiscovery.parallelism", str(spark.sparkContext.defaultParallelism * 4)
+    )
     reports = []
     for uri in (paths.events, paths.quarantine):
         report = StepReport("vacuum-landing", uri.rsplit("/", 1)[-1])

@@ -19,7 +19,7 @@ import yaml
 
 from pipelines.compaction import KILL_AT_ENV, history_tables
 from pipelines.compaction_quarantine import compaction_quarantine_schema, compaction_quarantine_table
-from pipelines.forget import forget_landing, forget_users, tables_with_users, user_rows
+from pipelines.forget import forget_users, tables_with_users, user_rows
 from pipelines.maintenance import run_maintenance, vacuum_landing
 from pipelines.training.capture import Request, capture_requests, fat_rows, training_rows
 from pipelines.training.materialize import write_arrow_samples
@@ -134,70 +134,68 @@ def landing_count(lake, users: list[int]) -> int:
         ).fetchone()[0]
 
 
-def test_forget_removes_the_users_everywhere_then_maintain_removes_their_bytes(spark, lake_config) -> None:
+def forget_command(lake, tmp_path: Path, users: list[int]) -> tuple[list[str], dict[str, str]]:
+    """`seqlake forget` of the users on the lake's Iceberg tables (its landing tier is elsewhere)."""
+    config_file = tmp_path / "seqlake.yaml"
+    config_file.write_text(yaml.safe_dump(lake.config.model_dump(mode="json"), sort_keys=False))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SEQLAKE_")}
+    chosen = [arg for u in users for arg in ("--user", str(u))]
+    return [sys.executable, "-m", "seqlake.cli", "forget", "--config", str(config_file), "--skip-landing", *chosen], env
+
+
+def test_forget_removes_the_users_everywhere_even_when_killed_then_maintain_removes_their_bytes(
+    spark, lake_config, tmp_path: Path
+) -> None:
     lake, doomed = build(spark, lake_config)
     config = lake.config
     history, _ = history_tables(config)
     runs, windows = live_runs(history.refresh()), published_windows(history)
     expected = table_contents(lake, doomed)
-    held = {t.name()[-1]: user_rows(t, doomed) for t in [history, *tables_with_users(config)]}
+    tables = [history, *tables_with_users(config)]
+    held = {t.name()[-1]: user_rows(t, doomed) for t in tables}
     landed = landing_count(lake, doomed)
     # Every kind of table holds the users before: the test could fail.
     assert landed > 0 and all(held.values()), held
     assert {"history", "history_detail", "compaction_quarantine", QUARANTINE} <= held.keys()
     assert {f"{kind}_{t.name}" for t in tenants(config) for kind in ("training", "fatrow", "samples")} <= held.keys()
-
-    tables = [history, *tables_with_users(config)]
     before = commits(tables)
-    reports = forget_users(config, [doomed[1], doomed[0], doomed[0]], spark=spark, paths=lake.paths)
-    removed = {r.target: r.removed for r in reports}
-    assert {name: removed[name] for name in held} == held
-    assert removed["landing/events"] == landed
-    assert landing_count(lake, doomed) == 0
-    # One commit per table; the runs keep their windows, the history stays a valid seqlake table.
-    after = commits(tables)
-    assert after == {name: count + 1 for name, count in before.items()}
+
+    # Killed (SIGKILL) after writing the new history files (nothing committed), then after two tables'
+    # commits; then run to the end.
+    command, env = forget_command(lake, tmp_path, [doomed[1], doomed[0], doomed[0]])
+    for point in ("forget_written", "forget_committed#2"):
+        killed = subprocess.run(command, capture_output=True, text=True, env=env | {KILL_AT_ENV: point})
+        assert killed.returncode == -9, killed.stderr
+    assert 0 < sum(user_rows(t, doomed) for t in tables) < sum(held.values())  # half done
+    done = subprocess.run(command, capture_output=True, text=True, env=env)
+    assert done.returncode == 0, done.stderr
+    printed = {line.split(": ")[1] for line in done.stdout.splitlines() if ": removed " in line}
+    assert printed == set(held) and "none left in the tables searched" in done.stdout
+
+    # Every table holds what it held without the users' rows, in one commit per table, killed or not;
+    # the runs keep their windows and the history stays a valid seqlake table.
+    assert table_contents(lake) == expected
+    assert commits(tables) == {name: count + 1 for name, count in before.items()}
     assert list(live_runs(history.refresh())) == list(runs) and published_windows(history) == windows
     fsck_table(history)
-    assert table_contents(lake) == expected
     for user in doomed:
         assert HistoryReader(history).read_user(user).num_rows == 0
 
+    # In-process with the landing tier: only the landing tier still holds them.
+    reports = forget_users(config, doomed, spark=spark, paths=lake.paths)
+    assert {r.target: r.removed for r in reports if r.removed} == {"landing/events": landed}
+    assert landing_count(lake, doomed) == 0
     # Again: nothing to remove, no commit anywhere.
-    again = forget_users(config, doomed, spark=spark, paths=lake.paths)
-    assert sum(r.removed for r in again) == 0
-    assert commits(tables) == after
+    assert sum(r.removed for r in forget_users(config, doomed, spark=spark, paths=lake.paths)) == 0
+    assert commits(tables) == {name: count + 1 for name, count in before.items()}
 
     # Still on disk: old snapshots reference the replaced files. `maintain` then removes them.
-    roots = [Path(t.location().removeprefix("file://")) for t in [history, *tables_with_users(config)]]
+    roots = [Path(t.location().removeprefix("file://")) for t in tables]
     roots.append(Path(lake.paths.events.removeprefix("file://")).parent)
     assert users_on_disk(roots, doomed)
     spec = config.maintenance.model_copy(update={"snapshot_retention_hours": 0, "keep_snapshots": 1})
-    later = datetime.now(UTC) + timedelta(days=2)
-    run_maintenance(config.model_copy(update={"maintenance": spec}), now=later)
+    run_maintenance(config.model_copy(update={"maintenance": spec}), now=datetime.now(UTC) + timedelta(days=2))
     vacuum_landing(spark, lake.paths, timedelta(0))
     assert users_on_disk(roots, doomed) == {}
     assert table_contents(lake) == expected
     fsck_table(history_tables(config)[0])
-
-
-def test_forget_killed_half_way_reruns_to_the_same_state(spark, lake_config, tmp_path: Path) -> None:
-    lake, doomed = build(spark, lake_config)
-    forget_landing(spark, lake.paths, doomed)  # the killed runs below search the Iceberg tables only
-    expected = table_contents(lake, doomed)
-    config_file = tmp_path / "seqlake.yaml"
-    config_file.write_text(yaml.safe_dump(lake.config.model_dump(mode="json"), sort_keys=False))
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SEQLAKE_")}
-    users = [arg for u in doomed for arg in ("--user", str(u))]
-    command = [sys.executable, "-m", "seqlake.cli", "forget", "--config", str(config_file), "--skip-landing", *users]
-    history, _ = history_tables(lake.config)
-    # Killed after writing the history files (nothing committed), then after two tables' commits.
-    for point in ("forget_written", "forget_committed#2"):
-        killed = subprocess.run(command, capture_output=True, text=True, env=env | {KILL_AT_ENV: point})
-        assert killed.returncode == -9, killed.stderr
-    assert any(user_rows(t, doomed) for t in tables_with_users(lake.config))  # half done
-    done = subprocess.run(command, capture_output=True, text=True, env=env)
-    assert done.returncode == 0, done.stderr
-    assert "none left in the tables searched" in done.stdout
-    assert table_contents(lake) == expected
-    fsck_table(history.refresh())
