@@ -25,6 +25,7 @@ from pyiceberg.io.pyarrow import (
     parquet_path_to_id_mapping,
 )
 from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
+from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 from pyiceberg.transforms import BucketTransform
 from pyiceberg.typedef import Record
@@ -114,17 +115,21 @@ def table_bucket_count(table: Table) -> int | None:
     return None
 
 
-def check_matches_config(table: Table, config: Config, *, check_schema: bool = True) -> Table:
+def check_matches_config(
+    table: Table, config: Config, *, check_schema: bool = True, schema: Schema | None = None
+) -> Table:
     """Refuse a table whose bucket count or columns differ from the configuration's: writers and
-    readers take both from the configuration, and a mismatch silently misplaces or misses rows."""
+    readers take both from the configuration, and a mismatch silently misplaces or misses rows.
+    `schema` is what the configuration makes of the table (default: the history schema)."""
+    name = ".".join(table.name())
     buckets = table_bucket_count(table)
     if buckets is not None and buckets != config.layout.bucket_count:
         raise SchemaError(
-            f"{table.name()} is partitioned by bucket({buckets}, user_id) but layout.bucket_count is "
+            f"{name} is partitioned by bucket({buckets}, user_id) but layout.bucket_count is "
             f"{config.layout.bucket_count}; set layout.bucket_count: {buckets} or write to a new table"
         )
     if check_schema:
-        expected = {f.name: str(f.field_type) for f in history_iceberg_schema(config).fields}
+        expected = {f.name: str(f.field_type) for f in (schema or history_iceberg_schema(config)).fields}
         actual = {f.name: str(f.field_type) for f in table.schema().fields}
         if expected != actual:
             differ = sorted(
@@ -132,7 +137,10 @@ def check_matches_config(table: Table, config: Config, *, check_schema: bool = T
                 for name in expected.keys() | actual.keys()
                 if expected.get(name) != actual.get(name)
             )
-            raise SchemaError(f"{table.name()} does not match the configuration's columns: {'; '.join(differ)}")
+            raise SchemaError(
+                f"{name} does not match the configuration's columns: {'; '.join(differ)}; "
+                "restore the configuration's feature groups or write to a new warehouse"
+            )
     return table
 
 
