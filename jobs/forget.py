@@ -14,8 +14,10 @@ from __future__ import annotations
 import argparse
 import sys
 
+from pipelines.compaction import HISTORY
 from pipelines.forget import forget_users
 from pipelines.landing import landing_paths
+from seqlake.catalog import load_existing_table
 from seqlake.cli_args import ArgumentParser
 from seqlake.config import load_config
 
@@ -32,6 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     config = load_config(args.config)
+    load_existing_table(config, HISTORY)  # a warehouse without history is a mistake, not a new lake
     spark = None
     if not args.skip_landing:
         from seqlake.spark_session import spark_session
