@@ -17,6 +17,7 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
+import seqlake
 from pipelines.compaction import KILL_AT_ENV, history_tables
 from pipelines.compaction_quarantine import compaction_quarantine_schema, compaction_quarantine_table
 from pipelines.forget import forget_users, tables_with_users, user_rows
@@ -35,9 +36,11 @@ from pipelines.training.tables import (
     training_table_name,
 )
 from seqlake.duckdb_session import connect
+from seqlake.errors import SeqlakeError, SetupError
 from tableformat.fsck import fsck_table
 from tableformat.reader import HistoryReader
 from tableformat.registry import live_runs, published_windows
+from tests.conftest import make_config
 from tests.test_durable_state import compact_closed
 from tests.test_publication_races import deliver, new_lake
 
@@ -199,3 +202,12 @@ def test_forget_removes_the_users_everywhere_even_when_killed_then_maintain_remo
     assert users_on_disk(roots, doomed) == {}
     assert table_contents(lake) == expected
     fsck_table(history_tables(config)[0])
+
+
+def test_forget_needs_a_user_and_a_warehouse(tmp_path: Path) -> None:
+    config = make_config(tmp_path / "nowhere")
+    with pytest.raises(SetupError, match="no warehouse at"):
+        seqlake.open(config).forget([1])
+    with pytest.raises(SeqlakeError, match="at least one user id"):
+        forget_users(config, [])
+    assert not (tmp_path / "nowhere").exists()
