@@ -99,9 +99,10 @@ def history_tables(config: Config) -> tuple[Table, Table]:
     catalog = open_catalog(config)
     history_id, detail_id = table_identifier(config, HISTORY), table_identifier(config, DETAIL)
     history = create_history_table(catalog, history_id, config)
-    if catalog.table_exists(detail_id):
-        return history, check_matches_config(catalog.load_table(detail_id), config, check_schema=False)
     iceberg_schema = pyarrow_to_schema(with_field_ids(landing_schema(config)))
+    if catalog.table_exists(detail_id):
+        # The detail table holds landing rows: its columns follow the feature groups too.
+        return history, check_matches_config(catalog.load_table(detail_id), config, schema=iceberg_schema)
     # By window only: a compaction replaces its windows' partitions. Not by user bucket as well: an
     # import's backlog spans thousands of small windows, and window x bucket partitions made one tiny
     # file each (most of a catch-up's time). Files are sorted by user, so a rebuild of some users'

@@ -26,7 +26,7 @@ from pyiceberg.table import Table
 from pipelines.compaction import history_tables
 from pipelines.landing import LandingPaths
 from pipelines.publication_check import is_delta_table
-from seqlake.catalog import open_catalog, table_identifier
+from seqlake.catalog import open_catalog
 from seqlake.config import Config
 from tableformat.registry import published_windows
 
@@ -45,21 +45,26 @@ class StepReport:
         return f"{self.step}: {self.target}: removed {self.removed:,} {self.unit}, {self.bytes:,} bytes{extra}"
 
 
-def maintained_tables(config: Config) -> list[Table]:
-    """The Iceberg tables maintenance expires and cleans: history, detail, and the tenants' training and
-    fat-row tables that exist. Never the raw source."""
-    from pipelines.training.sequence import tenants
-    from pipelines.training.tables import fatrow_table_name, training_table_name
-
-    history, detail = history_tables(config)
-    tables = [history, detail]
+def user_tables(config: Config, *, besides: tuple[str, ...] = ()) -> list[Table]:
+    """Every table of the namespace with a `user_id` column (by name), except those in `besides`:
+    detail, quarantines, each tenant's training, fat-row and samples tables. Never the raw source."""
     catalog = open_catalog(config)
-    for tenant in tenants(config):
-        for name in (training_table_name(tenant), fatrow_table_name(tenant)):
-            identifier = table_identifier(config, name)
-            if catalog.table_exists(identifier):
-                tables.append(catalog.load_table(identifier))
-    return tables
+    found = []
+    for identifier in sorted(catalog.list_tables(config.warehouse.namespace)):
+        if identifier[-1] in besides:
+            continue
+        table = catalog.load_table(identifier)
+        if "user_id" in table.schema().column_names:
+            found.append(table)
+    return found
+
+
+def maintained_tables(config: Config) -> list[Table]:
+    """The Iceberg tables maintenance expires and cleans: history, detail, then every other table that
+    holds users' rows (quarantines, the tenants' training, fat-row and samples tables). Never the raw
+    source."""
+    history, detail = history_tables(config)
+    return [history, detail, *user_tables(config, besides=(history.name()[-1], detail.name()[-1]))]
 
 
 # -- detail retention ------------------------------------------------------------------------------
@@ -193,6 +198,11 @@ def vacuum_landing(spark, paths: LandingPaths, retention: timedelta) -> list[Ste
     hours = retention.total_seconds() / 3600
     # Delta refuses a retention below 7 days unless told; the caller's retention is the policy.
     spark.conf.set("spark.databricks.delta.retentionDurationCheck.enabled", "false")
+    # VACUUM lists the table's folders with this many tasks (10,000 by default): on a small cluster
+    # the tasks' overhead, not the listing, takes the time.
+    spark.conf.set(
+        "spark.sql.sources.parallelPartitionDiscovery.parallelism", str(spark.sparkContext.defaultParallelism * 4)
+    )
     reports = []
     for uri in (paths.events, paths.quarantine):
         report = StepReport("vacuum-landing", uri.rsplit("/", 1)[-1])

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from pyiceberg.table import Table
 
     from jobs.sql import SqlSession
+    from pipelines.maintenance import StepReport
     from pipelines.training.backfill import Backfill, BackfillResult
     from pipelines.training.capture import Capture, Request
     from pipelines.training.materialize import ReconstructionResult
@@ -285,6 +286,25 @@ class Lake:
         self._check_warehouse()
         profile = self.tenant(tenant) if isinstance(tenant, str) else tenant
         return Backfill(self.config, labels, profile, as_of, ts_column=ts_column)
+
+    # -- deletion ------------------------------------------------------------------------------------
+
+    def forget(self, user_ids: Iterable[int], *, spark=None) -> list[StepReport]:
+        """Remove every row of the users from the history table and every table holding a `user_id`,
+        and with a Spark session from the landing tier too, one commit per table that holds them
+        (`pipelines.forget.forget_users`). Returns one report per table (rows removed); the bytes are
+        gone once `maintain` expires the older snapshots and removes the orphan files.
+
+        Raises:
+            UsersRemain: a table still holds a row of theirs afterwards; SetupError: no warehouse there.
+        """
+        from pipelines.forget import forget_users
+        from pipelines.landing import landing_paths
+
+        self._check_warehouse()
+        reports = forget_users(self.config, list(user_ids), spark=spark, paths=landing_paths(self.config))
+        self.refresh()
+        return reports
 
     # -- tables --------------------------------------------------------------------------------------
 

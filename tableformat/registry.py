@@ -25,6 +25,7 @@ from pyiceberg.io.pyarrow import (
     parquet_path_to_id_mapping,
 )
 from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
+from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 from pyiceberg.transforms import BucketTransform
 from pyiceberg.typedef import Record
@@ -114,17 +115,21 @@ def table_bucket_count(table: Table) -> int | None:
     return None
 
 
-def check_matches_config(table: Table, config: Config, *, check_schema: bool = True) -> Table:
+def check_matches_config(
+    table: Table, config: Config, *, check_schema: bool = True, schema: Schema | None = None
+) -> Table:
     """Refuse a table whose bucket count or columns differ from the configuration's: writers and
-    readers take both from the configuration, and a mismatch silently misplaces or misses rows."""
+    readers take both from the configuration, and a mismatch silently misplaces or misses rows.
+    `schema` is what the configuration makes of the table (default: the history schema)."""
+    name = ".".join(table.name())
     buckets = table_bucket_count(table)
     if buckets is not None and buckets != config.layout.bucket_count:
         raise SchemaError(
-            f"{table.name()} is partitioned by bucket({buckets}, user_id) but layout.bucket_count is "
+            f"{name} is partitioned by bucket({buckets}, user_id) but layout.bucket_count is "
             f"{config.layout.bucket_count}; set layout.bucket_count: {buckets} or write to a new table"
         )
     if check_schema:
-        expected = {f.name: str(f.field_type) for f in history_iceberg_schema(config).fields}
+        expected = {f.name: str(f.field_type) for f in (schema or history_iceberg_schema(config)).fields}
         actual = {f.name: str(f.field_type) for f in table.schema().fields}
         if expected != actual:
             differ = sorted(
@@ -132,7 +137,10 @@ def check_matches_config(table: Table, config: Config, *, check_schema: bool = T
                 for name in expected.keys() | actual.keys()
                 if expected.get(name) != actual.get(name)
             )
-            raise SchemaError(f"{table.name()} does not match the configuration's columns: {'; '.join(differ)}")
+            raise SchemaError(
+                f"{name} does not match the configuration's columns: {'; '.join(differ)}; "
+                "restore the configuration's feature groups or write to a new warehouse"
+            )
     return table
 
 
@@ -273,3 +281,46 @@ def history_file_uri(location: str, run_id: str, bucket: int, attempt: str = "0"
 
 def files_of_runs(table: Table, run_ids: set[str]) -> list[DataFile]:
     return [task.file for task in table.scan().plan_files() if run_id_of_path(task.file.file_path) in run_ids]
+
+
+def commit_file_rewrite(
+    table: Table,
+    runs_read: dict[str, RunRecord],
+    replaced: Sequence[DataFile],
+    written: Sequence[WrittenFile],
+    *,
+    snapshot_properties: dict[str, str] | None = None,
+) -> int:
+    """Replace some files of live runs by rewritten ones (the same runs, buckets and windows, fewer
+    rows) in one snapshot, with the runs' file and row counts updated in the same commit.
+
+    `runs_read` is the registry the rewrite was planned on: a run published, merged or rewritten
+    since then raises RunsChanged (the caller plans again on the new snapshot)."""
+    runs = live_runs(table)
+    if runs != runs_read:
+        raise RunsChanged(f"{table.name()}: the runs changed while rewriting files")
+    counts = {run_id: [record.files, record.rows] for run_id, record in runs.items()}
+    for data_file in replaced:
+        run = run_id_of_path(data_file.file_path)
+        counts[run][0] -= 1
+        counts[run][1] -= data_file.record_count
+    for item in written:
+        counts[item.facts.run_id][0] += 1
+        counts[item.facts.run_id][1] += item.facts.row_count
+    updated = {
+        run_id: asdict(RunRecord(run_id, record.kind, record.windows, *counts[run_id]))
+        for run_id, record in runs.items()
+    }
+    properties = {"seqlake.operation": "rewrite-files", **(snapshot_properties or {})}
+    try:
+        with table.transaction() as tx:
+            tx.set_properties({RUNS_PROPERTY: json.dumps(updated)})
+            with tx.update_snapshot(snapshot_properties=properties).overwrite() as files:
+                for data_file in replaced:
+                    files.delete_data_file(data_file)
+                for item in written:
+                    files.append_data_file(data_file_for(table, item))
+    except CommitFailedException as error:
+        raise RunsChanged(f"{table.name()} changed while rewriting files: {error}") from error
+    table.refresh()
+    return table.current_snapshot().snapshot_id

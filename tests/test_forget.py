@@ -1,0 +1,213 @@
+"""`forget` removes every row of some users from every table that holds them, in one commit per
+table, keeps the history's format invariants, and, after `maintain`, leaves none of their bytes in
+any data file on disk. Run again it is a no-op; killed half way and run again it ends in the same state."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import pytest
+import yaml
+
+import seqlake
+from pipelines.compaction import KILL_AT_ENV, history_tables
+from pipelines.compaction_quarantine import compaction_quarantine_schema, compaction_quarantine_table
+from pipelines.forget import forget_users, tables_with_users, user_rows
+from pipelines.maintenance import run_maintenance, vacuum_landing
+from pipelines.training.capture import Request, capture_requests, fat_rows, training_rows
+from pipelines.training.materialize import write_arrow_samples
+from pipelines.training.online_view import ViewSnapshot
+from pipelines.training.sequence import tenants
+from pipelines.training.tables import (
+    QUARANTINE,
+    QUARANTINE_SCHEMA,
+    create_bucketed_table,
+    fatrow_table_name,
+    sequence_table_schema,
+    training_schema,
+    training_table_name,
+)
+from seqlake.duckdb_session import connect
+from seqlake.errors import SeqlakeError, SetupError
+from tableformat.fsck import fsck_table
+from tableformat.reader import HistoryReader
+from tableformat.registry import live_runs, published_windows
+from tests.conftest import make_config
+from tests.test_durable_state import compact_closed
+from tests.test_publication_races import deliver, new_lake
+
+pytestmark = pytest.mark.spark
+
+
+def build(spark, lake_config):
+    """A small lake with every kind of table: landing and its quarantine, history runs (merged and
+    not), detail, a compaction quarantine, both tenants' training and fat-row tables (real captures),
+    their samples tables and the samples quarantine. Returns (lake, the users to forget)."""
+    lake = new_lake(lake_config, max_runs=2)
+    lake.chunks = [pa.concat_tables(lake.chunks)]  # one source commit, one ingest step: faster
+    deliver(spark, lake)
+    compact_closed(lake, end_of_stream=True)
+    config = lake.config
+    history, detail = history_tables(config)
+    users = sorted(set(history.refresh().scan(selected_fields=("user_id",)).to_arrow()["user_id"].to_pylist()))
+    doomed = users[:2]
+    now = datetime.now(UTC)
+    requests = [Request(f"r{u}-{k}", u, now, k == 0, 5, "feed", now.hour) for u in users[:5] for k in range(2)]
+    with ViewSnapshot(config, history, detail, lake.paths) as view:
+        reader = HistoryReader(history)
+        for tenant in tenants(config):
+            captures = capture_requests(view, reader, tenant, requests, config.training.fragment_events)
+            create_bucketed_table(config, training_table_name(tenant), training_schema(tenant)).append(
+                training_rows(captures, tenant)
+            )
+            create_bucketed_table(config, fatrow_table_name(tenant), sequence_table_schema(tenant)).append(
+                fat_rows(captures, tenant)
+            )
+    for tenant in tenants(config):
+        assert write_arrow_samples(config, tenant, "lsn", compare=False).samples > 0
+    # Quarantines hold rows of the users too: a checksum mismatch, an aggregate that did not fit.
+    mismatch = {"tenant": "ranking", "engine": "arrow", "reason": "checksum", "expected_checksum": "a"}
+    mismatch |= {"actual_checksum": "b", "expected_length": 3, "actual_length": 2}
+    quarantined = [{**mismatch, "request_id": f"q{u}", "user_id": u} for u in (doomed[0], users[3])]
+    create_bucketed_table(config, QUARANTINE, QUARANTINE_SCHEMA).append(
+        pa.Table.from_pylist(quarantined, schema=QUARANTINE_SCHEMA)
+    )
+    events = detail.refresh().scan().to_arrow()
+    overflow = events.filter(pc.is_in(events["user_id"], pa.array([doomed[1], users[4]])))
+    overflow = overflow.append_column("reason", pa.array(["aggregate_out_of_range:x"] * overflow.num_rows))
+    schema = compaction_quarantine_schema(config)
+    compaction_quarantine_table(config).append(overflow.select(schema.names).cast(schema))
+    return lake, doomed
+
+
+def table_contents(lake, leaving_out: list[int] = ()) -> dict[str, str]:
+    """A digest of the rows (in any order) of every table holding users, history included; with
+    `leaving_out`, of what each must hold once those users are forgotten."""
+    history, _ = history_tables(lake.config)
+    found = {}
+    for table in [history.refresh(), *tables_with_users(lake.config)]:
+        rows = table.scan().to_arrow()
+        rows = rows.filter(pc.invert(pc.is_in(rows["user_id"], pa.array(leaving_out, pa.int64()))))
+        text = "\n".join(sorted(repr(row) for row in rows.to_pylist()))
+        found[table.name()[-1]] = hashlib.sha256(text.encode()).hexdigest()
+    return found
+
+
+def parquet_files(root: Path) -> list[Path]:
+    return [p for p in root.rglob("*.parquet") if "_delta_log" not in p.parts]
+
+
+def users_on_disk(roots: list[Path], users: list[int]) -> dict[str, int]:
+    """Rows of the users in every Parquet data file under the roots, live or not: by `user_id`, or by a
+    raw payload naming them."""
+    found = {}
+    wanted = pa.array(users, pa.int64())
+    for root in roots:
+        for path in parquet_files(root):
+            rows = pq.read_table(path)
+            hits = 0
+            if "user_id" in rows.schema.names:
+                hits += pc.sum(pc.is_in(rows["user_id"], value_set=wanted)).as_py() or 0
+            if "payload" in rows.schema.names:
+                texts = rows["payload"].to_pylist()
+                hits += sum(any(f'"user_id": {u}' in (t or "") for u in users) for t in texts)
+            if hits:
+                found[str(path)] = hits
+    return found
+
+
+def commits(tables) -> dict[str, int]:
+    """Commits per table: each writes one metadata file (a commit may hold several snapshots)."""
+    return {t.name()[-1]: len(t.refresh().metadata.metadata_log) for t in tables}
+
+
+def landing_count(lake, users: list[int]) -> int:
+    with connect(extensions=("delta",)) as con:
+        return con.execute(
+            "SELECT count(*) FROM delta_scan(?) WHERE list_contains(?, user_id)",
+            [lake.paths.events.removeprefix("file://"), users],
+        ).fetchone()[0]
+
+
+def forget_command(lake, tmp_path: Path, users: list[int]) -> tuple[list[str], dict[str, str]]:
+    """`seqlake forget` of the users on the lake's Iceberg tables (its landing tier is elsewhere)."""
+    config_file = tmp_path / "seqlake.yaml"
+    config_file.write_text(yaml.safe_dump(lake.config.model_dump(mode="json"), sort_keys=False))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SEQLAKE_")}
+    chosen = [arg for u in users for arg in ("--user", str(u))]
+    return [sys.executable, "-m", "seqlake.cli", "forget", "--config", str(config_file), "--skip-landing", *chosen], env
+
+
+def test_forget_removes_the_users_everywhere_even_when_killed_then_maintain_removes_their_bytes(
+    spark, lake_config, tmp_path: Path
+) -> None:
+    lake, doomed = build(spark, lake_config)
+    config = lake.config
+    history, _ = history_tables(config)
+    runs, windows = live_runs(history.refresh()), published_windows(history)
+    expected = table_contents(lake, doomed)
+    tables = [history, *tables_with_users(config)]
+    held = {t.name()[-1]: user_rows(t, doomed) for t in tables}
+    landed = landing_count(lake, doomed)
+    # Every kind of table holds the users before: the test could fail.
+    assert landed > 0 and all(held.values()), held
+    assert {"history", "history_detail", "compaction_quarantine", QUARANTINE} <= held.keys()
+    assert {f"{kind}_{t.name}" for t in tenants(config) for kind in ("training", "fatrow", "samples")} <= held.keys()
+    before = commits(tables)
+
+    # Killed (SIGKILL) after writing the new history files (nothing committed), then after two tables'
+    # commits; then run to the end.
+    command, env = forget_command(lake, tmp_path, [doomed[1], doomed[0], doomed[0]])
+    for point in ("forget_written", "forget_committed#2"):
+        killed = subprocess.run(command, capture_output=True, text=True, env=env | {KILL_AT_ENV: point})
+        assert killed.returncode == -9, killed.stderr
+    assert 0 < sum(user_rows(t, doomed) for t in tables) < sum(held.values())  # half done
+    done = subprocess.run(command, capture_output=True, text=True, env=env)
+    assert done.returncode == 0, done.stderr
+    printed = {line.split(": ")[1] for line in done.stdout.splitlines() if ": removed " in line}
+    assert printed == set(held) and "none left in the tables searched" in done.stdout
+
+    # Every table holds what it held without the users' rows, in one commit per table, killed or not;
+    # the runs keep their windows and the history stays a valid seqlake table.
+    assert table_contents(lake) == expected
+    assert commits(tables) == {name: count + 1 for name, count in before.items()}
+    assert list(live_runs(history.refresh())) == list(runs) and published_windows(history) == windows
+    fsck_table(history)
+    for user in doomed:
+        assert HistoryReader(history).read_user(user).num_rows == 0
+
+    # In-process with the landing tier: only the landing tier still holds them.
+    reports = forget_users(config, doomed, spark=spark, paths=lake.paths)
+    assert {r.target: r.removed for r in reports if r.removed} == {"landing/events": landed}
+    assert landing_count(lake, doomed) == 0
+    # Again: nothing to remove, no commit anywhere.
+    assert sum(r.removed for r in forget_users(config, doomed, spark=spark, paths=lake.paths)) == 0
+    assert commits(tables) == {name: count + 1 for name, count in before.items()}
+
+    # Still on disk: old snapshots reference the replaced files. `maintain` then removes them.
+    roots = [Path(t.location().removeprefix("file://")) for t in tables]
+    roots.append(Path(lake.paths.events.removeprefix("file://")).parent)
+    assert users_on_disk(roots, doomed)
+    spec = config.maintenance.model_copy(update={"snapshot_retention_hours": 0, "keep_snapshots": 1})
+    run_maintenance(config.model_copy(update={"maintenance": spec}), now=datetime.now(UTC) + timedelta(days=2))
+    vacuum_landing(spark, lake.paths, timedelta(0))
+    assert users_on_disk(roots, doomed) == {}
+    assert table_contents(lake) == expected
+    fsck_table(history_tables(config)[0])
+
+
+def test_forget_needs_a_user_and_a_warehouse(tmp_path: Path) -> None:
+    config = make_config(tmp_path / "nowhere")
+    with pytest.raises(SetupError, match="no warehouse at"):
+        seqlake.open(config).forget([1])
+    with pytest.raises(SeqlakeError, match="at least one user id"):
+        forget_users(config, [])
+    assert not (tmp_path / "nowhere").exists()
