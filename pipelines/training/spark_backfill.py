@@ -18,10 +18,10 @@ from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_type
 
-from pipelines.aggregation import aggregation_sql
-from pipelines.compaction import DETAIL, HISTORY, spark_name
+from pipelines.compaction import HISTORY, spark_name
 from pipelines.training.backfill import AsOf, Backfill, LeakageReport
 from pipelines.training.sequence import ORDER_KEYS, Tenant
+from pipelines.training.spark_reconstruct import open_window_as_of_bounds
 from pipelines.training.tables import SEQUENCE, create_bucketed_table, drop_tables
 from seqlake.config import Config
 
@@ -75,17 +75,7 @@ def _candidates(spark: SparkSession, config: Config, tenant: Tenant, pointers: s
     if as_of == "event-time":
         return joined.where(F.col("event_ts") < F.col("_ts")).select(*columns)
     visible = joined.where((F.col("window_id") != F.col("open_window")) & (F.col("lsn") <= _bound_of_row()))
-    bounds = keys.select(
-        "user_id",
-        "_row",
-        F.col("open_window").alias("window_id"),
-        F.explode("lsn_bound").alias("source_partition", "bound"),
-    )
-    events = spark.table(spark_name(config, DETAIL)).where(F.col("feature_group").isin(list(tenant.feature_groups)))
-    seen = events.join(bounds, ["user_id", "window_id", "source_partition"]).where(F.col("lsn") <= F.col("bound"))
-    view = f"_seqlake_backfill_{tenant.name}"
-    seen.drop("bound").createOrReplaceTempView(view)
-    rebuilt = spark.sql(aggregation_sql(config, view, group_by_extra=("_row",)))
+    rebuilt = open_window_as_of_bounds(spark, config, tenant, keys, "_row")
     rebuilt = rebuilt.join(keys.select("_row", "lsn_bound"), "_row").select(*columns)
     return visible.select(*columns).unionByName(rebuilt)
 

@@ -103,21 +103,30 @@ def pointer_history_join(spark: SparkSession, config: Config, tenant: Tenant, mo
     return joined.where(visible).select(*KEY_COLUMNS, "_history_rows", *candidate_columns(tenant))
 
 
-def rebuilt_open_window(spark: SparkSession, config: Config, tenant: Tenant) -> DataFrame:
-    """The open window's rows of each request's user, as of its bound, from detail events, in the
-    captured range and before the fragment."""
-    pointers = _pointer_keys(spark, config, tenant)
+def open_window_as_of_bounds(
+    spark: SparkSession, config: Config, tenant: Tenant, pointers: DataFrame, key: str
+) -> DataFrame:
+    """Each pointer's open window as it stood under its LSN bound: the detail events of its user in
+    that window up to the bound of each source partition, aggregated per (`key`, item) with the
+    declared merge operators. `pointers` holds `key`, `user_id`, `open_window` and `lsn_bound`."""
     bounds = pointers.select(
         "user_id",
-        "request_id",
+        key,
         F.col("open_window").alias("window_id"),
         F.explode("lsn_bound").alias("source_partition", "bound"),
     )
     events = spark.table(spark_name(config, DETAIL)).where(F.col("feature_group").isin(list(tenant.feature_groups)))
     visible = events.join(bounds, ["user_id", "window_id", "source_partition"]).where(F.col("lsn") <= F.col("bound"))
-    view = f"_seqlake_visible_{tenant.name}"
+    view = f"_seqlake_open_window_{tenant.name}_{key.strip('_')}"
     visible.drop("bound").createOrReplaceTempView(view)
-    rows = spark.sql(aggregation_sql(config, view, group_by_extra=("request_id",)))
+    return spark.sql(aggregation_sql(config, view, group_by_extra=(key,)))
+
+
+def rebuilt_open_window(spark: SparkSession, config: Config, tenant: Tenant) -> DataFrame:
+    """The open window's rows of each request's user, as of its bound, from detail events, in the
+    captured range and before the fragment."""
+    pointers = _pointer_keys(spark, config, tenant)
+    rows = open_window_as_of_bounds(spark, config, tenant, pointers, "request_id")
     rows = rows.select(*KEY_COLUMNS, *candidate_columns(tenant)).join(pointers, list(KEY_COLUMNS))
     return rows.where(_in_range("lsn")).select(*KEY_COLUMNS, "_history_rows", *candidate_columns(tenant))
 
