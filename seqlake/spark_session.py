@@ -222,8 +222,11 @@ def pack_code(target: Path) -> Path:
     root = Path(__file__).resolve().parent.parent
     with zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED) as archive:
         for package in CODE_PACKAGES:
-            for path in sorted((root / package).rglob("*")):
-                if path.is_file() and "__pycache__" not in path.parts:
+            # Follow links: a checkout's package data (seqlake/data/conf, .../sql) links to conf/ and sql/.
+            for folder, subfolders, files in os.walk(root / package, followlinks=True):
+                subfolders[:] = sorted(name for name in subfolders if name != "__pycache__")
+                for name in sorted(files):
+                    path = Path(folder) / name
                     archive.write(path, path.relative_to(root).as_posix())
     return target
 
