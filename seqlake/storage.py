@@ -17,7 +17,6 @@ setting, not its value.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import os
 import sys
@@ -203,7 +202,9 @@ def empty_bucket(bucket: str, prefix: str = "", settings: S3Settings | None = No
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="seqlake storage", description="S3 bucket chores (settings: AWS_* variables)")
+    from seqlake.cli_args import ArgumentParser
+
+    parser = ArgumentParser(prog="seqlake storage", description="S3 bucket chores (settings: AWS_* variables)")
     parser.add_argument("action", choices=["create", "list", "empty"])
     parser.add_argument("bucket")
     parser.add_argument("--prefix", default="", help="list or empty only the objects under this prefix")

@@ -102,6 +102,8 @@ CASES = {
     "demo: a missing configuration": (["demo", "--config", "{tmp}/none.yaml"], "cannot read configuration"),
     "bench-ingest: a path as namespace": (["bench-ingest", "--namespace", "../x"], "is not a namespace name"),
     "bench-ingest: zero users": (["bench-ingest", "--users", "0"], "--users: must be an integer >= 1"),
+    "storage: an unknown chore": (["storage", "remove", "bucket"], "invalid choice: 'remove'"),
+    "storage: no bucket": (["storage", "list"], "the following arguments are required: bucket"),
     "forget: no user": (["forget", "--skip-landing"], "the following arguments are required: --user"),
     "forget: a user id that is not a number": (["forget", "--user", "ann"], "--user: invalid int value: 'ann'"),
     "maintain: a negative retention": (["maintain", "--snapshot-retention-hours", "-3"], "-3 is negative"),
