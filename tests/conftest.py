@@ -65,3 +65,13 @@ def pytest_terminal_summary(terminalreporter) -> None:
         terminalreporter.section("seqlake measurements")
         for line in _MEASUREMENTS:
             terminalreporter.write_line(line)
+
+
+@pytest.fixture(autouse=True)
+def _no_object_storage_left_on():
+    # A test that opened an S3 warehouse switches on S3 access for the process's later DuckDB
+    # connections (seqlake.duckdb_session); the next test starts without it, as a new process would.
+    yield
+    import seqlake.duckdb_session
+
+    seqlake.duckdb_session._object_storage = False
