@@ -17,7 +17,7 @@ from pyiceberg.table import Table
 from sqlalchemy.exc import SQLAlchemyError
 
 from seqlake.config import Config
-from seqlake.duckdb_session import object_storage_by_default
+from seqlake.duckdb_session import object_storage_for
 from seqlake.errors import SchemaError, SetupError
 from seqlake.storage import S3Settings, check_access, is_s3
 from seqlake.uris import masked_uri
@@ -52,10 +52,11 @@ def open_catalog(config: Config) -> SqlCatalog:
         if uri.startswith("sqlite:///"):
             _use_wal(uri)
         properties = {}
-        if is_s3(config.warehouse_uri()):
+        on_s3 = is_s3(config.warehouse_uri())
+        if on_s3:
             check_access(config.warehouse_uri())
             properties = S3Settings.from_env().pyiceberg_properties()
-            object_storage_by_default()
+        object_storage_for(on_s3)  # a local warehouse opened after an S3 one switches S3 off again
         catalog = SqlCatalog(config.warehouse.catalog_name, uri=uri, warehouse=config.warehouse_uri(), **properties)
         with suppress(NamespaceAlreadyExistsError):
             catalog.create_namespace(config.warehouse.namespace)

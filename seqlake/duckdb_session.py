@@ -14,16 +14,16 @@ from seqlake.errors import SetupError
 
 # Load order matters: iceberg reads Avro manifests through the avro extension.
 DEFAULT_EXTENSIONS = ("avro", "iceberg", "delta")
-# Set once a process opens a catalog whose warehouse is on object storage (seqlake.catalog): from
-# then on every connection that loads the lake extensions can read s3:// URIs too. A process works
-# on one warehouse, so a flag here spares every pipeline step from passing the warehouse along.
+# Follows the warehouse of the catalog this process opened last (seqlake.catalog): on object storage,
+# every connection that loads the lake extensions can read s3:// URIs too. A process works on one
+# warehouse at a time, so this spares every pipeline step from passing the warehouse along.
 _object_storage = False
 
 
-def object_storage_by_default() -> None:
-    """Give every later lake connection of this process S3 access (see `use_object_storage`)."""
+def object_storage_for(enabled: bool) -> None:
+    """Give later lake connections of this process S3 access, or not (see `use_object_storage`)."""
     global _object_storage
-    _object_storage = True
+    _object_storage = enabled
 
 
 def extension_path(name: str) -> Path:

@@ -70,8 +70,9 @@ def pytest_terminal_summary(terminalreporter) -> None:
 @pytest.fixture(autouse=True)
 def _no_object_storage_left_on():
     # A test that opened an S3 warehouse switches on S3 access for the process's later DuckDB
-    # connections (seqlake.duckdb_session); the next test starts without it, as a new process would.
+    # connections (seqlake.duckdb_session); the next test starts without it, as a new process would,
+    # even if it opens no catalog before connecting.
     yield
-    import seqlake.duckdb_session
+    from seqlake.duckdb_session import object_storage_for
 
-    seqlake.duckdb_session._object_storage = False
+    object_storage_for(False)
