@@ -74,12 +74,12 @@ def test_usage_errors_suggest_and_exit_2(tmp_path):
 
 
 def test_a_profile_says_where_every_job_runs(config_file, tmp_path):
-    # The s3 profile moves the warehouse to object storage: a job now looks there (and, with no S3
-    # server configured, says so in one line) instead of the configured folder.
-    env_free = seqlake(
-        "--config", str(config_file), "--profile", "local", "sql", "--quiet", "--query", COUNT, cwd=tmp_path
+    # `local` lays nothing over the configuration: the job reads the configured warehouse.
+    local = seqlake(
+        "--config", str(config_file), "--profile", "local", "sql", "--quiet", "--json", "--query", COUNT, cwd=tmp_path
     )
-    assert env_free.returncode == 0, env_free.stderr
+    assert local.returncode == 0, local.stderr
+    assert json.loads(local.stdout)["n"] == sum(USER_ROWS.values())
     done = seqlake("--profile=nowhere", "--config", str(config_file), "history", "--user", "1", cwd=tmp_path)
     assert done.returncode == 2
     assert done.stderr.splitlines() == [
