@@ -13,7 +13,7 @@ import json
 import sys
 from pathlib import Path
 
-from pipelines.compaction_bench import SCALES, format_report, run_compaction_bench
+from benchmarks.compaction import SCALES, format_report, run_compaction_bench
 from seqlake.cli_args import ArgumentParser, integer_at_least, namespace_name
 from seqlake.config import load_config
 from seqlake.spark_session import spark_session

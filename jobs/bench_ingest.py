@@ -15,7 +15,7 @@ import json
 import sys
 from pathlib import Path
 
-from pipelines.ingest_bench import format_report, run_ingest_bench
+from benchmarks.ingest import format_report, run_ingest_bench
 from seqlake.cli_args import ArgumentParser, integer_at_least, namespace_name
 from seqlake.config import load_config
 from seqlake.spark_session import spark_session

@@ -11,9 +11,9 @@ import argparse
 import sys
 from pathlib import Path
 
+from benchmarks.layout import format_table, run_layout_bench
 from seqlake.cli_args import ArgumentParser, integer_at_least
 from seqlake.config import load_config
-from tableformat.layout_bench import format_table, run_layout_bench
 
 
 def main(argv: list[str] | None = None) -> int:

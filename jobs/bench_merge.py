@@ -14,7 +14,7 @@ import json
 import sys
 from pathlib import Path
 
-from pipelines.merge_bench import format_report, run_merge_bench
+from benchmarks.merge import format_report, run_merge_bench
 from seqlake.cli_args import ArgumentParser, integer_at_least
 from seqlake.config import load_config
 

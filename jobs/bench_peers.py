@@ -14,9 +14,9 @@ import json
 import sys
 from pathlib import Path
 
+from benchmarks.peers import SCALES, format_report, plot, run_peers_bench
 from seqlake.cli_args import ArgumentParser
 from seqlake.config import load_config
-from tableformat.peers_bench import SCALES, format_report, plot, run_peers_bench
 
 
 def main(argv: list[str] | None = None) -> int:

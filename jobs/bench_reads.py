@@ -15,9 +15,9 @@ import json
 import sys
 from pathlib import Path
 
+from benchmarks.reads import format_report, run_read_bench
 from seqlake.cli_args import ArgumentParser, integer_at_least, number_above
 from seqlake.config import load_config
-from tableformat.read_bench import format_report, run_read_bench
 
 
 def main(argv: list[str] | None = None) -> int:

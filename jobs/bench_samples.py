@@ -15,7 +15,7 @@ import json
 import sys
 from pathlib import Path
 
-from pipelines.training.samples_bench import SCALES, format_report, run_samples_bench
+from benchmarks.samples import SCALES, format_report, run_samples_bench
 from seqlake.cli_args import ArgumentParser, integer_at_least
 from seqlake.config import load_config
 

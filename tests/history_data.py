@@ -7,11 +7,11 @@ from datetime import UTC, datetime, timedelta
 import numpy as np
 import pyarrow as pa
 
+from benchmarks.synthetic import column_values
 from seqlake.config import Config
 from tableformat.bucketing import bucket_of
 from tableformat.layout import LayoutPolicy
 from tableformat.schema import KEY_COLUMNS, history_arrow_schema
-from tableformat.synthetic import column_values
 
 BASE_TS_US = 1_767_571_200_000_000  # 2026-01-05T00:00:00Z
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from pipelines.compaction_bench import SCALES, format_report, run_compaction_bench
+from benchmarks.compaction import SCALES, format_report, run_compaction_bench
 
 pytestmark = pytest.mark.spark
 

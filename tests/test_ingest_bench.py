@@ -11,14 +11,14 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from jobs.bench_ingest import main as bench_main
-from pipelines.ingest_bench import (
+from benchmarks.ingest import (
     OTHER_USERS_OFFSET,
     FileAccessWatch,
     format_report,
     run_ingest_bench,
     synthetic_run,
 )
+from jobs.bench_ingest import main as bench_main
 from seqlake.generator import USER_ID_BASE
 from tableformat.bucketing import bucket_of
 from tableformat.schema import history_arrow_schema

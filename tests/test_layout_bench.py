@@ -8,10 +8,7 @@ from __future__ import annotations
 import pyarrow.compute as pc
 import pytest
 
-from seqlake.config import load_config
-from tableformat.io import CountingFileSystem, FooterCache
-from tableformat.layout import DEFAULT_POLICY
-from tableformat.layout_bench import (
+from benchmarks.layout import (
     DEFAULT_VARIANT,
     EXPECTED_USERS,
     LOOKUP_COLUMNS,
@@ -20,6 +17,9 @@ from tableformat.layout_bench import (
     history_rows,
     run_layout_bench,
 )
+from seqlake.config import load_config
+from tableformat.io import CountingFileSystem, FooterCache
+from tableformat.layout import DEFAULT_POLICY
 from tableformat.reader import read_user_from_file
 from tableformat.schema import KEY_COLUMNS, history_arrow_schema
 from tableformat.writer import HistoryFileWriter

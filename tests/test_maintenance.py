@@ -15,8 +15,9 @@ import pytest
 import yaml
 from pyiceberg.expressions import In
 
+from benchmarks.compaction import landing_events
+from benchmarks.merge import BASE_WINDOW, publish_window, window_rows
 from pipelines.compaction import history_tables
-from pipelines.compaction_bench import landing_events
 from pipelines.duckdb_compaction import merge_runs_if_needed_duckdb
 from pipelines.maintenance import (
     detail_keep_from,
@@ -27,7 +28,6 @@ from pipelines.maintenance import (
     run_maintenance,
     vacuum_landing,
 )
-from pipelines.merge_bench import BASE_WINDOW, publish_window, window_rows
 from seqlake.catalog import open_catalog, table_identifier
 from seqlake.config import Config, load_config
 from tableformat.checksum import table_checksum

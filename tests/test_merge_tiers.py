@@ -8,9 +8,9 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
+from benchmarks.merge import BASE_WINDOW, format_report, publish_window, run_merge_bench, window_rows
 from pipelines.compaction import history_tables
 from pipelines.duckdb_compaction import merge_runs_if_needed_duckdb
-from pipelines.merge_bench import BASE_WINDOW, format_report, publish_window, run_merge_bench, window_rows
 from seqlake.config import Config
 from tableformat.checksum import table_checksum
 from tableformat.fsck import fsck_table

@@ -6,8 +6,8 @@ import json
 
 import pyarrow as pa
 
+from benchmarks.peers import SYSTEMS, _same
 from seqlake.cli import main
-from tableformat.peers_bench import SYSTEMS, _same
 
 
 def test_bench_peers_small_answers_agree_and_reports_every_target(tmp_path, capsys, measurement):

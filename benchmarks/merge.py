@@ -20,6 +20,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from benchmarks.synthetic import column_values
 from pipelines.compaction import DETAIL, HISTORY, history_tables
 from pipelines.duckdb_compaction import merge_runs_if_needed_duckdb, write_history_run
 from pipelines.merge_policy import policy_of
@@ -29,7 +30,6 @@ from tableformat.bucketing import bucket_of
 from tableformat.lookup_index import FileIndex
 from tableformat.registry import RunRecord, commit_runs, live_runs
 from tableformat.schema import KEY_COLUMNS, history_arrow_schema
-from tableformat.synthetic import column_values
 
 HOUR_US = 3_600_000_000
 BASE_WINDOW = 491_000  # an hour of 2026, so event times look like the generator's

@@ -38,6 +38,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from benchmarks.synthetic import column_values
 from seqlake.catalog import open_catalog, table_identifier
 from seqlake.config import Config, load_config
 from seqlake.duckdb_session import connect
@@ -50,7 +51,6 @@ from tableformat.reader import HistoryReader, Selection
 from tableformat.registry import RunRecord, commit_runs, create_history_table, history_file_uri
 from tableformat.run_writer import write_run
 from tableformat.schema import history_arrow_schema
-from tableformat.synthetic import column_values
 
 GROUP = "engagement"
 CHUNK_EVENTS = 16_384

@@ -41,6 +41,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pyspark.sql import SparkSession
 
+from benchmarks.synthetic import column_values
 from pipelines.ingest import ingest_source
 from pipelines.landing import LandingPaths
 from pipelines.parse import landing_schema
@@ -53,7 +54,6 @@ from tableformat.checksum import table_checksum
 from tableformat.registry import RunRecord, commit_runs, create_history_table, history_file_uri
 from tableformat.run_writer import write_run
 from tableformat.schema import history_arrow_schema
-from tableformat.synthetic import column_values
 
 RAW = "raw_events"
 HISTORY = "history"

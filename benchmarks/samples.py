@@ -26,6 +26,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from benchmarks.synthetic import column_values
 from pipelines.compaction import history_tables
 from pipelines.duckdb_compaction import write_history_run
 from pipelines.landing import landing_paths
@@ -50,7 +51,6 @@ from tableformat.bucketing import bucket_of
 from tableformat.reader import HistoryReader
 from tableformat.registry import RunRecord, commit_runs, live_runs, published_frontier
 from tableformat.schema import history_arrow_schema
-from tableformat.synthetic import column_values
 
 HOUR_US = 3_600_000_000
 LATE_SHARE = 0.02  # of the request day's events: published one to three hours after their event time

@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
+from benchmarks.synthetic import column_values
 from seqlake.catalog import open_catalog, table_identifier
 from seqlake.config import Config, load_config
 from tableformat.bucketing import bucket_of
@@ -40,7 +41,6 @@ from tableformat.reader import HistoryReader, Selection
 from tableformat.registry import RunRecord, commit_runs, create_history_table, history_file_uri
 from tableformat.run_writer import write_run
 from tableformat.schema import history_arrow_schema
-from tableformat.synthetic import column_values
 
 NAMESPACE = "bench_reads"
 TABLE = "history"
