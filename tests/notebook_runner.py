@@ -17,6 +17,7 @@ import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from unittest import mock
 
 import nbformat
 from nbclient import NotebookClient
@@ -41,16 +42,8 @@ def kernel_of_this_interpreter(folder: Path) -> Iterator[dict[str, str]]:
         "IPYTHONDIR": str(folder / "ipython"),
         "MPLBACKEND": "Agg",
     }
-    before = {name: os.environ.get(name) for name in env}
-    os.environ.update(env)
-    try:
+    with mock.patch.dict(os.environ, env):
         yield env
-    finally:
-        for name, value in before.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
 
 
 def execute(path: Path, cwd: Path, timeout: int = 300) -> nbformat.NotebookNode:
