@@ -33,6 +33,8 @@ EXPECTED_VARIANTS = [
     "lz4",
     "snappy",
     "none",
+    "integers under zstd",
+    "plain integers, all zstd",
     *(
         f"dedicated {d} / packed {p}"
         for d in (256, 1024, 4096)
@@ -43,6 +45,8 @@ EXPECTED_VARIANTS = [
     "stats: all columns",
     "pages 8 KiB",
     "pages 1 MiB",
+    "pages of at most 4,096 rows",
+    "no page row limit",
 ]
 
 

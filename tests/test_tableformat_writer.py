@@ -110,7 +110,12 @@ def test_encodings_statistics_bloom_filter_and_page_index(config, tmp_path):
     assert column(names.index("user_id")).bloom_filter_offset is not None
     assert column(names.index("user_id")).has_column_index
     assert column(names.index("user_id")).statistics.has_min_max
-    assert column(names.index("item_id")).compression == "ZSTD"
+    # Integers bit-packed and left uncompressed; floats byte-split under zstd; strings by dictionary.
+    assert "DELTA_BINARY_PACKED" in column(names.index("item_id")).encodings
+    assert column(names.index("item_id")).compression == "UNCOMPRESSED"
+    assert "BYTE_STREAM_SPLIT" in column(names.index("completion_ratio")).encodings
+    assert column(names.index("completion_ratio")).compression == "ZSTD"
+    assert column(names.index("surface")).compression == "ZSTD"
     assert meta.row_group(0).sorting_columns[0].column_index == names.index("user_id")
 
 
