@@ -14,6 +14,7 @@ from dataclasses import field as dataclass_field
 import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
+from pyarrow._parquet import ParquetReader  # the reader without ParquetFile's per-open Python set-up
 
 
 @dataclass
@@ -317,10 +318,11 @@ def dictionaries_decoded(table: pa.Table) -> pa.Table:
     """`table` with its dictionary-typed columns as plain values. Parquet decodes a dictionary-encoded
     string chunk into dictionary indices cheaply, and Arrow's take builds the strings faster than
     pyarrow's per-value string building (about 8% of a 15-column lookup, `seqlake bench-peers`)."""
-    for i, field in enumerate(table.schema):
-        if pa.types.is_dictionary(field.type):
+    schema = table.schema
+    for i, kind in enumerate(schema.types):
+        if isinstance(kind, pa.DictionaryType):
             values = [chunk.dictionary_decode() for chunk in table.column(i).chunks]
-            plain = field.with_type(field.type.value_type)
+            plain = schema.field(i).with_type(kind.value_type)
             table = table.set_column(i, plain, pa.chunked_array(values, plain.type))
     return table
 
@@ -344,6 +346,16 @@ def _read_at(handle, offset: int, length: int) -> bytes:
     return handle.read(length)
 
 
-def decode_parquet(data: bytes) -> pa.Table:
-    """All rows of a small Parquet file held in memory."""
-    return open_parquet(pa.BufferReader(data)).read_row_group(0, use_threads=False)
+def decode_pages(data: bytes, meta: pq.FileMetaData, as_indices: bool = False) -> pa.Table:
+    """The rows of a one-column Parquet file held in memory whose footer `meta` is already parsed
+    (the pages `tableformat.page_reader` cuts out of a column chunk), every page's CRC checked;
+    `as_indices` reads a string column as dictionary indices."""
+    reader = ParquetReader()
+    reader.open(
+        pa.BufferReader(data),
+        metadata=meta,
+        pre_buffer=False,
+        page_checksum_verification=_verify,
+        read_dictionary=[0] if as_indices else None,
+    )
+    return reader.read_row_group(0, column_indices=[0], use_threads=False)

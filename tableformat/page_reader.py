@@ -6,18 +6,17 @@ module reads the offset index (page locations and first rows) of the asked colum
 pages that hold the rows (plus the dictionary page), and has pyarrow decode them as a one-column
 Parquet file whose footer is the original column chunk's metadata narrowed to those pages. Pages are
 self-contained (their levels and values start at the page), so the decoded rows are exactly the
-original ones; the caller slices the asked range out of the pages' rows.
+original ones, each page's checksum checked as pyarrow decodes it; the caller slices the asked range
+out of the pages' rows.
 
-Fixed-width columns without nulls in PLAIN pages (the history's integer and float columns) skip that
-machinery once their Arrow field is known: each page's CRC is checked, its body decompressed and its
-values taken as they are (`plain_values`); anything else (a dictionary page, another encoding, a null,
-another codec) goes through pyarrow.
+A hot user's Top-K asks for the same pages again: the narrowed footer is parsed once per page range
+and kept (a few hundred bytes each), so a repeated Top-K costs one read of the pages' bytes and their
+decoding per column.
 """
 
 from __future__ import annotations
 
 import threading
-import zlib
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -28,12 +27,11 @@ from tableformat import thrift_compact as tc
 
 # [(offset, length)] -> the bytes of each range, read in one open of the file.
 ReadRanges = Callable[[list[tuple[int, int]]], list[bytes]]
-# The decoder of a one-column Parquet file held in memory (tableformat.io.decode_parquet).
-Decode = Callable[[bytes], pa.Table]
+# (one-column Parquet file held in memory, its parsed footer, read as dictionary indices) -> its rows
+# (tableformat.io.decode_pages).
+Decode = Callable[[bytes, pq.FileMetaData, bool], pa.Table]
 FOOTERS_KEPT = 4096  # narrowed footers a file keeps (a few hundred bytes each)
-_WIDTH = {1: 4, 2: 8, 4: 4, 5: 8}  # Parquet physical type (INT32, INT64, FLOAT, DOUBLE) -> bytes a value
-_DTYPE = {1: "<i4", 2: "<i8", 4: "<f4", 5: "<f8"}
-_CODECS = {0: None, 6: "zstd"}  # UNCOMPRESSED, ZSTD
+_BINARY = 6  # Parquet physical type BYTE_ARRAY: strings, read as dictionary indices and expanded once
 
 
 class PagedFile:
@@ -51,24 +49,26 @@ class PagedFile:
         self.leaves = leaves
         self.column = {tc.get(e, 4).decode(): i for i, e in enumerate(leaves)}
         self.row_groups = tc.get(self.fields, 4)[1]
+        self._rows = [tc.get(group, 3) for group in self.row_groups]
         orders = tc.get(self.fields, 7)
         self.orders = orders[1] if orders is not None else None
         self.pages_read = 0  # data pages handed to the decoder, for tests and benchmarks
-        self.plain_pages_read = 0  # of those, pages whose values were taken as stored (`plain_values`)
         self._locations: dict[tuple[int, int], tuple[np.ndarray, np.ndarray, np.ndarray] | None] = {}
-        self._footers: dict[tuple[int, int, int, int], bytes] = {}  # (rg, column, first row, end row)
-        self._fields: dict[int, pa.Field] = {}  # column -> its Arrow field, as pyarrow decoded it once
+        self._footers: dict[tuple[int, int, int, int], tuple[pq.FileMetaData, bool]] = {}
         self._lock = threading.Lock()
 
     def chunk(self, rg: int, column: int) -> tc.Fields:
         return tc.get(self.row_groups[rg], 1)[1][column]
 
     def num_rows(self, rg: int) -> int:
-        return tc.get(self.row_groups[rg], 3)
+        return self._rows[rg]
 
     def locations(self, rg: int, columns: Sequence[int], read: ReadRanges) -> list:
         """(page offsets, compressed sizes, first rows) of each column's pages in row group `rg`; None
         for a column without an offset index. Read once, in one call for the missing columns."""
+        known = self._locations
+        if all((rg, c) in known for c in columns):  # a hot user's row group: no lock, no reads
+            return [known[rg, c] for c in columns]
         with self._lock:
             missing = [c for c in columns if (rg, c) not in self._locations]
         ranges, asked = [], []
@@ -103,85 +103,53 @@ class PagedFile:
             return None
         ranges, plans = [], []
         for column, (offsets, sizes, first) in zip(columns, locations, strict=True):
-            meta = tc.get(self.chunk(rg, column), 3)
-            p = max(0, int(np.searchsorted(first, low, "right")) - 1)
-            q = max(p, int(np.searchsorted(first, high, "left")) - 1)
+            p = max(0, int(first.searchsorted(low, "right")) - 1)
+            q = max(p, int(first.searchsorted(high, "left")) - 1)
             start_row = int(first[p])
             end_row = int(first[q + 1]) if q + 1 < len(first) else self.num_rows(rg)
-            dictionary = tc.get(meta, 11)
-            has_dictionary = dictionary is not None and dictionary < offsets[0]
-            if has_dictionary:
-                ranges.append((int(dictionary), int(offsets[0] - dictionary)))
+            dictionary = self._dictionary_offset(rg, column, int(offsets[0]))
+            if dictionary is not None:
+                ranges.append((dictionary, int(offsets[0]) - dictionary))
             ranges.append((int(offsets[p]), int(offsets[q] + sizes[q] - offsets[p])))
-            plans.append((column, meta, has_dictionary, start_row, end_row, q - p + 1))
+            plans.append((column, dictionary is not None, start_row, end_row, q - p + 1))
         blobs = iter(read(ranges))
         arrays, fields = [], []
-        for column, meta, has_dictionary, start_row, end_row, pages in plans:
+        for column, has_dictionary, start_row, end_row, pages in plans:
             dictionary = next(blobs) if has_dictionary else b""
             data = next(blobs)
-            field = self._fields.get(column)
-            values = None if has_dictionary or field is None else self.plain_values(column, meta, data)
-            if values is not None and len(values) == end_row - start_row:
-                arrays.append(pa.Array.from_buffers(field.type, len(values), [None, pa.py_buffer(values)]))
-                arrays[-1] = arrays[-1].slice(low - start_row, high - low)
-                fields.append(field)
-                with self._lock:
-                    self.pages_read += pages
-                    self.plain_pages_read += pages
-                continue
-            key = (rg, column, start_row, end_row)
-            with self._lock:
-                footer = self._footers.get(key)
-            if footer is None:  # the same pages are asked again for a hot user's Top-K
-                footer = self._footer(column, meta, len(dictionary), len(data), end_row - start_row)
-                with self._lock:
-                    if len(self._footers) >= FOOTERS_KEPT:
-                        self._footers.pop(next(iter(self._footers)))
-                    self._footers[key] = footer
-            table = decode(b"".join([b"PAR1", dictionary, data, footer]))
-            arrays.append(table.column(0).slice(low - start_row, high - low))
-            fields.append(table.schema.field(0))
-            if _plain_type(table.schema.field(0).type, tc.get(meta, 1)):
-                with self._lock:
-                    self._fields.setdefault(column, table.schema.field(0))
+            meta, as_indices = self._narrowed(rg, column, start_row, end_row, len(dictionary), len(data))
+            decoded = decode(b"".join([b"PAR1", dictionary, data]), meta, as_indices)
+            field, values = decoded.schema.field(0), decoded.column(0).slice(low - start_row, high - low)
+            if as_indices:  # only the asked rows' strings are built
+                field = field.with_type(field.type.value_type)
+                values = pa.chunked_array([chunk.dictionary_decode() for chunk in values.chunks], field.type)
+            arrays.append(values)
+            fields.append(field)
             with self._lock:
                 self.pages_read += pages
         return pa.Table.from_arrays(arrays, schema=pa.schema(fields))
 
-    def plain_values(self, column: int, meta: tc.Fields, data: bytes) -> np.ndarray | None:
-        """The values of consecutive data pages of a fixed-width column, when every page is a v1
-        PLAIN page without nulls; None otherwise (then pyarrow decodes them). Each page's CRC is
-        checked first (a mismatch raises, as pyarrow's check does)."""
-        physical, codec = tc.get(meta, 1), tc.get(meta, 4)
-        if physical not in _WIDTH or codec not in _CODECS:
-            return None
-        optional = tc.get(self.leaves[column], 3) == 1
-        view, position, parts = memoryview(data), 0, []
-        while position < len(data):
-            header, body = tc.decode(view, position)
-            size = tc.get(header, 3)
-            page = view[body : body + size]
-            position = body + size
-            if tc.get(header, 1) != 0 or size is None or len(page) != size:
-                return None
-            crc = tc.get(header, 4)
-            if crc is not None and zlib.crc32(page) != crc & 0xFFFFFFFF:
-                raise OSError("CRC checksum verification failed for a data page (page_reader)")
-            values, encoding = tc.get(tc.get(header, 5), 1), tc.get(tc.get(header, 5), 2)
-            if encoding != 0:
-                return None
-            raw = memoryview(_decompress(page, codec, tc.get(header, 2)))
-            if optional:  # definition levels: all present is one RLE run of `values` ones
-                length = int.from_bytes(raw[:4], "little")
-                levels = tc._Reader(raw[4 : 4 + length])
-                run = levels.varint()
-                if run & 1 or run >> 1 != values or levels.byte() != 1 or levels.position != length:
-                    return None
-                raw = raw[4 + length :]
-            if len(raw) != values * _WIDTH[physical]:
-                return None
-            parts.append(np.frombuffer(raw, _DTYPE[physical]))
-        return parts[0] if len(parts) == 1 else np.concatenate(parts)
+    def _dictionary_offset(self, rg: int, column: int, first_page: int) -> int | None:
+        offset = tc.get(tc.get(self.chunk(rg, column), 3), 11)
+        return offset if offset is not None and offset < first_page else None
+
+    def _narrowed(
+        self, rg: int, column: int, start_row: int, end_row: int, dictionary: int, data: int
+    ) -> tuple[pq.FileMetaData, bool]:
+        """The parsed footer of the one-column file holding a page range, and whether its values are
+        strings to read as dictionary indices (the same pages are asked again for a hot user's Top-K)."""
+        key = (rg, column, start_row, end_row)
+        found = self._footers.get(key)
+        if found is None:
+            meta = tc.get(self.chunk(rg, column), 3)
+            footer = self._footer(column, meta, dictionary, data, end_row - start_row)
+            parsed = pq.read_metadata(pa.BufferReader(b"PAR1" + footer))
+            found = (parsed, bool(dictionary) and tc.get(meta, 1) == _BINARY)
+            with self._lock:
+                if len(self._footers) >= FOOTERS_KEPT:
+                    self._footers.pop(next(iter(self._footers)))
+                self._footers[key] = found
+        return found
 
     def _footer(self, column: int, meta: tc.Fields, dictionary: int, data: int, rows: int) -> bytes:
         """The footer (thrift, length, magic) of a Parquet file of one row group and one column chunk
@@ -218,28 +186,3 @@ class PagedFile:
             footer.append([7, tc.LIST, (tc.STRUCT, [self.orders[column]])])
         encoded = tc.encode(footer)
         return encoded + len(encoded).to_bytes(4, "little") + b"PAR1"
-
-
-def _plain_type(kind: pa.DataType, physical: int) -> bool:
-    """Whether an Arrow type is the Parquet physical type's values as stored (no conversion)."""
-    if physical == 1:
-        return kind == pa.int32()
-    if physical == 2:
-        return kind == pa.int64() or (pa.types.is_timestamp(kind) and kind.unit == "us")
-    return kind == (pa.float32() if physical == 4 else pa.float64())
-
-
-_DECOMPRESSORS = threading.local()
-
-
-def _decompress(page: memoryview, codec: int, size: int) -> bytes | memoryview:
-    """A page body decompressed with a per-thread zstd context (reused: creating one per page costs
-    as much as decompressing a small page)."""
-    if _CODECS[codec] is None:
-        return page
-    decompressor = getattr(_DECOMPRESSORS, "zstd", None)
-    if decompressor is None:
-        import zstandard
-
-        decompressor = _DECOMPRESSORS.zstd = zstandard.ZstdDecompressor()
-    return decompressor.decompress(page, max_output_size=size)

@@ -42,8 +42,6 @@ def test_top_100_of_a_long_history_decodes_a_few_pages_per_column(table, groups,
     before_pages, before = paged.pages_read, fs.stats.snapshot()
     newest = reader.read_user(HEAVY, selection=top)
     assert newest.to_pylist() == everything.slice(everything.num_rows - 100).to_pylist()
-    # item_id's field is known from the first read: its integer pages are taken as stored
-    assert paged.plain_pages_read > 0
 
     # Each of the user's feature groups is one segment whose newest 100 rows span at most 2 pages of
     # each column read (the asked ones, plus event_ts to merge several groups).
@@ -88,21 +86,21 @@ def test_a_remembered_top_k_plan_never_serves_another_selection(table):
         assert whole.equals(fresh) and newest.equals(whole.slice(whole.num_rows - 1))
 
 
-def test_a_flipped_byte_in_a_page_taken_as_stored_is_an_error(table):
+def test_a_flipped_byte_in_a_page_read_by_pages_is_an_error(table):
     reader = HistoryReader(table)
     top = Selection(columns=("item_id",), feature_groups=("engagement",), top_k=5)
-    newest = reader.read_user(HEAVY, selection=top)  # item_id's field now known: the plain path
+    newest = reader.read_user(HEAVY, selection=top)
     (uri,) = reader.files_for_user(HEAVY)
     paged = reader.lookup_index().entry(uri).paged()
-    before = paged.plain_pages_read
-    assert reader.read_user(HEAVY, selection=top).equals(newest) and paged.plain_pages_read > before
+    before = paged.pages_read
+    assert reader.read_user(HEAVY, selection=top).equals(newest) and paged.pages_read > before  # by pages
     _, found = reader.lookup_index().segments([HEAVY], top, reader.read_groups)
     rg = int(found[HEAVY].rg[-1])
     offsets, sizes, _ = paged.locations(rg, [paged.column["item_id"]], lambda r: [])[0]
     path = Path(uri.removeprefix("file://"))
     original = path.read_bytes()
     damaged = bytearray(original)
-    damaged[int(offsets[-1] + sizes[-1]) - 2] ^= 0x01  # inside the newest page's compressed body
+    damaged[int(offsets[-1] + sizes[-1]) - 2] ^= 0x01  # inside the newest page's body
     try:
         path.write_bytes(bytes(damaged))
         with pytest.raises(CorruptFileError, match="checksum"):
