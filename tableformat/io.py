@@ -342,8 +342,7 @@ def read_byte_ranges(
 
 
 def _read_at(handle, offset: int, length: int) -> bytes:
-    handle.seek(offset)
-    return handle.read(length)
+    return handle.read_at(length, offset)
 
 
 def decode_pages(data: bytes, meta: pq.FileMetaData, as_indices: bool = False) -> pa.Table:

@@ -55,6 +55,7 @@ class PagedFile:
         self.pages_read = 0  # data pages handed to the decoder, for tests and benchmarks
         self._locations: dict[tuple[int, int], tuple[np.ndarray, np.ndarray, np.ndarray] | None] = {}
         self._footers: dict[tuple[int, int, int, int], tuple[pq.FileMetaData, bool]] = {}
+        self._plans: dict[tuple, tuple | None] = {}  # (rg, first row, end row, columns) -> `_plan`
         self._lock = threading.Lock()
 
     def chunk(self, rg: int, column: int) -> tc.Fields:
@@ -95,39 +96,62 @@ class PagedFile:
     ) -> pa.Table | None:
         """Rows [low, high) of row group `rg` with columns `names`, decoding only the pages that hold
         them; None when the file has no usable page index (then read the row group whole)."""
+        key = (rg, low, high, tuple(names))
+        plan = self._plans.get(key)
+        if plan is None:
+            plan = self._plan(rg, low, high, names, read)
+            with self._lock:
+                if len(self._plans) >= FOOTERS_KEPT:
+                    self._plans.pop(next(iter(self._plans)))
+                self._plans[key] = plan
+        if not plan:
+            return None
+        ranges, columns, pages = plan
+        blobs = read(ranges)
+        arrays, fields, at = [], [], 0
+        for has_dictionary, meta, as_indices, offset in columns:
+            if has_dictionary:
+                data = b"".join((b"PAR1", blobs[at], blobs[at + 1]))
+                at += 2
+            else:
+                data = b"PAR1" + blobs[at]
+                at += 1
+            decoded = decode(data, meta, as_indices)
+            field, values = decoded.schema.field(0), decoded.column(0).slice(offset, high - low)
+            if as_indices:  # only the asked rows' strings are built
+                field = field.with_type(field.type.value_type)
+                values = pa.chunked_array([chunk.dictionary_decode() for chunk in values.chunks], field.type)
+            arrays.append(values)
+            fields.append(field)
+        with self._lock:
+            self.pages_read += pages
+        return pa.Table.from_arrays(arrays, schema=pa.schema(fields))
+
+    def _plan(self, rg: int, low: int, high: int, names: Sequence[str], read: ReadRanges) -> tuple | None:
+        """The byte ranges to read for rows [low, high) and, per column, how to decode them (a hot
+        user's Top-K asks for the same rows again: the plan is kept); None without a usable page index."""
         if not self.flat or not 0 <= low <= high <= self.num_rows(rg):
             return None
         columns = [self.column[n] for n in names]
         locations = self.locations(rg, columns, read)
         if any(loc is None or not len(loc[0]) for loc in locations):
             return None
-        ranges, plans = [], []
+        ranges, decoding, pages = [], [], 0
         for column, (offsets, sizes, first) in zip(columns, locations, strict=True):
             p = max(0, int(first.searchsorted(low, "right")) - 1)
             q = max(p, int(first.searchsorted(high, "left")) - 1)
             start_row = int(first[p])
             end_row = int(first[q + 1]) if q + 1 < len(first) else self.num_rows(rg)
             dictionary = self._dictionary_offset(rg, column, int(offsets[0]))
+            dictionary_size = 0 if dictionary is None else int(offsets[0]) - dictionary
             if dictionary is not None:
-                ranges.append((dictionary, int(offsets[0]) - dictionary))
-            ranges.append((int(offsets[p]), int(offsets[q] + sizes[q] - offsets[p])))
-            plans.append((column, dictionary is not None, start_row, end_row, q - p + 1))
-        blobs = iter(read(ranges))
-        arrays, fields = [], []
-        for column, has_dictionary, start_row, end_row, pages in plans:
-            dictionary = next(blobs) if has_dictionary else b""
-            data = next(blobs)
-            meta, as_indices = self._narrowed(rg, column, start_row, end_row, len(dictionary), len(data))
-            decoded = decode(b"".join([b"PAR1", dictionary, data]), meta, as_indices)
-            field, values = decoded.schema.field(0), decoded.column(0).slice(low - start_row, high - low)
-            if as_indices:  # only the asked rows' strings are built
-                field = field.with_type(field.type.value_type)
-                values = pa.chunked_array([chunk.dictionary_decode() for chunk in values.chunks], field.type)
-            arrays.append(values)
-            fields.append(field)
-            with self._lock:
-                self.pages_read += pages
-        return pa.Table.from_arrays(arrays, schema=pa.schema(fields))
+                ranges.append((dictionary, dictionary_size))
+            data_size = int(offsets[q] + sizes[q] - offsets[p])
+            ranges.append((int(offsets[p]), data_size))
+            meta, as_indices = self._narrowed(rg, column, start_row, end_row, dictionary_size, data_size)
+            decoding.append((dictionary is not None, meta, as_indices, low - start_row))
+            pages += q - p + 1
+        return ranges, decoding, pages
 
     def _dictionary_offset(self, rg: int, column: int, first_page: int) -> int | None:
         offset = tc.get(tc.get(self.chunk(rg, column), 3), 11)
