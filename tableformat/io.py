@@ -311,7 +311,8 @@ def read_row_groups(
     to the caller."""
     files = files if files is not None else OpenFiles(capacity=0, per_file=0)
     with files.opened(fs, uri, meta) as (_, parquet):
-        return dictionaries_decoded(parquet.read_row_groups(groups, columns=columns, use_threads=False))
+        indices = [parquet.reader.column_name_idx(c) for c in columns]  # ParquetFile's own lookup, no Python wrapper
+        return dictionaries_decoded(parquet.reader.read_row_groups(groups, column_indices=indices, use_threads=False))
 
 
 def dictionaries_decoded(table: pa.Table) -> pa.Table:

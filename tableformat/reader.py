@@ -256,6 +256,9 @@ def read_segments(
 
     result: dict[int, pa.Table] = {}
     for user, plan in program.users.items():
+        if plan.whole >= 0:  # the read is the user's rows, in order: nothing to cut or combine
+            result[user] = shape(tables[plan.whole], wanted, selection, empty)
+            continue
         parts = [
             paged[user, i] if table < 0 else cut(tables[table], offset, n, ct, cl, selection)
             for i, (table, offset, n, ct, cl) in enumerate(plan.slices)
@@ -291,6 +294,7 @@ class UserRead:
     paged_columns: list[str]
     merging: bool  # the segments' time ranges overlap: merged on the key, else concatenated
     order: list[int]  # segments by their oldest event time
+    whole: int = -1  # the file read that is exactly the user's rows in sequence order, if one is
 
 
 @dataclass(frozen=True)
@@ -376,8 +380,22 @@ def plan_reads(
             else:
                 table, offsets = table_of[position]
                 slices.append((table, offsets[rg] + start, n, cut_ts, cut_lsn))
-        reads[user] = UserRead(slices, paged, paged_columns, merge, order)
+        reads[user] = UserRead(slices, paged, paged_columns, merge, order, _whole(slices, order, merge, files, entries))
     return ReadProgram(files, reads)
+
+
+def _whole(slices: list, order: list[int], merging: bool, files: list[FileRead], entries: list[FileEntry]) -> int:
+    """The file read that is exactly a user's rows in sequence order (its segments whole, uncut, back
+    to back from the read's first row, in time order), or -1."""
+    if merging or not slices or order != list(range(len(slices))):
+        return -1
+    table, expected = slices[0][0], 0
+    for read, offset, n, cut_ts, cut_lsn in slices:
+        if read != table or read < 0 or offset != expected or cut_ts or cut_lsn:
+            return -1
+        expected += n
+    file = files[table]
+    return table if expected == sum(int(entries[file.position].rows[rg]) for rg in file.groups) else -1
 
 
 _POOLS: dict[int, ThreadPoolExecutor] = {}
