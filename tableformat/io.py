@@ -335,7 +335,7 @@ def read_byte_ranges(
     opened file of `files` when given (with the file's footer `meta`), else in one open."""
     if files is not None and meta is not None:
         with files.opened(fs, uri, meta) as (handle, _):
-            return [_read_at(handle, offset, length) for offset, length in ranges]
+            return [handle.read_at(length, offset) for offset, length in ranges]
     from tableformat.verified import verified_file
 
     with verified_file(fs, uri) as handle:
@@ -346,16 +346,16 @@ def _read_at(handle, offset: int, length: int) -> bytes:
     return handle.read_at(length, offset)
 
 
-def decode_pages(data: bytes, meta: pq.FileMetaData, as_indices: bool = False) -> pa.Table:
-    """The rows of a one-column Parquet file held in memory whose footer `meta` is already parsed
-    (the pages `tableformat.page_reader` cuts out of a column chunk), every page's CRC checked;
-    `as_indices` reads a string column as dictionary indices."""
+def decode_pages(data: bytes, meta: pq.FileMetaData, strings: list[int] | None = None) -> pa.Table:
+    """The rows of a small Parquet file held in memory whose footer `meta` is already parsed (the
+    pages `tableformat.page_reader` cuts out of column chunks), every page's CRC checked; the columns
+    at `strings` are read as dictionary indices."""
     reader = ParquetReader()
     reader.open(
         pa.BufferReader(data),
         metadata=meta,
         pre_buffer=False,
         page_checksum_verification=_verify,
-        read_dictionary=[0] if as_indices else None,
+        read_dictionary=strings,
     )
-    return reader.read_row_group(0, column_indices=[0], use_threads=False)
+    return reader.read_row_group(0, column_indices=range(meta.num_columns), use_threads=False)

@@ -3,15 +3,16 @@
 pyarrow decodes whole column chunks; its Python API exposes neither the offset index nor row ranges.
 For a Top-K of a long history, which needs the last K rows of a row group of up to 65,536, this
 module reads the offset index (page locations and first rows) of the asked columns, then only the
-pages that hold the rows (plus the dictionary page), and has pyarrow decode them as a one-column
-Parquet file whose footer is the original column chunk's metadata narrowed to those pages. Pages are
+pages that hold the rows (plus the dictionary page), and has pyarrow decode them as a small Parquet
+file whose footer is the original column chunks' metadata narrowed to those pages (one file for all
+the columns whose pages cover the same rows, which the 16,384-row page cap makes the rule). Pages are
 self-contained (their levels and values start at the page), so the decoded rows are exactly the
 original ones, each page's checksum checked as pyarrow decodes it; the caller slices the asked range
 out of the pages' rows.
 
-A hot user's Top-K asks for the same pages again: the narrowed footer is parsed once per page range
-and kept (a few hundred bytes each), so a repeated Top-K costs one read of the pages' bytes and their
-decoding per column.
+A hot user's Top-K asks for the same pages again: the byte ranges and the parsed narrowed footer are
+planned once per row range and kept (a few hundred bytes each), so a repeated Top-K costs one read of
+each column's pages and one decoding call.
 """
 
 from __future__ import annotations
@@ -27,10 +28,10 @@ from tableformat import thrift_compact as tc
 
 # [(offset, length)] -> the bytes of each range, read in one open of the file.
 ReadRanges = Callable[[list[tuple[int, int]]], list[bytes]]
-# (one-column Parquet file held in memory, its parsed footer, read as dictionary indices) -> its rows
-# (tableformat.io.decode_pages).
-Decode = Callable[[bytes, pq.FileMetaData, bool], pa.Table]
-FOOTERS_KEPT = 4096  # narrowed footers a file keeps (a few hundred bytes each)
+# (small Parquet file held in memory, its parsed footer, the columns to read as dictionary indices)
+# -> its rows (tableformat.io.decode_pages).
+Decode = Callable[[bytes, pq.FileMetaData, list[int]], pa.Table]
+FOOTERS_KEPT = 4096  # page plans a file keeps, each with its narrowed footer (a few hundred bytes)
 _BINARY = 6  # Parquet physical type BYTE_ARRAY: strings, read as dictionary indices and expanded once
 
 
@@ -49,12 +50,12 @@ class PagedFile:
         self.leaves = leaves
         self.column = {tc.get(e, 4).decode(): i for i, e in enumerate(leaves)}
         self.row_groups = tc.get(self.fields, 4)[1]
+        self.metadata = meta.metadata  # the key-value metadata, which rows read whole carry too
         self._rows = [tc.get(group, 3) for group in self.row_groups]
         orders = tc.get(self.fields, 7)
         self.orders = orders[1] if orders is not None else None
         self.pages_read = 0  # data pages handed to the decoder, for tests and benchmarks
         self._locations: dict[tuple[int, int], tuple[np.ndarray, np.ndarray, np.ndarray] | None] = {}
-        self._footers: dict[tuple[int, int, int, int], tuple[pq.FileMetaData, bool]] = {}
         self._plans: dict[tuple, tuple | None] = {}  # (rg, first row, end row, columns) -> `_plan`
         self._lock = threading.Lock()
 
@@ -106,107 +107,110 @@ class PagedFile:
                 self._plans[key] = plan
         if not plan:
             return None
-        ranges, columns, pages = plan
+        ranges, files, pages = plan
         blobs = read(ranges)
-        arrays, fields, at = [], [], 0
-        for has_dictionary, meta, as_indices, offset in columns:
-            if has_dictionary:
-                data = b"".join((b"PAR1", blobs[at], blobs[at + 1]))
-                at += 2
-            else:
-                data = b"PAR1" + blobs[at]
-                at += 1
-            decoded = decode(data, meta, as_indices)
-            field, values = decoded.schema.field(0), decoded.column(0).slice(offset, high - low)
-            if as_indices:  # only the asked rows' strings are built
-                field = field.with_type(field.type.value_type)
-                values = pa.chunked_array([chunk.dictionary_decode() for chunk in values.chunks], field.type)
-            arrays.append(values)
-            fields.append(field)
         with self._lock:
             self.pages_read += pages
-        return pa.Table.from_arrays(arrays, schema=pa.schema(fields))
+        if len(files) == 1 and not files[0][3]:  # one file, no strings: its rows are the answer
+            _, _, meta, _, offset = files[0]
+            return decode(b"".join([b"PAR1", *blobs]), meta, None).slice(offset, high - low)
+        arrays: list = [None] * len(names)
+        fields: list = [None] * len(names)
+        at = 0
+        for outputs, count, meta, strings, offset in files:
+            # One small Parquet file per set of columns whose pages cover the same rows (usually all).
+            data = b"".join([b"PAR1", *blobs[at : at + count]])
+            at += count
+            decoded = decode(data, meta, strings).slice(offset, high - low)
+            for i, position in enumerate(outputs):
+                field, values = decoded.schema.field(i), decoded.column(i)
+                if i in strings:  # only the asked rows' strings are built
+                    field = field.with_type(field.type.value_type)
+                    values = pa.chunked_array([chunk.dictionary_decode() for chunk in values.chunks], field.type)
+                arrays[position], fields[position] = values, field
+        return pa.Table.from_arrays(arrays, schema=pa.schema(fields, metadata=self.metadata))
 
     def _plan(self, rg: int, low: int, high: int, names: Sequence[str], read: ReadRanges) -> tuple | None:
-        """The byte ranges to read for rows [low, high) and, per column, how to decode them (a hot
-        user's Top-K asks for the same rows again: the plan is kept); None without a usable page index."""
+        """The byte ranges to read for rows [low, high) and how to decode them: columns whose pages
+        cover the same rows go into one narrowed file. A hot user's Top-K asks for the same rows again,
+        so the plan is kept. None without a usable page index."""
         if not self.flat or not 0 <= low <= high <= self.num_rows(rg):
             return None
         columns = [self.column[n] for n in names]
         locations = self.locations(rg, columns, read)
         if any(loc is None or not len(loc[0]) for loc in locations):
             return None
-        ranges, decoding, pages = [], [], 0
-        for column, (offsets, sizes, first) in zip(columns, locations, strict=True):
+        by_rows: dict[tuple[int, int], list] = {}  # (first row, end row) -> the columns' pages
+        pages = 0
+        for position, (column, (offsets, sizes, first)) in enumerate(zip(columns, locations, strict=True)):
             p = max(0, int(first.searchsorted(low, "right")) - 1)
             q = max(p, int(first.searchsorted(high, "left")) - 1)
             start_row = int(first[p])
             end_row = int(first[q + 1]) if q + 1 < len(first) else self.num_rows(rg)
             dictionary = self._dictionary_offset(rg, column, int(offsets[0]))
-            dictionary_size = 0 if dictionary is None else int(offsets[0]) - dictionary
-            if dictionary is not None:
-                ranges.append((dictionary, dictionary_size))
-            data_size = int(offsets[q] + sizes[q] - offsets[p])
-            ranges.append((int(offsets[p]), data_size))
-            meta, as_indices = self._narrowed(rg, column, start_row, end_row, dictionary_size, data_size)
-            decoding.append((dictionary is not None, meta, as_indices, low - start_row))
+            data = (int(offsets[p]), int(offsets[q] + sizes[q] - offsets[p]))
+            by_rows.setdefault((start_row, end_row), []).append((position, column, dictionary, int(offsets[0]), data))
             pages += q - p + 1
-        return ranges, decoding, pages
+        ranges, files = [], []
+        for (start_row, end_row), chosen in by_rows.items():
+            parts, strings, first_range = [], [], len(ranges)
+            for i, (_, column, dictionary, first_page, data) in enumerate(chosen):
+                dictionary_size = 0 if dictionary is None else first_page - dictionary
+                if dictionary is not None:
+                    ranges.append((dictionary, dictionary_size))
+                    if tc.get(tc.get(self.chunk(rg, column), 3), 1) == _BINARY:
+                        strings.append(i)
+                ranges.append(data)
+                parts.append((column, dictionary_size, data[1]))
+            footer = self._footer(rg, parts, end_row - start_row)
+            meta = pq.read_metadata(pa.BufferReader(b"PAR1" + footer))
+            outputs = [position for position, *_ in chosen]
+            files.append((outputs, len(ranges) - first_range, meta, strings, low - start_row))
+        return ranges, files, pages
 
     def _dictionary_offset(self, rg: int, column: int, first_page: int) -> int | None:
         offset = tc.get(tc.get(self.chunk(rg, column), 3), 11)
         return offset if offset is not None and offset < first_page else None
 
-    def _narrowed(
-        self, rg: int, column: int, start_row: int, end_row: int, dictionary: int, data: int
-    ) -> tuple[pq.FileMetaData, bool]:
-        """The parsed footer of the one-column file holding a page range, and whether its values are
-        strings to read as dictionary indices (the same pages are asked again for a hot user's Top-K)."""
-        key = (rg, column, start_row, end_row)
-        found = self._footers.get(key)
-        if found is None:
-            meta = tc.get(self.chunk(rg, column), 3)
-            footer = self._footer(column, meta, dictionary, data, end_row - start_row)
-            parsed = pq.read_metadata(pa.BufferReader(b"PAR1" + footer))
-            found = (parsed, bool(dictionary) and tc.get(meta, 1) == _BINARY)
-            with self._lock:
-                if len(self._footers) >= FOOTERS_KEPT:
-                    self._footers.pop(next(iter(self._footers)))
-                self._footers[key] = found
-        return found
-
-    def _footer(self, column: int, meta: tc.Fields, dictionary: int, data: int, rows: int) -> bytes:
-        """The footer (thrift, length, magic) of a Parquet file of one row group and one column chunk
-        made of a dictionary page of `dictionary` bytes (0: none) and data pages of `data` bytes."""
-        data_offset = 4 + dictionary
-        size = dictionary + data
-        chunk_meta = tc.replaced(
-            meta,
-            {
-                5: (tc.I64, rows),  # num_values: flat columns have one value (or null) per row
-                6: (tc.I64, size),
-                7: (tc.I64, size),
-                9: (tc.I64, data_offset),
-                10: None,
-                11: (tc.I64, 4) if dictionary else None,
-                12: None,  # statistics, bloom filter and size statistics describe the whole chunk
-                14: None,
-                15: None,
-                16: None,
-            },
-        )
-        chunk = [[2, tc.I64, 4], [3, tc.STRUCT, chunk_meta]]
-        row_group = [[1, tc.LIST, (tc.STRUCT, [chunk])], [2, tc.I64, size], [3, tc.I64, rows]]
+    def _footer(self, rg: int, parts: list[tuple[int, int, int]], rows: int) -> bytes:
+        """The footer (thrift, length, magic) of a Parquet file of one row group whose column chunks,
+        one per (column, dictionary page bytes (0: none), data page bytes) of `parts`, follow its
+        magic back to back."""
+        chunks, position = [], 4
+        for column, dictionary, data in parts:
+            size = dictionary + data
+            chunk_meta = tc.replaced(
+                tc.get(self.chunk(rg, column), 3),
+                {
+                    5: (tc.I64, rows),  # num_values: flat columns have one value (or null) per row
+                    6: (tc.I64, size),
+                    7: (tc.I64, size),
+                    9: (tc.I64, position + dictionary),
+                    10: None,
+                    11: (tc.I64, position) if dictionary else None,
+                    12: None,  # statistics, bloom filter and size statistics describe the whole chunk
+                    14: None,
+                    15: None,
+                    16: None,
+                },
+            )
+            chunks.append([[2, tc.I64, position], [3, tc.STRUCT, chunk_meta]])
+            position += size
+        row_group = [[1, tc.LIST, (tc.STRUCT, chunks)], [2, tc.I64, position - 4], [3, tc.I64, rows]]
+        leaves = [self.leaves[column] for column, _, _ in parts]
         footer = [
             [1, tc.I32, tc.get(self.fields, 1)],
-            [2, tc.LIST, (tc.STRUCT, [tc.replaced(self.root, {5: (tc.I32, 1)}), self.leaves[column]])],
+            [2, tc.LIST, (tc.STRUCT, [tc.replaced(self.root, {5: (tc.I32, len(parts))}), *leaves])],
             [3, tc.I64, rows],
             [4, tc.LIST, (tc.STRUCT, [row_group])],
         ]
+        metadata = tc.get(self.fields, 5)
+        if metadata is not None:  # the file's key-value metadata: decoded rows carry it as read rows do
+            footer.append([5, tc.LIST, metadata])
         created_by = tc.get(self.fields, 6)
         if created_by is not None:  # readers apply writer-version fixes by it
             footer.append([6, tc.BINARY, created_by])
         if self.orders is not None:
-            footer.append([7, tc.LIST, (tc.STRUCT, [self.orders[column]])])
+            footer.append([7, tc.LIST, (tc.STRUCT, [self.orders[column] for column, _, _ in parts])])
         encoded = tc.encode(footer)
         return encoded + len(encoded).to_bytes(4, "little") + b"PAR1"

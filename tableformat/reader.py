@@ -83,6 +83,7 @@ class HistoryReader:
         self._index: LookupIndex | None = None
         self._empties: dict[tuple, pa.Table] = {}
         self._index_lock = threading.Lock()
+        self._paged: dict[str, tuple] = {}  # uri -> (its PagedFile, how to read its byte ranges)
 
     def check(self, selection: Selection) -> None:
         """Identifiers from users are checked against the schema, never pasted anywhere."""
@@ -123,18 +124,23 @@ class HistoryReader:
 
     def read_rows(self, uri: str, rg: int, low: int, high: int, columns: list[str]) -> pa.Table | None:
         """Rows [low, high) of one row group, decoded from the pages that hold them (page index)."""
-        entry = self.lookup_index().entry(uri)
+        found = self._paged.get(uri)
+        if found is None:  # files are immutable: a file's pages are read the same way in any snapshot
+            entry = self.lookup_index().entry(uri)
 
-        def read(ranges: list[tuple[int, int]]) -> list[bytes]:
-            return read_byte_ranges(self.fs, uri, ranges, entry.meta, self.files)
+            def read(ranges: list[tuple[int, int]]) -> list[bytes]:
+                return read_byte_ranges(self.fs, uri, ranges, entry.meta, self.files)
 
+            found = self._paged[uri] = (entry.paged(), read)
+            if len(self._paged) > self.files.capacity:
+                self._paged.pop(next(iter(self._paged)))
+        paged, read = found
         try:
-            rows = entry.paged().read_rows(rg, low, high, columns, read, decode_pages)
+            return paged.read_rows(rg, low, high, columns, read, decode_pages)
         except CorruptFileError:
             raise
         except DAMAGE as error:  # a page whose checksum or encoding fails: the file is damaged
             raise CorruptFileError(table_of(uri), uri, describe(error)) from error
-        return None if rows is None else rows.replace_schema_metadata(entry.schema.metadata)
 
     def read_user(
         self, user_id: int, columns: Sequence[str] | None = None, selection: Selection | None = None
