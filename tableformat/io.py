@@ -262,30 +262,10 @@ class OpenFiles:
         for handle, _ in evicted + ([opened] if opened is not None else []):
             handle.close()
 
-    @contextmanager
-    def opened(self, fs, uri: str, meta: pq.FileMetaData) -> Iterator[tuple[pa.NativeFile, pq.ParquetFile]]:
-        """A file's (handle, ParquetFile) for the block; damage met while reading is raised as
+    def opened(self, fs, uri: str, meta: pq.FileMetaData) -> _Opened:
+        """A file's (handle, ParquetFile) for a `with` block; damage met while reading is raised as
         CorruptFileError (`tableformat.verified`), and a pair that failed is not kept."""
-        from tableformat.verified import DAMAGE, CorruptFileError, describe, table_of
-
-        try:
-            pair = self.take(fs, uri, meta)
-        except CorruptFileError:
-            raise
-        except DAMAGE as error:
-            raise CorruptFileError(table_of(uri), uri, describe(error)) from error
-        try:
-            yield pair
-        except CorruptFileError:
-            pair[0].close()
-            raise
-        except DAMAGE as error:
-            pair[0].close()
-            raise CorruptFileError(table_of(uri), uri, describe(error)) from error
-        except BaseException:
-            pair[0].close()
-            raise
-        self.give_back(uri, pair)
+        return _Opened(self, fs, uri, meta)
 
     def clear(self) -> None:
         with self._lock:
@@ -293,6 +273,36 @@ class OpenFiles:
         for pairs in idle:
             for handle, _ in pairs:
                 handle.close()
+
+
+class _Opened:
+    """`OpenFiles.opened`: a class, not a generator, as it runs on every lookup."""
+
+    __slots__ = ("files", "fs", "uri", "meta", "pair")
+
+    def __init__(self, files: OpenFiles, fs, uri: str, meta: pq.FileMetaData) -> None:
+        self.files, self.fs, self.uri, self.meta = files, fs, uri, meta
+
+    def __enter__(self) -> tuple[pa.NativeFile, pq.ParquetFile]:
+        from tableformat.verified import DAMAGE, CorruptFileError, describe, table_of
+
+        try:
+            self.pair = self.files.take(self.fs, self.uri, self.meta)
+        except CorruptFileError:
+            raise
+        except DAMAGE as error:
+            raise CorruptFileError(table_of(self.uri), self.uri, describe(error)) from error
+        return self.pair
+
+    def __exit__(self, kind, error, traceback) -> None:
+        if kind is None:
+            self.files.give_back(self.uri, self.pair)
+            return
+        self.pair[0].close()
+        from tableformat.verified import DAMAGE, CorruptFileError, describe, table_of
+
+        if isinstance(error, DAMAGE) and not isinstance(error, CorruptFileError):
+            raise CorruptFileError(table_of(self.uri), self.uri, describe(error)) from error
 
 
 def _is_string(kind: pa.DataType) -> bool:
