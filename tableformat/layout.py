@@ -20,10 +20,11 @@ class LayoutPolicy:
     packed_row_group_rows: int = 16_384
     # A very long history is cut into row groups of at most this many rows (Top-K reads the last).
     max_row_group_rows: int = 65_536
-    # Codec of the float, string and user_id columns. Integer and boolean columns are bit-packed by
-    # their encoding and stored with `packed_compression` (SPEC.md, "Encodings").
-    compression: str = "zstd"
-    compression_level: int = 3
+    # Codec of the float, string and user_id columns (LZ4_RAW: no decompression context to set up per
+    # page, unlike zstd). Integer and boolean columns are bit-packed by their encoding and stored with
+    # `packed_compression` (SPEC.md, "Encodings").
+    compression: str = "lz4"
+    compression_level: int = 3  # for codecs with levels (zstd)
     packed_compression: str = "none"
     data_page_size: int = 64 * 1024
     # Pages hold at most this many rows, so a Top-K decodes at most this many rows per column.
@@ -82,7 +83,7 @@ def column_encodings(schema: pa.Schema) -> dict[str, str]:
 
     - integers and timestamps, except the user key: DELTA_BINARY_PACKED. Sequence keys are monotonic
       within a user (a few bits a row); attribute ids and counts are bit-packed at their range's
-      width, which decodes several times faster than plain values under zstd and, on uniform ids,
+      width, which decodes several times faster than plain values under a codec and, on uniform ids,
       takes less space. Their dictionary would hold most of a row group's values and would have to
       be decoded whole before any page (a Top-K's);
     - strings and `user_id`: dictionary (falling back to plain);

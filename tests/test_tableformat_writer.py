@@ -8,9 +8,11 @@ import pyarrow.parquet as pq
 import pytest
 
 from seqlake.duckdb_session import connect
+from tableformat import thrift_compact as tc
 from tableformat.checksum import table_checksum
 from tableformat.footer import FileFacts
 from tableformat.layout import LayoutPolicy
+from tableformat.page_reader import PagedFile
 from tableformat.schema import history_arrow_schema
 from tableformat.writer import HistoryFileWriter, UnsortedInputError
 from tests.conftest import make_config
@@ -110,12 +112,14 @@ def test_encodings_statistics_bloom_filter_and_page_index(config, tmp_path):
     assert column(names.index("user_id")).bloom_filter_offset is not None
     assert column(names.index("user_id")).has_column_index
     assert column(names.index("user_id")).statistics.has_min_max
-    # Integers bit-packed and left uncompressed; floats byte-split under zstd; strings by dictionary.
+    # Integers bit-packed and left uncompressed; floats byte-split under lz4; strings by dictionary.
     assert "DELTA_BINARY_PACKED" in column(names.index("item_id")).encodings
     assert column(names.index("item_id")).compression == "UNCOMPRESSED"
     assert "BYTE_STREAM_SPLIT" in column(names.index("completion_ratio")).encodings
-    assert column(names.index("completion_ratio")).compression == "ZSTD"
-    assert column(names.index("surface")).compression == "ZSTD"
+    assert column(names.index("completion_ratio")).compression == "LZ4"  # LZ4_RAW: pyarrow names it so
+    assert column(names.index("surface")).compression == "LZ4"
+    chunk = PagedFile(meta).chunk(0, names.index("surface"))
+    assert tc.get(tc.get(chunk, 3), 4) == 7  # Parquet's LZ4_RAW codec, not the deprecated Hadoop-framed LZ4
     assert meta.row_group(0).sorting_columns[0].column_index == names.index("user_id")
 
 
