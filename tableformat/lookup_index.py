@@ -384,7 +384,10 @@ class LookupIndex:
     ) -> tuple[list[FileEntry], dict[int, Segments]]:
         """The files that hold any of the users' selected rows (plan order) and each user's selected
         segments (`file` refers to the position in that list)."""
-        ids = list(dict.fromkeys(int(u) for u in user_ids))
+        if isinstance(user_ids, list | tuple) and len(user_ids) == 1:
+            ids = [int(user_ids[0])]
+        else:
+            ids = list(dict.fromkeys(int(u) for u in user_ids))
         if len(ids) == 1:  # a hot user's repeated lookup: its plan is remembered, not recomputed
             key = (
                 ids[0],

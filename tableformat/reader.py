@@ -84,6 +84,7 @@ class HistoryReader:
         self._empties: dict[tuple, pa.Table] = {}
         self._index_lock = threading.Lock()
         self._paged: dict[str, tuple] = {}  # uri -> (its PagedFile, how to read its byte ranges)
+        self._wanted: dict[Selection, list[str]] = {}  # checked selections -> the columns they return
 
     def check(self, selection: Selection) -> None:
         """Identifiers from users are checked against the schema, never pasted anywhere."""
@@ -154,8 +155,13 @@ class HistoryReader:
     ) -> dict[int, pa.Table]:
         """Each user's selected rows, as `read_user` returns them, keyed in first-given order; one read
         per file for all the users it holds (files in parallel with `max_workers` > 1)."""
-        self.check(selection)
-        wanted = list(dict.fromkeys(selection.columns or self.columns))
+        wanted = self._wanted.get(selection)
+        if wanted is None:  # checked once per selection: a hot lookup repeats it
+            self.check(selection)
+            wanted = list(dict.fromkeys(selection.columns or self.columns))
+            if len(self._wanted) >= 1024:
+                self._wanted.pop(next(iter(self._wanted)))
+            self._wanted[selection] = wanted
         index = self.lookup_index()
         entries, segments = index.segments(user_ids, selection, self.read_groups)
         program = None
