@@ -168,3 +168,27 @@ def test_equal_keys_from_two_source_partitions_are_ordered_by_partition(config, 
     assert written.facts.row_count == 2
     with pytest.raises(UnsortedInputError, match="source partition"):
         write(config, pa.concat_tables([other, row]), tmp_path / "tie_reversed.parquet")
+
+
+def test_pages_hold_at_most_max_rows_per_page_rows(config, tmp_path):
+    # A Top-K decodes whole pages: the default layout cuts them at 16,384 rows even where 64 KiB of
+    # delta-packed integers would hold about twice that.
+    data = one_bucket(config, {5: 60_000})
+    write(config, data, tmp_path / "f.parquet", batch_rows=8192, policy=LayoutPolicy())
+    meta = pq.read_metadata(tmp_path / "f.parquet")
+    paged = PagedFile(meta)
+    columns = [paged.column[name] for name in ("item_id", "event_ts", "surface")]
+    for rg in range(meta.num_row_groups):
+        rows = paged.num_rows(rg)
+        for _, _, first in paged.locations(
+            rg, columns, lambda ranges: [_read(tmp_path / "f.parquet", r) for r in ranges]
+        ):
+            sizes = [*(b - a for a, b in zip(first[:-1], first[1:], strict=True)), rows - first[-1]]
+            assert max(sizes) <= 16_384
+
+
+def _read(path, byte_range: tuple[int, int]) -> bytes:
+    offset, length = byte_range
+    with open(path, "rb") as handle:
+        handle.seek(offset)
+        return handle.read(length)

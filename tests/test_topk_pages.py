@@ -68,6 +68,29 @@ def test_top_100_of_a_long_history_decodes_a_few_pages_per_column(table, groups,
     assert cached.read_user(HEAVY, selection=top).equals(newest)  # served from the cached page ranges
 
 
+@pytest.mark.parametrize("k", [1, 100, 5000])
+def test_top_k_of_strings_floats_and_ids_whose_pages_cover_other_rows_equals_the_whole_read(table, k):
+    # 8 KiB pages end at different rows per column (bit-packed ids, byte-split floats, dictionary
+    # indices of strings): the page reader decodes each set of columns with the same page rows as one
+    # narrowed file, and expands the strings of the asked rows only.
+    columns = ("item_id", "surface", "completion_ratio", "session_id", "device")
+    group = ("engagement",)
+    reader = HistoryReader(table)
+    whole = reader.read_user(HEAVY, selection=Selection(columns=columns, feature_groups=group))
+    newest = reader.read_user(HEAVY, selection=Selection(columns=columns, feature_groups=group, top_k=k))
+    assert newest.equals(whole.slice(whole.num_rows - k))
+    assert newest.schema.field("surface").type == whole.schema.field("surface").type == "string"
+    again = reader.read_user(HEAVY, selection=Selection(columns=columns, feature_groups=group, top_k=k))
+    assert again.equals(newest)  # the kept page plan
+    (uri,) = reader.files_for_user(HEAVY)
+    paged = reader.lookup_index().entry(uri).paged()
+    _, found = reader.lookup_index().segments([HEAVY], Selection(feature_groups=group, top_k=k), reader.read_groups)
+    rg, end = int(found[HEAVY].rg[-1]), int(found[HEAVY].start[-1] + found[HEAVY].length[-1])
+    _, narrowed_files, _ = paged._plans[rg, end - k, end, columns]
+    # a string's page holds the whole newest row group here, a float's 2,048 rows: two files at least
+    assert len(narrowed_files) > 1
+
+
 def test_thrift_compact_round_trip_keeps_every_field(table):
     reader = HistoryReader(table)
     (uri,) = reader.files_for_user(HEAVY)
