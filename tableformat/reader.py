@@ -339,7 +339,7 @@ def plan_reads(
         if paging and k is not None:
             by_pages = set(np.flatnonzero(s.exact & (s.length - k >= PAGED_SKIP_ROWS)).tolist())
         paged = []
-        for i, (position, rg, start, n, cut_ts, cut_lsn) in enumerate(
+        rows = list(
             zip(
                 s.file.tolist(),
                 s.rg.tolist(),
@@ -349,7 +349,8 @@ def plan_reads(
                 s.cut_lsn.tolist(),
                 strict=True,
             )
-        ):
+        )
+        for i, (position, rg, start, n, cut_ts, cut_lsn) in enumerate(rows):
             if i in by_pages:
                 paged.append((i, position, rg, start + n - k, start + n))
                 continue
@@ -358,7 +359,7 @@ def plan_reads(
             need_lsn[position] |= cut_lsn or lsn_for_ties
         keys = (["event_ts"] if merge else []) + (["lsn"] if lsn_for_ties else [])
         order = np.argsort(s.ts_min, kind="stable").tolist()
-        users[user] = (s, merge, paged, list(dict.fromkeys(wanted + keys)), order, by_pages)
+        users[user] = (rows, merge, paged, list(dict.fromkeys(wanted + keys)), order, by_pages)
 
     files, table_of = [], {}
     for position in range(len(entries)):
@@ -374,19 +375,9 @@ def plan_reads(
         files.append(FileRead(position, chosen, list(dict.fromkeys(wanted + keys))))
 
     reads = {}
-    for user, (s, merge, paged, paged_columns, order, by_pages) in users.items():
+    for user, (rows, merge, paged, paged_columns, order, by_pages) in users.items():
         slices = []
-        for i, (position, rg, start, n, cut_ts, cut_lsn) in enumerate(
-            zip(
-                s.file.tolist(),
-                s.rg.tolist(),
-                s.start.tolist(),
-                s.length.tolist(),
-                s.cut_ts.tolist(),
-                s.cut_lsn.tolist(),
-                strict=True,
-            )
-        ):
+        for i, (position, rg, start, n, cut_ts, cut_lsn) in enumerate(rows):
             if i in by_pages:
                 slices.append((-1, 0, 0, False, False))
             else:
