@@ -44,8 +44,8 @@ from seqlake.catalog import open_catalog, table_identifier
 from seqlake.cli_args import ArgumentParser, integer_at_least
 from seqlake.config import Config, load_config
 from seqlake.duckdb_session import connect, restrict_access, use_object_storage
-from seqlake.errors import SeqlakeError
-from seqlake.sql_guard import ReadOnlyError, check_statement, inside, resolve_local
+from seqlake.errors import ReadOnlyError, SeqlakeError, SqlError
+from seqlake.sql_guard import check_statement, inside, resolve_local
 from seqlake.storage import is_s3
 
 SQL_DIR = resources.sql_dir()  # packaged (sql/ of the repository)
@@ -68,10 +68,6 @@ _CREATED = re.compile(
     r"(?:IF\s+NOT\s+EXISTS\s+)?(?:\w+\.)?(\w+)",
     re.IGNORECASE,
 )
-
-
-class SqlError(SeqlakeError):
-    """A SQL file or statement failed; the message names the file or statement and quotes DuckDB."""
 
 
 @dataclass(frozen=True)

@@ -35,7 +35,7 @@ from pipelines.merge_policy import policy_of, runs_to_merge
 from pipelines.parse import landing_schema
 from seqlake.catalog import open_catalog, spark_name, table_identifier
 from seqlake.config import Config
-from seqlake.errors import SeqlakeError
+from seqlake.errors import SeqlakeError, SimulatedCrash
 from tableformat.registry import (
     RunRecord,
     RunsChanged,
@@ -65,10 +65,6 @@ COMMIT_ATTEMPTS = 5  # a publication that loses a race re-decides on the new sna
 
 KILL_AT_ENV = "SEQLAKE_KILL_AT"
 _passages: dict[str, int] = {}  # fault-injection points passed in this process
-
-
-class SimulatedCrash(SeqlakeError):
-    """Raised at a named point to test that a killed job leaves nothing half done."""
 
 
 @dataclass(frozen=True)

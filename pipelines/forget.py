@@ -34,18 +34,14 @@ from pipelines.landing import LandingPaths
 from pipelines.maintenance import StepReport, user_tables
 from pipelines.publication_check import is_delta_table
 from seqlake.config import Config
-from seqlake.errors import SeqlakeError
-from tableformat.registry import RunsChanged, commit_file_rewrite, history_file_uri, live_runs, run_id_of_path
+from seqlake.errors import RunsChanged, SeqlakeError, UsersRemain
+from tableformat.registry import commit_file_rewrite, history_file_uri, live_runs, run_id_of_path
 from tableformat.run_writer import write_run
 from tableformat.schema import history_arrow_schema
 from tableformat.writer import open_output
 
 FORGET_STEP = "forget"
 READ_ROWS = 65_536
-
-
-class UsersRemain(SeqlakeError):
-    """A table still holds rows of a forgotten user after `forget` (never expected)."""
 
 
 def _users(users: Sequence[int]) -> list[int]:

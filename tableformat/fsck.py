@@ -21,23 +21,15 @@ import pyarrow.parquet as pq
 from pyiceberg.manifest import DataFile
 from pyiceberg.table import Table
 
-from seqlake.errors import SeqlakeError
+from seqlake.errors import CorruptFileError, FsckError, UnsortedInputError
 from tableformat.bucketing import bucket_of
 from tableformat.checksum import ContentChecksum
 from tableformat.footer import FileFacts, layout_digest_of
 from tableformat.io import read_footer
 from tableformat.registry import FORMAT_PROPERTY, GROUPS_PROPERTY, live_runs, run_id_of_path
 from tableformat.schema import FORMAT_VERSION, KEY_COLUMNS, STORAGE_ORDER
-from tableformat.verified import DAMAGE, CorruptFileError, describe, open_verified, verified_file
-from tableformat.writer import KeyOrder, UnsortedInputError, open_output
-
-
-class FsckError(SeqlakeError):
-    """Invariants are broken; the message lists every finding (file or table, invariant, what is wrong)."""
-
-    def __init__(self, findings: list[Finding]) -> None:
-        super().__init__("\n".join(str(f) for f in findings))
-        self.findings = findings
+from tableformat.verified import DAMAGE, describe, open_verified, verified_file
+from tableformat.writer import KeyOrder, open_output
 
 
 @dataclass(frozen=True)

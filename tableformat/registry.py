@@ -31,7 +31,7 @@ from pyiceberg.transforms import BucketTransform
 from pyiceberg.typedef import Record
 
 from seqlake.config import Config
-from seqlake.errors import SchemaError, SeqlakeError
+from seqlake.errors import RunsChanged, SchemaError, SeqlakeError, WindowsAlreadyPublished
 from tableformat.layout import STATISTICS_COLUMNS
 from tableformat.schema import (
     FORMAT_VERSION,
@@ -46,18 +46,6 @@ FRONTIER_PROPERTY = "seqlake.frontier"  # highest published LSN per source parti
 FORMAT_PROPERTY = "seqlake.format-version"
 GROUPS_PROPERTY = "seqlake.feature-groups"
 COMMIT_RETRIES = "commit.retry.num-retries"
-
-
-class RunsChanged(SeqlakeError):
-    """A concurrent commit changed the table between our read of its runs and our commit."""
-
-
-class WindowsAlreadyPublished(SeqlakeError):
-    """A run would publish a window that a live run already holds."""
-
-    def __init__(self, table: str, windows: set[int]) -> None:
-        super().__init__(f"windows {sorted(windows)} are already published in {table}")
-        self.windows = windows
 
 
 @dataclass(frozen=True)

@@ -42,7 +42,7 @@ from pyiceberg.table import Table
 from rocksdict import DBCompressionType, Options, SstFileWriter
 
 from seqlake.duckdb_session import connect, sql_literal
-from seqlake.errors import SchemaError, SeqlakeError
+from seqlake.errors import SchemaError, SeqlakeError, UnknownRunError
 from seqlake.progress import Progress
 from tableformat.registry import live_runs, run_id_of_path
 from tableformat.schema import KEY_COLUMNS
@@ -60,10 +60,6 @@ _GROUP_END = b"\x00\x01"
 _VALUE_PREFIX = bytes([VALUE_FORMAT_VERSION])
 # One encoder for every value: compact separators, UTF-8 kept as is (smaller than \u escapes).
 _JSON = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
-
-
-class UnknownRunError(SeqlakeError):
-    """The requested sorted run is not live in the table's current snapshot."""
 
 
 # -- keys and values ---------------------------------------------------------------------------
