@@ -82,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
             return merge_runs_if_needed_duckdb(config)
 
     windows = args.window or [w for w in state.closed(args.end_of_stream) if w not in done]
-    progress = Progress("compact", every=0, rows_unit="events", steps_unit="windows", show_bytes=False)
+    progress = Progress("compact", measure="steps", rows_unit="events", steps_unit="windows")
     for window in sorted(set(windows) & done):
         progress.add(note=f"window {window} already published: nothing to do")
     todo = {w: state.rows.get(w, 0) for w in windows if w not in done}

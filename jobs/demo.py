@@ -104,7 +104,7 @@ def run_demo(config: Config) -> Report:
     # capture the requests of active users against the online view after each step, and close
     # windows (compaction, capacity merges) as the watermark passes them.
     paths = landing_paths(config)
-    served = serve_and_capture(spark, config, RAW_TABLE, paths, Progress("serve", every=0))
+    served = serve_and_capture(spark, config, RAW_TABLE, paths, Progress("serve", rows_unit="records", measure="steps", steps_unit="ingest steps"))
     ingested = served.ingest
     ingest = report.section("ingest")
     ingest["batches"] = ingested.batches
@@ -170,7 +170,7 @@ def late_materialization(spark, config: Config, report: Report, served) -> None:
     # Rebuilding values changed after a capture also needs the detail table (kept for retention).
     with_detail = ratio + table_bytes(detail) / max(sum(fat.values()), 1)
     storage["normalized_plus_history_and_detail_vs_fat_row"] = round(with_detail, 3)
-    progress = Progress("samples", every=0)
+    progress = Progress("samples", measure="steps", steps_unit="rebuilds")
     for tenant in profiles:
         started = time.monotonic()
         exact = write_arrow_samples(config, tenant, "lsn", compare=False)

@@ -14,6 +14,7 @@ from urllib.parse import urlsplit
 
 from seqlake.config import Config
 from seqlake.errors import ConfigError, SetupError
+from seqlake.logs import spark_log_level
 from seqlake.uris import masked_uri
 
 if TYPE_CHECKING:
@@ -202,7 +203,7 @@ def spark_session(config: Config, app_name: str = "seqlake", master: str | None 
     for key, value in settings.items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()
-    session.sparkContext.setLogLevel("ERROR")
+    session.sparkContext.setLogLevel(spark_log_level())  # what the user chose (--log-level), WARN by default
     return session
 
 

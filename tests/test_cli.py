@@ -33,7 +33,7 @@ def test_bad_config_is_reported_without_traceback(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("feature_groups: {}\nlayout: {bucket_count: -1}\n")
     result = run_cli("generate", "--config", str(bad), "--out", str(tmp_path / "x.parquet"))
-    assert result.returncode == 2
+    assert result.returncode == 1
     assert "layout.bucket_count = -1" in result.stderr
     assert "Traceback" not in result.stderr
 
@@ -75,4 +75,4 @@ def test_history_prints_a_users_selected_rows(tmp_path):
     assert [r["event_ts"] for r in rows] == sorted(r["event_ts"] for r in rows)
 
     bad = run_cli("history", "--user", "7", "--fg", "clicks", env=env)
-    assert bad.returncode == 2 and "unknown feature groups ['clicks']" in bad.stderr
+    assert bad.returncode == 1 and "unknown feature groups ['clicks']" in bad.stderr

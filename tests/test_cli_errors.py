@@ -154,7 +154,7 @@ def test_a_catalog_that_cannot_be_opened_is_one_line_without_its_password(wareho
     env = {"SEQLAKE_WAREHOUSE": str(warehouse), "SEQLAKE_CATALOG_URI": uri}
     for command in (["history", "--user", "11"], ["sql", "--query", "SELECT 1"]):
         done = seqlake(*command, env=env)
-        assert done.returncode == 2, done.stderr
+        assert done.returncode == 1, done.stderr
         assert "Traceback" not in done.stderr
         assert len(done.stderr.strip().splitlines()) == 1, done.stderr
         assert says in done.stderr
@@ -166,7 +166,7 @@ def test_a_damaged_catalog_file_is_one_line(tmp_path):
     root.mkdir()
     (root / "catalog.db").write_text("COPY (SELECT 'gone') TO ...")
     done = seqlake("history", "--user", "1", env={"SEQLAKE_WAREHOUSE": str(root)})
-    assert done.returncode == 2
+    assert done.returncode == 1
     assert "Traceback" not in done.stderr
     assert done.stderr.strip() == (
         f"seqlake history: error: cannot open the catalog sqlite:///{root}/catalog.db: file is not a database"

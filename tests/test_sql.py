@@ -644,7 +644,7 @@ def test_seqlake_sql_command_exit_codes(on_small):
     assert ok.returncode == 0, ok.stderr
     assert ok.stdout.splitlines()[:3] == ["  n", "---", "400"]
     bad = run("--query", "SELECT count(*) FROM user_history($uid)", "-p", "uid=33 OR 1=1")
-    assert bad.returncode == 2
+    assert bad.returncode == 1
     assert "Conversion Error: Could not convert string '33 OR 1=1' to INT64" in bad.stderr
     assert "Traceback" not in bad.stderr
 
