@@ -166,8 +166,11 @@ def _param_name(param: click.Parameter) -> str:
 
 def usage_message(error: click.UsageError) -> str:
     """A click usage error as one line: `--user: must be an integer >= 0, got -5`."""
-    if isinstance(error, click.BadParameter) and not isinstance(error, click.MissingParameter) and error.param:
-        return f"{_param_name(error.param)}: {_one_line(error.message)}"
+    if isinstance(error, click.BadParameter) and not isinstance(error, click.MissingParameter):
+        if error.param is not None:
+            return f"{_param_name(error.param)}: {_one_line(error.message)}"
+        if isinstance(error.param_hint, str):
+            return f"{error.param_hint}: {_one_line(error.message)}"
     return _one_line(error.format_message())
 
 
