@@ -104,7 +104,13 @@ def run_demo(config: Config) -> Report:
     # capture the requests of active users against the online view after each step, and close
     # windows (compaction, capacity merges) as the watermark passes them.
     paths = landing_paths(config)
-    served = serve_and_capture(spark, config, RAW_TABLE, paths, Progress("serve", rows_unit="records", measure="steps", steps_unit="ingest steps"))
+    served = serve_and_capture(
+        spark,
+        config,
+        RAW_TABLE,
+        paths,
+        Progress("serve", rows_unit="records", measure="steps", steps_unit="ingest steps"),
+    )
     ingested = served.ingest
     ingest = report.section("ingest")
     ingest["batches"] = ingested.batches

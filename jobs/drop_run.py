@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from argparse import ArgumentTypeError
 
-from jobs.history import load_history_table
+from seqlake.catalog import load_history_table
 from seqlake.cli_args import ArgumentParser, table_name
 from seqlake.config import load_config
 from seqlake.errors import SeqlakeError

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from jobs.history import load_history_table
+from seqlake.catalog import load_history_table
 from seqlake.cli_args import ArgumentParser, number_above, table_name
 from seqlake.config import load_config
 from seqlake.progress import Progress

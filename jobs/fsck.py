@@ -11,10 +11,9 @@ import contextlib
 import sys
 from dataclasses import dataclass
 
-from jobs.history import load_history_table
 from pipelines.landing import landing_paths
 from pipelines.publication_check import landing_windows, publication_findings
-from seqlake.catalog import load_existing_table, table_identifier
+from seqlake.catalog import load_existing_table, load_history_table, table_identifier
 from seqlake.cli_args import ArgumentParser, table_name
 from seqlake.config import Config, load_config
 from seqlake.errors import SchemaError, SeqlakeError

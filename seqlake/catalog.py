@@ -104,3 +104,16 @@ def load_existing_table(config: Config, table: str) -> Table:
 
     # A table bucketed by user must be read and written with its own bucket count.
     return check_matches_config(catalog.load_table(identifier), config, check_schema=False)
+
+
+def load_history_table(config: Config, table: str) -> Table:
+    """The named table, if it is a seqlake history table; a one-line SchemaError otherwise."""
+    from tableformat.registry import FORMAT_PROPERTY
+
+    loaded = load_existing_table(config, table)
+    if FORMAT_PROPERTY not in loaded.metadata.properties:
+        raise SchemaError(
+            f"table {'.'.join(loaded.name())} is not a seqlake history table (no {FORMAT_PROPERTY} property); "
+            "history tables: history, or one written by seqlake compact"
+        )
+    return loaded

@@ -317,7 +317,7 @@ class Lake:
             )
 
     def _table(self, name: str) -> Table:
-        from jobs.history import load_history_table
+        from seqlake.catalog import load_history_table
 
         self._check_warehouse()
         return load_history_table(self.config, name)

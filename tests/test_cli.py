@@ -68,10 +68,10 @@ def test_history_prints_a_users_selected_rows(tmp_path):
     config = make_config(warehouse)
     publish_run(history_table(config), config, synthetic_history(config, {7: 40, 8: 5}), "w1")
     env = {**os.environ, "SEQLAKE_WAREHOUSE": str(warehouse)}
-    result = run_cli("history", "--user", "7", "--columns", "item_id", "--top-k", "3", "--json", env=env)
+    result = run_cli("history", "--user", "7", "--columns", "item_id", "--top-k", "3", "--output", "json", env=env)
     assert result.returncode == 0, result.stderr
-    rows = [json.loads(line) for line in result.stdout.splitlines()]
-    assert len(rows) == 3 and set(rows[0]) == {"feature_group", "event_ts", "lsn", "item_id"}
+    rows = json.loads(result.stdout)["rows"]
+    assert len(rows) == 3 and set(rows[0]) == {"user_id", "feature_group", "event_ts", "lsn", "item_id"}
     assert [r["event_ts"] for r in rows] == sorted(r["event_ts"] for r in rows)
 
     bad = run_cli("history", "--user", "7", "--fg", "clicks", env=env)

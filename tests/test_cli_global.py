@@ -43,9 +43,9 @@ def test_config_before_the_command_reaches_the_job(config_file, tmp_path):
     done = seqlake("--config", str(config_file), "sql", "--quiet", "--json", "--query", COUNT, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["n"] == sum(USER_ROWS.values())
-    done = seqlake(f"--config={config_file}", "history", "--user", "33", "--json", cwd=tmp_path)
+    done = seqlake(f"--config={config_file}", "history", "--user", "33", "--output", "json", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
-    assert len(done.stdout.splitlines()) == USER_ROWS[33]
+    assert len(json.loads(done.stdout)["rows"]) == USER_ROWS[33]
     # Without it, the packaged default's warehouse (here: none) is used: the option did the work.
     bare = seqlake("sql", "--quiet", "--query", COUNT, cwd=tmp_path)
     assert bare.returncode == 1 and f"no warehouse at {tmp_path / 'warehouse'}" in bare.stderr

@@ -105,9 +105,9 @@ def test_init_demo_and_history_from_the_installed_wheel(fresh_venv: Path, tmp_pa
     assert report["read"]["events"] == report["generated"]["max_history_length"]
 
     user = report["read"]["user"]
-    rows = _run([seqlake, "history", "--user", str(user), "--json"], work, env).stdout.splitlines()
+    rows = json.loads(_run([seqlake, "history", "--user", str(user), "--output", "json"], work, env).stdout)["rows"]
     assert len(rows) == report["read"]["rows"] > 0
-    assert {json.loads(line)["user_id"] for line in rows} == {user}
+    assert {row["user_id"] for row in rows} == {user}
 
     # The packaged SQL loads against the demo's warehouse.
     query = "SELECT count(*) AS n FROM history"
