@@ -112,3 +112,72 @@ class IsoTime(click.ParamType):
 COMMA_LIST = CommaList()
 ISO_TIME = IsoTime()
 HOURS = NumberAbove(0, strict=False)
+
+
+# -- SQL parameters ------------------------------------------------------------------------------
+
+SQL_TYPES = ("int", "float", "bool", "timestamp", "date", "text")
+_SQL_NAME = re.compile(r"[A-Za-z_]\w*")
+_INTEGER = re.compile(r"[+-]?\d+")
+_NUMBER = re.compile(r"[+-]?(\d+\.\d*|\.\d+|\d+)([eE][+-]?\d+)?")
+_TIME = re.compile(r"\d{4}-\d\d-\d\d[T ]\d\d:\d\d(:\d\d(\.\d+)?)?(Z|[+-]\d\d:?\d\d)?")
+_BOOLS = {"true": True, "false": False}
+
+
+def sql_value(text: str, kind: str | None = None) -> object:
+    """A parameter's value: of type `kind`, or typed by its look (integer, number, true/false, ISO 8601
+    time) and else text. Raises ValueError saying what `text` is not."""
+    from datetime import date
+
+    if kind is None:
+        if _INTEGER.fullmatch(text):
+            return int(text)
+        if _NUMBER.fullmatch(text):
+            return float(text)
+        if text.lower() in _BOOLS:
+            return _BOOLS[text.lower()]
+        if _TIME.fullmatch(text):
+            return datetime.fromisoformat(text.replace("Z", "+00:00"))
+        return text
+    if kind == "text":
+        return text
+    if kind == "int":
+        if not _INTEGER.fullmatch(text.strip()):
+            raise ValueError(f"{text!r} is not an integer")
+        return int(text)
+    if kind == "float":
+        try:
+            return float(text)
+        except ValueError:
+            raise ValueError(f"{text!r} is not a number") from None
+    if kind == "bool":
+        if text.lower() not in _BOOLS:
+            raise ValueError(f"{text!r} is not true or false")
+        return _BOOLS[text.lower()]
+    try:
+        return date.fromisoformat(text) if kind == "date" else datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise ValueError(f"{text!r} is not an ISO 8601 {'date' if kind == 'date' else 'time'}") from None
+
+
+class SqlParam(click.ParamType):
+    """`NAME=VALUE` or `NAME:TYPE=VALUE`, as (name, typed value)."""
+
+    name = "NAME[:TYPE]=VALUE"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> tuple[str, object]:
+        if isinstance(value, tuple):
+            return value
+        spec, sep, text = str(value).partition("=")
+        name, _, kind = spec.partition(":")
+        if not sep or not _SQL_NAME.fullmatch(name):
+            self.fail(f"{value!r} is not NAME=VALUE (or NAME:TYPE=VALUE)", param, ctx)
+        if kind and kind not in SQL_TYPES:
+            self.fail(f"{value!r}: unknown type {kind!r} (types: {', '.join(SQL_TYPES)})", param, ctx)
+        try:
+            return name, sql_value(text, kind or None)
+        except ValueError as error:
+            self.fail(f"{name}: {error}", param, ctx)
+
+
+SQL_PARAM = SqlParam()

@@ -40,9 +40,9 @@ def test_python_dash_m_seqlake_is_the_command(tmp_path):
 
 
 def test_config_before_the_command_reaches_the_job(config_file, tmp_path):
-    done = seqlake("--config", str(config_file), "sql", "--quiet", "--json", "--query", COUNT, cwd=tmp_path)
+    done = seqlake("--config", str(config_file), "sql", "--quiet", "--output", "json", "--query", COUNT, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
-    assert json.loads(done.stdout)["n"] == sum(USER_ROWS.values())
+    assert json.loads(done.stdout)["results"][0]["rows"] == [{"n": sum(USER_ROWS.values())}]
     done = seqlake(f"--config={config_file}", "history", "--user", "33", "--output", "json", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert len(json.loads(done.stdout)["rows"]) == USER_ROWS[33]
@@ -76,10 +76,20 @@ def test_usage_errors_suggest_and_exit_2(tmp_path):
 def test_a_profile_says_where_every_job_runs(config_file, tmp_path):
     # `local` lays nothing over the configuration: the job reads the configured warehouse.
     local = seqlake(
-        "--config", str(config_file), "--profile", "local", "sql", "--quiet", "--json", "--query", COUNT, cwd=tmp_path
+        "--config",
+        str(config_file),
+        "--profile",
+        "local",
+        "sql",
+        "--quiet",
+        "--output",
+        "json",
+        "--query",
+        COUNT,
+        cwd=tmp_path,
     )
     assert local.returncode == 0, local.stderr
-    assert json.loads(local.stdout)["n"] == sum(USER_ROWS.values())
+    assert json.loads(local.stdout)["results"][0]["rows"] == [{"n": sum(USER_ROWS.values())}]
     done = seqlake("--profile=nowhere", "--config", str(config_file), "history", "--user", "1", cwd=tmp_path)
     assert done.returncode == 1
     assert done.stderr.splitlines() == [

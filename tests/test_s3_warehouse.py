@@ -92,12 +92,24 @@ def test_missing_bucket_says_how_to_create_it(s3_env: S3Server, tmp_path: Path) 
 
 
 def run_sql(config: Config, folder: Path, query: str, **env: str) -> subprocess.CompletedProcess:
-    """`seqlake sql --json -q query` in a child process, as a user runs it."""
+    """`seqlake sql --output json -q query` in a child process, as a user runs it."""
     config_file = folder / "seqlake.yaml"
     config_file.write_text(yaml.safe_dump(config.model_dump(mode="json")))
     repo = Path(__file__).resolve().parent.parent
     return subprocess.run(
-        [sys.executable, "-m", "seqlake", "--config", str(config_file), "sql", "--json", "--quiet", "-q", query],
+        [
+            sys.executable,
+            "-m",
+            "seqlake",
+            "--config",
+            str(config_file),
+            "sql",
+            "--output",
+            "json",
+            "--quiet",
+            "-q",
+            query,
+        ],
         capture_output=True,
         text=True,
         env={**os.environ, "PYTHONPATH": str(repo), **env},
@@ -109,7 +121,7 @@ def test_seqlake_sql_reads_the_s3_history_and_prints_no_secret(s3_history: Confi
     query = "SELECT user_id, count(*) AS n, sum(lsn) AS s FROM history GROUP BY user_id ORDER BY user_id"
     done = run_sql(s3_history, tmp_path, query)
     assert done.returncode == 0, done.stderr
-    rows = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    rows = json.loads(done.stdout)["results"][0]["rows"]
     expected = all_users(s3_history).num_rows
     assert len(rows) == len(USERS) and sum(row["n"] for row in rows) == expected
     assert os.environ["AWS_SECRET_ACCESS_KEY"] not in done.stdout + done.stderr

@@ -111,5 +111,5 @@ def test_init_demo_and_history_from_the_installed_wheel(fresh_venv: Path, tmp_pa
 
     # The packaged SQL loads against the demo's warehouse.
     query = "SELECT count(*) AS n FROM history"
-    counted = _run([seqlake, "sql", "--quiet", "--json", "--query", query], work, env).stdout
-    assert json.loads(counted)["n"] == report["compaction"]["history_rows"]
+    counted = _run([seqlake, "sql", "--quiet", "--output", "json", "--query", query], work, env).stdout
+    assert json.loads(counted)["results"][0]["rows"] == [{"n": report["compaction"]["history_rows"]}]
