@@ -162,12 +162,10 @@ def _local_path(uri: str) -> Path | None:
 def define_relations(session: SqlSession, quiet: bool = False) -> None:
     """Views and variables for the warehouse's tables (only those that exist)."""
     con, config = session.con, session.config
-    local = _local_path(config.warehouse_uri())
-    if local is not None and not local.is_dir():
-        # Opening the catalog would create an empty warehouse there: say what is wrong instead.
-        raise SqlError(f"no warehouse at {local} (run `make demo`, or set SEQLAKE_WAREHOUSE)")
     from pipelines.landing import landing_paths
-    from seqlake.catalog import open_catalog, table_identifier
+    from seqlake.catalog import check_warehouse, open_catalog, table_identifier
+
+    check_warehouse(config)
 
     catalog = open_catalog(config)
     for name in ICEBERG_TABLES:

@@ -94,10 +94,29 @@ def purge_tables(config: Config, names: tuple[str, ...]) -> None:
             shutil.rmtree(location.removeprefix("file://"), ignore_errors=True)
 
 
+def check_warehouse(config: Config, looking_for: str | None = None) -> None:
+    """A SetupError if the configured local warehouse (or its SQLite catalog) does not exist: opening
+    the catalog there would create an empty one, and every table would then "not exist"."""
+    missing = None
+    if config.warehouse_uri().startswith("file://") and not config.warehouse_path().is_dir():
+        missing = f"no warehouse at {config.warehouse_path()}"
+    elif (
+        config.catalog_uri().startswith("sqlite:///") and not Path(config.catalog_uri()[len("sqlite:///") :]).is_file()
+    ):
+        missing = f"no catalog at {config.catalog_uri()[len('sqlite:///') :]}"
+    if missing is not None:
+        what = f": {looking_for} does not exist" if looking_for else ""
+        raise SetupError(
+            f"{missing}{what} (run `seqlake demo`, or point SEQLAKE_WAREHOUSE or warehouse.path at a warehouse)"
+        )
+
+
 def load_existing_table(config: Config, table: str) -> Table:
-    """Load `namespace.table`, or fail with a SchemaError that says which catalog was searched."""
-    catalog = open_catalog(config)
+    """Load `namespace.table`, or fail with a SchemaError that says which catalog was searched (a
+    SetupError, creating nothing, when the warehouse itself is not there)."""
     identifier = table_identifier(config, table)
+    check_warehouse(config, f"table {identifier}")
+    catalog = open_catalog(config)
     if not catalog.table_exists(identifier):
         raise SchemaError(f"table {identifier} does not exist in the catalog at {masked_uri(config.catalog_uri())}")
     from tableformat.registry import check_matches_config  # tableformat depends on seqlake, not back

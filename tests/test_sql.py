@@ -29,6 +29,7 @@ from pipelines.parse import QUARANTINE_SCHEMA, landing_schema
 from pipelines.raw_landing import create_raw_table
 from seqlake.catalog import open_catalog, table_identifier
 from seqlake.config import Config
+from seqlake.errors import SetupError
 from seqlake.events import RAW_SCHEMA
 from tableformat.registry import RunRecord, commit_runs, history_file_uri
 from tableformat.run_writer import write_run
@@ -723,6 +724,6 @@ def test_a_warehouse_without_landing_tables(tmp_path):
 
 
 def test_a_missing_warehouse_is_an_error_not_a_new_warehouse(tmp_path):
-    with pytest.raises(SqlError, match="no warehouse at .*nowhere"):
+    with pytest.raises(SetupError, match="no warehouse at .*nowhere"):
         open_session(make_config(tmp_path / "nowhere"))
     assert not (tmp_path / "nowhere").exists()
