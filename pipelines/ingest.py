@@ -89,6 +89,9 @@ def ingest_source(
         for batch in batches:
             yield parse_batch(batch, config)
 
+    if progress:
+        pending = sum(s.sequence_number > done for s in snapshots)
+        progress.set_total(pending if max_snapshots is None else min(pending, max_snapshots))
     for snapshot in snapshots:
         if snapshot.sequence_number <= done:
             result.skipped += 1
