@@ -203,6 +203,8 @@ def export_run_sst(
     if any(t.delete_files for t in tasks):
         raise SeqlakeError(f"run {run_id} has delete files; the SST export does not apply deletes")
     expected_rows = sum(t.file.record_count for t in tasks)
+    if progress is not None:
+        progress.set_total(expected_rows)
     paths = sorted(_local_path(t.file.file_path) for t in tasks)
 
     out = Path(out_dir)
