@@ -115,7 +115,14 @@ def table(
             and all(isinstance(r[i], int | float) and not isinstance(r[i], bool) or r[i] is None for r in rows)
             for i in range(len(columns))
         ]
-    grid = Table(title=title, title_justify="left", box=_box(), show_edge=False, pad_edge=False, header_style="bold")
+    grid = Table(
+        title=Text(title) if title is not None else None,
+        title_justify="left",
+        box=_box(),
+        show_edge=False,
+        pad_edge=False,
+        header_style="bold",
+    )
     for name, right in zip(columns, numeric, strict=True):
         grid.add_column(Text(name), justify="right" if right else "left", overflow="fold")
     for row in rows:
@@ -143,7 +150,7 @@ def facts_table(facts: Mapping[str, Any], *, title: str | None = None) -> Table:
     grid.add_column(style="bold" if title is None else None)
     grid.add_column()
     if title is not None:
-        grid.title, grid.title_justify = title, "left"
+        grid.title, grid.title_justify = Text(title), "left"
     for key, value in facts.items():
         grid.add_row(Text(str(key)), Text(fact(value)))
     return grid
