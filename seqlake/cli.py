@@ -51,7 +51,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "sequences for any labelled table as of each row's time (event time or arrival), with a leakage report",
     ),
     "export-sst": ("jobs.export_sst", "export a sorted run as RocksDB SST files for bulk loading"),
-    "storage": ("seqlake.storage", "S3 bucket chores: create, list, empty (settings from the AWS_* variables)"),
+    "storage": ("jobs.storage", "S3 bucket chores: create, list, empty (settings from the AWS_* variables)"),
     "bench-layout": ("jobs.bench_layout", "measure candidate file layouts side by side (ratios to the default)"),
     "bench-ingest": ("jobs.bench_ingest", "measure ingest cost for users with 0 and 10^5 prior events (ratio)"),
     "bench-reads": ("jobs.bench_reads", "measure multi-user reads and the read cache side by side (ratios)"),

@@ -87,7 +87,7 @@ def test_missing_bucket_says_how_to_create_it(s3_env: S3Server, tmp_path: Path) 
     config = s3_config(tmp_path, "x").model_copy(deep=True)
     data = config.model_dump()
     data["warehouse"]["path"] = "s3://no-such-bucket/x"
-    with pytest.raises(SetupError, match=r"bucket s3://no-such-bucket does not exist .*seqlake.storage create"):
+    with pytest.raises(SetupError, match=r"bucket s3://no-such-bucket does not exist .*seqlake storage create"):
         history_table(parse_config(data, "test"))
 
 
