@@ -204,3 +204,9 @@ class Status:
     def close(self) -> None:
         if self._progress is not None:
             self._progress._stop()
+
+    def __enter__(self) -> Status:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
