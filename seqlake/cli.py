@@ -77,24 +77,7 @@ def load_command(name: str) -> click.Command:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as error:
         raise missing_extra(error) from None
-    if attribute or hasattr(module, "command"):
-        return getattr(module, attribute or "command")
-    return _argparse_job(name, module)
-
-
-def _argparse_job(name: str, module: Any) -> click.Command:
-    # A job not moved to click yet: its own parser gets the arguments, the configuration through
-    # $SEQLAKE_CONFIG.
-    @click.command(name, context_settings={"ignore_unknown_options": True}, add_help_option=False)
-    @click.argument("args", nargs=-1, type=click.UNPROCESSED)
-    def command(args: tuple[str, ...]) -> int:
-        from seqlake.cli_options import ENV_CONFIG, settings
-
-        if settings().config:
-            os.environ[ENV_CONFIG] = settings().config
-        return module.main(list(args))
-
-    return command
+    return getattr(module, attribute or "command")
 
 
 class LazyGroup(click.Group):
