@@ -20,10 +20,12 @@ from seqlake.output import emit
 def command(source: str) -> None:
     from pipelines.ingest import ingest_source
     from pipelines.landing import landing_paths
+    from seqlake.catalog import load_existing_table
     from seqlake.progress import Progress
     from seqlake.spark_session import spark_session
 
     config = load_cli_config()
+    load_existing_table(config, source)  # a missing source is one line, before a JVM starts
     spark = spark_session(config, "seqlake-ingest")
     progress = Progress("ingest", measure="steps", rows_unit="records", steps_unit="source commits")
     result = ingest_source(spark, config, source, landing_paths(config), progress)
