@@ -153,6 +153,9 @@ def test_storage_command_creates_lists_and_empties_a_bucket(s3_env: S3Server, tm
         "s3://seqlake-chores/a/1.parquet",
         "s3://seqlake-chores/a/2.parquet",
     ]
+    assert main(["storage", "list", "seqlake-chores", "--output", "json"]) == 0
+    listed = json.loads(capsys.readouterr().out)["objects"]
+    assert listed == [["a/1.parquet", 7], ["a/2.parquet", 7], ["b/3.parquet", 7]]
     assert main(["storage", "empty", "seqlake-chores"]) == 0
     assert "deleted 3 objects" in capsys.readouterr().out
     assert list_objects("seqlake-chores") == []

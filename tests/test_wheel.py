@@ -97,8 +97,9 @@ def test_init_demo_and_history_from_the_installed_wheel(fresh_venv: Path, tmp_pa
     _run([seqlake, "init"], work, env)
     assert (work / "seqlake.yaml").is_file() and (work / "mappings" / "otto.yaml").is_file()
 
-    _run([seqlake, "demo", "--small"], work, env)
+    printed = json.loads(_run([seqlake, "demo", "--small", "--output", "json"], work, env).stdout)
     report = json.loads((work / "warehouse" / "report.json").read_text())  # ./seqlake.yaml's warehouse
+    assert printed == {**report, "report_path": f"file://{work / 'warehouse'}/report.json"}
     assert report["fsck"]["ok"] is True
     assert report["compaction"]["events_compacted"] == report["generated"]["events"] > 0
     # The heaviest user's history holds each of their events once.
