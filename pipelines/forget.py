@@ -20,6 +20,7 @@ files; `vacuum` removes the landing tier's old files after `maintenance.landing_
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import Iterator, Sequence
 
@@ -39,6 +40,8 @@ from tableformat.registry import commit_file_rewrite, history_file_uri, live_run
 from tableformat.run_writer import write_run
 from tableformat.schema import history_arrow_schema
 from tableformat.writer import open_output
+
+log = logging.getLogger(__name__)
 
 FORGET_STEP = "forget"
 READ_ROWS = 65_536
@@ -113,6 +116,7 @@ def forget_history(history: Table, config: Config, users: Sequence[int]) -> Step
                 history, runs, replaced, written, snapshot_properties={"seqlake.operation": "forget-users"}
             )
         except RunsChanged:
+            log.info("forget: %s changed while rewriting; planning again", history.name()[-1])
             delete_files([item.uri for item in written])  # a publication or merge came first: plan again
             continue
         except BaseException:

@@ -8,6 +8,7 @@ replay after a crash adds nothing twice and loses nothing.
 
 from __future__ import annotations
 
+import logging
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -22,6 +23,8 @@ from seqlake.catalog import load_existing_table, open_catalog, spark_name, table
 from seqlake.config import Config
 from seqlake.progress import Progress
 from tableformat.registry import published_windows
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -122,6 +125,7 @@ def ingest_source(
         result.landed += landed
         result.quarantined.update(counts)
         result.records += landed + sum(counts.values())
+        log.info("source commit %d: %d landed, quarantined %s", snapshot.sequence_number, landed, counts or {})
         if progress:
             progress.add(rows=landed + sum(counts.values()), steps=1, note=f"snapshot {snapshot.sequence_number}")
     return result

@@ -15,6 +15,7 @@ The raw source table is never expired: ingest reads its snapshots one by one.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -29,6 +30,8 @@ from pipelines.publication_check import is_delta_table
 from seqlake.catalog import open_catalog
 from seqlake.config import Config
 from tableformat.registry import published_windows
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -239,4 +242,6 @@ def run_maintenance(
     reports += [remove_orphan_files(table, safety, now=now) for table in tables]
     if spark is not None and paths is not None:
         reports += vacuum_landing(spark, paths, timedelta(hours=spec.landing_retention_hours))
+    for report in reports:
+        log.info("%s", report.line())
     return reports

@@ -6,6 +6,7 @@ database, so a table committed by either engine is visible to the other.
 
 from __future__ import annotations
 
+import logging
 import shutil
 import sqlite3
 from contextlib import closing, suppress
@@ -22,6 +23,8 @@ from seqlake.errors import SchemaError, SetupError
 from seqlake.storage import S3Settings, check_access, is_s3
 from seqlake.uris import masked_uri
 from tableformat.page_checksums import enable_iceberg_page_checksums
+
+log = logging.getLogger(__name__)
 
 
 def _use_wal(sqlite_uri: str) -> None:
@@ -57,6 +60,7 @@ def open_catalog(config: Config) -> SqlCatalog:
             check_access(config.warehouse_uri())
             properties = S3Settings.from_env().pyiceberg_properties()
         object_storage_for(on_s3)  # a local warehouse opened after an S3 one switches S3 off again
+        log.debug("opening the catalog %s (warehouse %s)", masked_uri(uri), config.warehouse_uri())
         catalog = SqlCatalog(config.warehouse.catalog_name, uri=uri, warehouse=config.warehouse_uri(), **properties)
         with suppress(NamespaceAlreadyExistsError):
             catalog.create_namespace(config.warehouse.namespace)

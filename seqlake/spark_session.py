@@ -6,6 +6,7 @@ at start, so it runs on machines without network access.
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from pathlib import Path
@@ -16,6 +17,8 @@ from seqlake.config import Config
 from seqlake.errors import ConfigError, SetupError
 from seqlake.logs import spark_log_level
 from seqlake.uris import masked_uri
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -202,6 +205,7 @@ def spark_session(config: Config, app_name: str = "seqlake", master: str | None 
     settings = session_settings(settings, submitted)
     for key, value in settings.items():
         builder = builder.config(key, value)
+    log.debug("starting Spark (%s) for %s", settings.get("spark.master", submitted.get("spark.master")), app_name)
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel(spark_log_level())  # what the user chose (--log-level), WARN by default
     return session

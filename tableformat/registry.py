@@ -41,6 +41,8 @@ from tableformat.schema import (
 )
 from tableformat.writer import WrittenFile, open_output
 
+log = logging.getLogger(__name__)
+
 RUNS_PROPERTY = "seqlake.runs"
 FRONTIER_PROPERTY = "seqlake.frontier"  # highest published LSN per source partition (JSON object)
 FORMAT_PROPERTY = "seqlake.format-version"
@@ -249,6 +251,9 @@ def commit_runs(
                         files.append_data_file(data_file_for(table, item))
     except CommitFailedException as error:
         raise RunsChanged(f"{table.name()} changed while committing runs: {error}") from error
+    log.debug(
+        "%s: committed runs %s (replacing %s)", ".".join(table.name()), properties["seqlake.added-runs"], replaces
+    )
     table.refresh()
     return table.current_snapshot().snapshot_id
 

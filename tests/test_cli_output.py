@@ -149,3 +149,23 @@ def test_exit_statuses_are_0_1_and_2(shared_warehouse):
     assert seqlake("runz", warehouse=warehouse).returncode == 2
     assert seqlake(warehouse=warehouse).returncode == 2  # no command: the help, as a usage error
     assert seqlake("--version", warehouse=warehouse).returncode == 0
+
+
+def test_log_level_sets_what_seqlake_logs_and_spark_follows(tmp_path):
+    warehouse = own_warehouse(tmp_path)
+    quiet = seqlake("compact", "--engine", "duckdb", "--end-of-stream", warehouse=warehouse)
+    assert quiet.returncode == 0, quiet.stderr
+    assert "INFO" not in quiet.stderr
+    drop = seqlake("drop-run", "--run", "w490994", warehouse=warehouse)
+    assert drop.returncode == 0, drop.stderr
+    chatty = seqlake("--log-level", "info", "compact", "--engine", "duckdb", "--end-of-stream", warehouse=warehouse)
+    assert chatty.returncode == 0, chatty.stderr
+    assert "INFO pipelines.compaction: published run w490994: windows [490994]" in chatty.stderr
+    probe = (
+        "from seqlake import logs\n"
+        "before = logs.spark_log_level()\n"
+        "logs.configure('info')\n"
+        "print(before, logs.spark_log_level())\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=REPO)
+    assert done.stdout.split() == ["WARN", "INFO"], done.stderr
