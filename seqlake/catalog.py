@@ -99,20 +99,20 @@ def purge_tables(config: Config, names: tuple[str, ...]) -> None:
 
 
 def check_warehouse(config: Config, looking_for: str | None = None) -> None:
-    """A SetupError if the configured local warehouse (or its SQLite catalog) does not exist: opening
-    the catalog there would create an empty one, and every table would then "not exist"."""
-    missing = None
+    """A SetupError if the configured SQLite catalog (by default in the warehouse folder) does not
+    exist: opening it would create an empty catalog there, and every table would then "not exist". A
+    shared catalog database (PostgreSQL, ...) is asked as it is: it knows its tables."""
+    uri = config.catalog_uri()
+    if not uri.startswith("sqlite:///") or Path(uri[len("sqlite:///") :]).is_file():
+        return
     if config.warehouse_uri().startswith("file://") and not config.warehouse_path().is_dir():
         missing = f"no warehouse at {config.warehouse_path()}"
-    elif (
-        config.catalog_uri().startswith("sqlite:///") and not Path(config.catalog_uri()[len("sqlite:///") :]).is_file()
-    ):
-        missing = f"no catalog at {config.catalog_uri()[len('sqlite:///') :]}"
-    if missing is not None:
-        what = f": {looking_for} does not exist" if looking_for else ""
-        raise SetupError(
-            f"{missing}{what} (run `seqlake demo`, or point SEQLAKE_WAREHOUSE or warehouse.path at a warehouse)"
-        )
+    else:
+        missing = f"no catalog at {uri[len('sqlite:///') :]}"
+    what = f": {looking_for} does not exist" if looking_for else ""
+    raise SetupError(
+        f"{missing}{what} (run `seqlake demo`, or point SEQLAKE_WAREHOUSE or warehouse.path at a warehouse)"
+    )
 
 
 def load_existing_table(config: Config, table: str) -> Table:
