@@ -147,7 +147,11 @@ def command(table: str, quick: bool, repair_plan: bool) -> int:
     except Exception as error:  # a catalog or metadata file that cannot be read is a finding, not a crash
         what = " ".join(str(error).split())[:300] or type(error).__name__
         return _report(identifier, [f"{identifier}: [catalog] cannot load the table: {what}"], None, [], {})
-    report = check_table(history, full=not quick)
+    from seqlake.progress import Progress
+
+    progress = Progress("fsck", measure="steps", rows_unit="rows", steps_unit="files", show_bytes=True)
+    report = check_table(history, full=not quick, progress=progress)
+    progress.done()
     findings = [str(f) for f in report.findings]
     plan = repair_plan_lines(config, history, list(report.findings), settings().config) if repair_plan else []
     if not findings and table == "history":

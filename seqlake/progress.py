@@ -58,6 +58,14 @@ class _Counts(ProgressColumn):
         return Text(", ".join(parts))
 
 
+def _program(job: str) -> str:
+    """`seqlake JOB`, or `seqlake COMMAND: JOB` for a step of another command (the demo's)."""
+    from seqlake.cli_options import settings
+
+    command = settings().command
+    return f"seqlake {command}: {job}" if command and command != job else f"seqlake {job}"
+
+
 def _enabled() -> tuple[bool, bool]:
     """(bar, summary): the bar on a terminal in text mode; the summary line in text mode."""
     from seqlake.cli_options import settings
@@ -140,7 +148,7 @@ class Progress:
         return ", ".join(parts)
 
     def summary(self, note: str = "") -> str:
-        """`[job] counts (rates) in seconds: note`: what the job did."""
+        """`seqlake COMMAND[: job]: counts (rates) in seconds: note`: what the job did."""
         elapsed = time.monotonic() - self.started
         per_second = 1 / elapsed if elapsed > 0 else 0.0
         counts = []
@@ -150,9 +158,9 @@ class Progress:
             counts.append(_count(self.steps, self.steps_unit))
         if self.show_bytes and self.bytes:
             counts.append(f"{_size(self.bytes)} ({_size(self.bytes * per_second)}/s)")
-        return f"[{self.job}] {', '.join(counts)} in {elapsed:,.1f}s" + (f": {note}" if note else "")
+        return f"{_program(self.job)}: {', '.join(counts)} in {elapsed:,.1f}s" + (f": {note}" if note else "")
 
-    def done(self, note: str = "done") -> float:
+    def done(self, note: str = "") -> float:
         """End the bar and print the summary line; the seconds the job took."""
         self._stop()
         if self._summary:
