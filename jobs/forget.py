@@ -43,7 +43,11 @@ def command(users: tuple[int, ...], skip_landing: bool) -> None:
         from seqlake.spark_session import spark_session
 
         spark = spark_session(config, "seqlake-forget")
-    reports = forget_users(config, list(users), spark=spark, paths=landing_paths(config))
+    from seqlake.progress import Progress
+
+    progress = Progress("forget", measure="steps", rows_unit="rows", steps_unit="tables")
+    reports = forget_users(config, list(users), spark=spark, paths=landing_paths(config), progress=progress)
+    progress.done()
     total = sum(r.removed for r in reports)
     chosen = sorted(set(users))
     lines = [r.line() for r in reports]

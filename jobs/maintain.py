@@ -48,7 +48,11 @@ def command(
         from seqlake.spark_session import spark_session
 
         spark = spark_session(config, "seqlake-maintain")
-    reports = run_maintenance(config, spark=spark, paths=landing_paths(config))
+    from seqlake.progress import Progress
+
+    progress = Progress("maintain", measure="steps", steps_unit="steps", show_bytes=True)
+    reports = run_maintenance(config, spark=spark, paths=landing_paths(config), progress=progress)
+    progress.done()
     total = sum(r.bytes for r in reports if r.step != "drop-detail")
     document = {"steps": reports, "bytes_removed": total}
     emit(document, "\n".join([*(r.line() for r in reports), f"maintain: {total:,} bytes removed from storage"]))
