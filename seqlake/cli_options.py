@@ -66,11 +66,13 @@ def _set(field: str) -> Callable[[click.Context, click.Parameter, Any], None]:
         if not isinstance(root.obj, Settings):
             root.obj = Settings()
         state: Settings = root.obj
+        # Also in the environment, as $SEQLAKE_CONFIG and $SEQLAKE_PROFILE: whatever loads the
+        # configuration by itself (and any worker or subprocess a job starts) reads them there.
+        # Restored when the command ends.
         if field == "config":
             state.config = str(Path(value).absolute())
+            _set_env(root, ENV_CONFIG, state.config)
         elif field == "profile":
-            # Through the environment, as $SEQLAKE_PROFILE: configuration loading (and any Spark
-            # worker or subprocess a job starts) reads it there. Restored when the command ends.
             _set_env(root, ENV_PROFILE, value)
             state.profile = value
         elif field == "log_level":
