@@ -3,7 +3,7 @@
 Commands load on first use: `seqlake --help` imports no job, engine or configuration code. Exit
 status: 0 when the command did its work, 1 when it failed (a missing table, a corrupt file, a failed
 check), 2 for a usage error (an unknown command or option, a bad option value). Every error is one
-line on stderr, `seqlake COMMAND: error: ...`; SEQLAKE_DEBUG=1 shows the traceback of an unexpected one.
+line on stderr, `seqlake COMMAND: error: ...`; SEQLAKE_DEBUG=1 shows the traceback instead.
 """
 
 from __future__ import annotations
@@ -191,7 +191,7 @@ def run(command: click.Command, argv: Sequence[str] | None, prog_name: str, *, r
             raise SystemExit(2) from None
         return 2
     except SeqlakeError as error:
-        if raise_errors:
+        if raise_errors or os.environ.get(DEBUG_ENV):
             raise
         _fail(state, running(), _one_line(str(error)), type(error).__name__)
         return 1

@@ -169,3 +169,11 @@ def test_log_level_sets_what_seqlake_logs_and_spark_follows(tmp_path):
     )
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=REPO)
     assert done.stdout.split() == ["WARN", "INFO"], done.stderr
+
+
+def test_seqlake_debug_shows_the_traceback(shared_warehouse):
+    plain = seqlake("describe", "no_such_table", warehouse=shared_warehouse)
+    assert "Traceback" not in plain.stderr and len(plain.stderr.splitlines()) == 1
+    debug = seqlake("describe", "no_such_table", warehouse=shared_warehouse, env={"SEQLAKE_DEBUG": "1"})
+    assert debug.returncode == 1
+    assert "Traceback" in debug.stderr and "SchemaError: table seqlake.no_such_table does not exist" in debug.stderr
