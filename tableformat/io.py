@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import io
 import threading
-from collections import OrderedDict
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -14,6 +13,7 @@ from dataclasses import field as dataclass_field
 import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
+from cachetools import LRUCache
 from pyarrow._parquet import ParquetReader  # the reader without ParquetFile's per-open Python set-up
 
 
@@ -138,12 +138,12 @@ def is_local(uri: str) -> bool:
 
 
 class FooterCache:
-    """A bounded LRU of parsed Parquet footers: a reader that looks up many users in the same file
-    parses its footer once. Files are immutable, so an entry never goes stale."""
+    """A bounded LRU of parsed Parquet footers (cachetools): a reader that looks up many users in the
+    same file parses its footer once. Files are immutable, so an entry never goes stale."""
 
     def __init__(self, capacity: int = 1024) -> None:
         self.capacity = capacity
-        self._entries: OrderedDict[str, pq.FileMetaData] = OrderedDict()
+        self._entries: LRUCache[str, pq.FileMetaData] = LRUCache(maxsize=capacity)
         self._lock = threading.Lock()
         self.hits = self.misses = 0
 
@@ -154,15 +154,11 @@ class FooterCache:
                 self.misses += 1
                 return None
             self.hits += 1
-            self._entries.move_to_end(uri)
             return meta
 
     def put(self, uri: str, meta: pq.FileMetaData) -> None:
         with self._lock:
             self._entries[uri] = meta
-            self._entries.move_to_end(uri)
-            while len(self._entries) > self.capacity:
-                self._entries.popitem(last=False)
 
 
 def read_footer(handle: pa.NativeFile) -> pq.FileMetaData:
@@ -222,24 +218,36 @@ def open_parquet(
     )
 
 
+class _IdleFiles(LRUCache):
+    """uri -> idle (handle, ParquetFile) pairs; the pairs of an evicted file are kept to be closed."""
+
+    def __init__(self, maxsize: int) -> None:
+        super().__init__(maxsize=maxsize)
+        self.evicted: list[tuple[pa.NativeFile, pq.ParquetFile]] = []
+
+    def popitem(self):
+        uri, pairs = super().popitem()
+        self.evicted += pairs
+        return uri, pairs
+
+
 class OpenFiles:
     """Opened data files kept between lookups: per file, idle (handle, ParquetFile) pairs, LRU-bounded
-    by files. Opening a file and building pyarrow's reader (its schema manifest, the dictionary
-    columns) costs about as much as decoding a 10K-event lookup's two columns, and files are
+    by files (cachetools). Opening a file and building pyarrow's reader (its schema manifest, the
+    dictionary columns) costs about as much as decoding a 10K-event lookup's two columns, and files are
     immutable, so a reader keeps them. A pair is used by one thread at a time (checked out, then
     returned); at most `per_file` idle pairs are kept per file, so threads reading one file each
     get their own."""
 
     def __init__(self, capacity: int = 64, per_file: int = 4) -> None:
         self.capacity, self.per_file = capacity, per_file
-        self._idle: OrderedDict[str, list[tuple[pa.NativeFile, pq.ParquetFile]]] = OrderedDict()
+        self._idle = _IdleFiles(capacity)
         self._lock = threading.Lock()
 
     def take(self, fs, uri: str, meta: pq.FileMetaData) -> tuple[pa.NativeFile, pq.ParquetFile]:
         with self._lock:
-            idle = self._idle.get(uri)
+            idle = self._idle.get(uri)  # a hit is the most recently used file now
             if idle:
-                self._idle.move_to_end(uri)
                 return idle.pop()
         handle = fs.open_input_file(uri)
         try:
@@ -251,14 +259,13 @@ class OpenFiles:
 
     def give_back(self, uri: str, opened: tuple[pa.NativeFile, pq.ParquetFile]) -> None:
         with self._lock:
-            idle = self._idle.setdefault(uri, [])
-            self._idle.move_to_end(uri)
+            idle = self._idle.get(uri)
+            if idle is None:
+                idle = self._idle[uri] = []  # may evict the least recently used file
             if len(idle) < self.per_file:
                 idle.append(opened)
                 opened = None
-            evicted = []
-            while len(self._idle) > self.capacity:
-                evicted += self._idle.popitem(last=False)[1]
+            evicted, self._idle.evicted = self._idle.evicted, []
         for handle, _ in evicted + ([opened] if opened is not None else []):
             handle.close()
 
@@ -269,7 +276,7 @@ class OpenFiles:
 
     def clear(self) -> None:
         with self._lock:
-            idle, self._idle = list(self._idle.values()), OrderedDict()
+            idle, self._idle = [*self._idle.values(), self._idle.evicted], _IdleFiles(self.capacity)
         for pairs in idle:
             for handle, _ in pairs:
                 handle.close()
