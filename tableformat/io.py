@@ -258,6 +258,9 @@ class OpenFiles:
             raise
 
     def give_back(self, uri: str, opened: tuple[pa.NativeFile, pq.ParquetFile]) -> None:
+        if not (self.capacity and self.per_file):  # keeps nothing: a one-off read's files
+            opened[0].close()
+            return
         with self._lock:
             idle = self._idle.get(uri)
             if idle is None:
