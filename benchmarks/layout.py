@@ -34,11 +34,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from benchmarks.synthetic import history_lengths, increasing_per_user, pick_groups, skewed_values, synthetic_rows
 from seqlake.config import Config, load_config
 from tableformat.io import CountingFileSystem, FooterCache, PlainFileSystem, read_footer
 from tableformat.layout import DEFAULT_POLICY, LayoutPolicy, parquet_writer_options
 from tableformat.reader import read_user_from_file
-from tableformat.schema import history_arrow_schema
 from tableformat.writer import HistoryFileWriter
 
 LOOKUP_COLUMNS = ["event_ts", "item_id"]
@@ -113,66 +113,35 @@ def variants() -> list[Variant]:
 # -- data ----------------------------------------------------------------------------------------
 
 
-def _attribute(name: str, kind: str, n: int, rng: np.random.Generator, items: int) -> np.ndarray:
-    if kind == "string":
-        vocab = np.array([f"{name[:3]}{i}" for i in range(8)])
-        weights = 1.0 / np.arange(1, 9)
-        return vocab[rng.choice(8, n, p=weights / weights.sum())]
-    if kind == "bool":
-        return rng.random(n) < 0.3
-    if kind.startswith("float"):
-        return rng.random(n).astype(kind)
-    if name.endswith("_id"):  # identifiers: Zipf popularity over a domain
-        domain = items if name == "item_id" else 1_000_000
-        return ((rng.zipf(1.3, n) - 1) % domain).astype(kind)
-    if kind in ("int8", "int16"):
-        return rng.integers(0, 100 if kind == "int8" else 1000, n).astype(kind)
-    return np.minimum(rng.lognormal(5, 2, n), np.iinfo(np.int32).max).astype(kind)  # durations, counts
-
-
 def history_rows(config: Config, users: int, heavy_users: int, heavy_rows: int, seed: int) -> pa.Table:
     """One bucket's history rows, ordered by (user_id, feature_group, event_ts, lsn): Pareto lengths
-    (the configured tail index) capped at `heavy_rows`, and `heavy_users` users at exactly that."""
-    if not 0 <= heavy_users <= users:
-        raise ValueError(f"need 0 <= heavy_users <= users, got {heavy_users} and {users}")
+    (the configured tail index) capped at `heavy_rows`, and `heavy_users` users at exactly that;
+    attribute values as skewed as real ones (`benchmarks.synthetic.skewed_values`), since the layout
+    is chosen on how they compress."""
     rng = np.random.default_rng(seed)
     gen = config.generator
-    lengths = np.floor(gen.min_events * (1 + rng.pareto(gen.length_alpha, users)))
-    lengths = np.minimum(lengths, heavy_rows).astype(np.int64)
-    lengths[rng.choice(users, heavy_users, replace=False)] = heavy_rows
+    lengths = history_lengths(users, heavy_users, heavy_rows, gen.min_events, gen.length_alpha, rng)
     user_ids = 1_000_000 + np.cumsum(rng.integers(1, 50, users))
     n = int(lengths.sum())
-    starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
-
-    groups = list(config.feature_groups)
-    share = [0.8] + [0.2 / (len(groups) - 1)] * (len(groups) - 1) if len(groups) > 1 else [1.0]
-    group = np.array(groups)[rng.choice(len(groups), n, p=share)]
-    # Per user, event times advance 1-60 s per row; LSNs follow arrival (time) with jitter.
-    step = rng.integers(1_000_000, 60_000_000, n)
-    elapsed = np.cumsum(step)
-    elapsed -= np.repeat(elapsed[starts] - step[starts], lengths)
+    # Per user, event times advance 1-60 s per row from a start within the first day; LSNs follow
+    # arrival (time) with jitter; rows aggregate a few events each.
+    elapsed = increasing_per_user(lengths, rng, 1_000_000, 60_000_000)
     elapsed += np.repeat(rng.integers(0, 86_400_000_000, users), lengths)
-    start_us = int(gen.start_ts.timestamp()) * 1_000_000
     lsn = elapsed // 1000 + rng.integers(0, 1000, n)
-    event_count = np.minimum(rng.geometric(0.6, n), 50).astype(np.int32)
-    user = np.repeat(user_ids, lengths)
-    columns = {
-        "user_id": user,
-        "feature_group": group,
-        "event_ts": pa.array(start_us + elapsed, pa.int64()).cast(pa.timestamp("us", tz="UTC")),
-        "lsn": lsn,
-        "min_lsn": lsn - (event_count - 1) * rng.integers(1, 200, n),
-        "source_partition": (user % gen.source_partitions).astype(np.int32),
-        "event_count": event_count,
-        "window_id": elapsed // (config.layout.window_seconds * 1_000_000),
-    }
-    for name, kind in config.column_types().items():
-        owners = [g for g, spec in config.feature_groups.items() if name in spec.columns]
-        columns[name] = pa.array(_attribute(name, kind, n, rng, gen.items), mask=~np.isin(group, owners))
-    # Feature groups sort by name, as the writer's key order does.
-    order = np.lexsort((lsn, elapsed, np.searchsorted(sorted(groups), group), user))
-    table = pa.table({k: pa.array(v) if isinstance(v, np.ndarray) else v for k, v in columns.items()})
-    return table.take(pa.array(order)).cast(history_arrow_schema(config))
+    event_count = np.minimum(rng.geometric(0.6, n), 50)
+    return synthetic_rows(
+        config,
+        user_id=np.repeat(user_ids, lengths),
+        feature_group=pick_groups(config, n, rng),
+        event_ts_us=int(gen.start_ts.timestamp()) * 1_000_000 + elapsed,
+        lsn=lsn,
+        min_lsn=lsn - (event_count - 1) * rng.integers(1, 200, n),
+        event_count=event_count,
+        window_id=elapsed // (config.layout.window_seconds * 1_000_000),
+        values=lambda name, kind, size, generator: skewed_values(name, kind, size, generator, gen.items),
+        rng=rng,
+        bucketed=False,
+    )
 
 
 # -- writing -------------------------------------------------------------------------------------

@@ -38,12 +38,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from benchmarks.synthetic import column_values
+from benchmarks.synthetic import increasing_per_user, synthetic_rows
 from seqlake.catalog import open_catalog, table_identifier
 from seqlake.config import Config, load_config
 from seqlake.duckdb_session import connect
 from tableformat.aggregates import history_stats
-from tableformat.bucketing import bucket_of
 from tableformat.cache import CachedHistoryReader, HistoryCache
 from tableformat.io import CountingFileSystem, FooterCache
 from tableformat.multi_reader import histories
@@ -79,33 +78,20 @@ SYSTEMS = (
 def engagement_rows(config: Config, lengths: dict[int, int], seed: int) -> pa.Table:
     """History rows of the engagement group only, ordered by (bucket, key)."""
     rng = np.random.default_rng(seed)
-    users = np.fromiter(lengths, np.int64)
     counts = np.fromiter(lengths.values(), np.int64)
     n = int(counts.sum())
-    user = np.repeat(users, counts)
-    starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
-    step = rng.integers(1_000_000, 60_000_000, n)
-    elapsed = np.cumsum(step)
-    elapsed -= np.repeat(elapsed[starts] - step[starts], counts)
-    ts = int(config.generator.start_ts.timestamp()) * 1_000_000 + elapsed
+    elapsed = increasing_per_user(counts, rng, 1_000_000, 60_000_000)
     lsn = elapsed // 1000 + rng.integers(0, 1000, n)  # realistic LSN steps: not a few units a row
-    columns = {
-        "user_id": user,
-        "feature_group": pa.array(np.full(n, GROUP)),
-        "event_ts": pa.array(ts, pa.int64()).cast(pa.timestamp("us", tz="UTC")),
-        "lsn": lsn,
-        "min_lsn": lsn - rng.integers(0, 50, n),
-        "source_partition": (user % config.generator.source_partitions).astype(np.int32),
-        "event_count": rng.integers(1, 4, n).astype(np.int32),
-        "window_id": ts // (config.layout.window_seconds * 1_000_000),
-    }
-    owned = config.feature_groups[GROUP].columns
-    for name, kind in config.column_types().items():
-        values = column_values(kind, n, rng)
-        columns[name] = values if name in owned else pa.nulls(n, values.type)
-    table = pa.table({k: pa.array(v) if isinstance(v, np.ndarray) else v for k, v in columns.items()})
-    order = np.lexsort((lsn, ts, user, bucket_of(user, config.layout.bucket_count)))
-    return table.take(pa.array(order)).cast(history_arrow_schema(config))
+    return synthetic_rows(
+        config,
+        user_id=np.repeat(np.fromiter(lengths, np.int64), counts),
+        feature_group=np.full(n, GROUP),
+        event_ts_us=int(config.generator.start_ts.timestamp()) * 1_000_000 + elapsed,
+        lsn=lsn,
+        min_lsn=lsn - rng.integers(0, 50, n),
+        event_count=rng.integers(1, 4, n),
+        rng=rng,
+    )
 
 
 def write_seqlake(config: Config, data: pa.Table):
