@@ -8,11 +8,15 @@ so machine noise and drift hit every variant alike. Never read the absolute time
 Variants change one dimension of the default (tableformat.layout.DEFAULT_POLICY, key-only
 statistics, 64 KiB pages):
   control      the default again (A/A)       its time ratios are the run's noise floor
-  codec        zstd-1/9, lz4, snappy, none   writer options; row groups copied from the default file
+  codec        zstd-1/3/9, snappy, none      LayoutPolicy.compression (floats, strings, user_id)
+               integers under zstd           LayoutPolicy.packed_compression
+  encoding     plain integers, all zstd      writer options (the layout before delta-packed integers);
+                                             row groups copied from the default file
   row groups   dedicated x packed grid       LayoutPolicy through HistoryFileWriter
                no user alignment             fixed 128K-row row groups, same writer options
   statistics   all columns                   writer options; row groups copied from the default file
-  page size    8 KiB, 1 MiB                  LayoutPolicy through HistoryFileWriter
+  page size    8 KiB, 1 MiB, 4,096 rows,     LayoutPolicy through HistoryFileWriter
+               no row limit
 """
 
 from __future__ import annotations
@@ -59,6 +63,13 @@ METRICS = [
 ]
 
 _DROP = object()  # an option override that removes the option
+PLAIN_INTEGERS_VARIANT = "plain integers, all zstd"
+PLAIN_INTEGERS = {
+    "compression": "zstd",
+    "compression_level": 3,
+    "column_encoding": {name: "DELTA_BINARY_PACKED" for name in ("event_ts", "lsn", "min_lsn")},
+    "max_rows_per_page": _DROP,
+}
 
 
 @dataclass(frozen=True)
@@ -77,10 +88,14 @@ def variants() -> list[Variant]:
     """The candidate layouts: each differs from the default in one dimension."""
     # The control: the default layout once more. Its time ratios show the run's noise floor.
     out = [Variant(DEFAULT_VARIANT, "default"), Variant(CONTROL_VARIANT, "control")]
-    for level in (1, 9):
-        out.append(Variant(f"zstd-{level}", "codec", options={"compression_level": level}))
-    for codec in ("lz4", "snappy", "none"):
-        out.append(Variant(codec, "codec", options={"compression": codec, "compression_level": _DROP}))
+    for level in (1, 3, 9):
+        policy = replace(DEFAULT_POLICY, compression="zstd", compression_level=level)
+        out.append(Variant(f"zstd-{level}", "codec", policy))
+    for codec in ("snappy", "none"):
+        out.append(Variant(codec, "codec", replace(DEFAULT_POLICY, compression=codec)))
+    out.append(Variant("integers under zstd", "codec", replace(DEFAULT_POLICY, packed_compression="zstd")))
+    # The layout before integers were delta-packed: plain integers and floats, every column under zstd.
+    out.append(Variant(PLAIN_INTEGERS_VARIANT, "encoding", options=PLAIN_INTEGERS))
     for dedicated in (256, 1024, 4096):
         for packed in (4096, 16_384, 65_536):
             policy = replace(DEFAULT_POLICY, dedicated_user_rows=dedicated, packed_row_group_rows=packed)
@@ -90,6 +105,8 @@ def variants() -> list[Variant]:
     out.append(Variant("stats: all columns", "statistics", options={"write_statistics": True}))
     for size, label in ((8 * 1024, "8 KiB"), (1024 * 1024, "1 MiB")):
         out.append(Variant(f"pages {label}", "page size", replace(DEFAULT_POLICY, data_page_size=size)))
+    out.append(Variant("pages of at most 4,096 rows", "page size", replace(DEFAULT_POLICY, max_rows_per_page=4096)))
+    out.append(Variant("no page row limit", "page size", replace(DEFAULT_POLICY, max_rows_per_page=None)))
     return out
 
 
@@ -395,7 +412,10 @@ def format_table(rows: list[dict]) -> str:
 
 def _describe_default() -> str:
     p = DEFAULT_POLICY
+    rows = f" of at most {p.max_rows_per_page:,} rows" if p.max_rows_per_page else ""
+    codec = f"{p.compression}-{p.compression_level}" if p.compression == "zstd" else p.compression
     return (
-        f"{p.compression}-{p.compression_level}, dedicated {p.dedicated_user_rows}, packed {p.packed_row_group_rows}, "
-        f"key-only statistics, {p.data_page_size // 1024} KiB pages"
+        f"integers delta-packed ({p.packed_compression}), floats, strings and user_id {codec}, "
+        f"dedicated {p.dedicated_user_rows}, packed {p.packed_row_group_rows}, "
+        f"key-only statistics, {p.data_page_size // 1024} KiB pages{rows}"
     )

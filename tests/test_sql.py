@@ -25,6 +25,7 @@ import pytest
 from jobs.sql import SqlError, open_session, sql_files
 from jobs.sql import main as sql_main
 from pipelines.compaction import history_tables
+from pipelines.landing import landing_paths
 from pipelines.parse import QUARANTINE_SCHEMA, landing_schema
 from pipelines.raw_landing import create_raw_table
 from seqlake.catalog import open_catalog, table_identifier
@@ -216,8 +217,9 @@ def build_small_warehouse(root: Path) -> SmallWarehouse:
         ]
         raw.append(pa.Table.from_pylist(records, schema=RAW_SCHEMA))
 
-    write_delta(root / "landing" / "events", landing)
-    write_delta(root / "landing" / "quarantine", quarantine)
+    paths = landing_paths(config)
+    write_delta(Path(paths.events.removeprefix("file://")), landing)
+    write_delta(Path(paths.quarantine.removeprefix("file://")), quarantine)
 
     history, detail = history_tables(config)
     rows = synthetic_history(config, USER_ROWS)
@@ -340,7 +342,7 @@ def test_catalog_file_macros_match_storage(session, small):
         "SELECT live, count(*), list(row_count ORDER BY file_path), sum(bytes) "
         "FROM delta_files(getvariable('landing_events_location')) GROUP BY live",
     )
-    assert landing == [(True, 4, [6, 5, 4, 3], file_sizes(root / "landing" / "events"))]
+    assert landing == [(True, 4, [6, 5, 4, 3], file_sizes(root / "landing" / "seqlake" / "events"))]
     assert rows(session, "SELECT path_key('file:///a/b'), path_key('file:/a/b'), path_key('/a/b')") == [
         ("/a/b", "/a/b", "/a/b")
     ]
@@ -507,8 +509,8 @@ def test_table_storage(session, small):
         # One file per window.
         "history_detail": ("iceberg", 3, 14, file_sizes(tables / "history_detail" / "data"), 0, 0),
         "raw_events": ("iceberg", 4, 21, file_sizes(tables / "raw_events" / "data"), 0, 0),
-        "landing_events": ("delta", 4, 18, file_sizes(root / "landing" / "events"), 0, 0),
-        "quarantine": ("delta", 2, 3, file_sizes(root / "landing" / "quarantine"), 0, 0),
+        "landing_events": ("delta", 4, 18, file_sizes(root / "landing" / "seqlake" / "events"), 0, 0),
+        "quarantine": ("delta", 2, 3, file_sizes(root / "landing" / "seqlake" / "quarantine"), 0, 0),
     }
     summary = rows(session, "SELECT part, tables, files, row_count, bytes, pct_of_bytes FROM storage_summary")
     others = [v for k, v in got.items() if k != "history"]
