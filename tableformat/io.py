@@ -137,6 +137,8 @@ def is_local(uri: str) -> bool:
     return "://" not in uri or uri.startswith("file:")
 
 
+# FooterCache and OpenFiles are hand-written LRUs, not cachetools.LRUCache: they run on every lookup,
+# and cachetools' get and set added about 0.5 us per file a lookup touches (1-3% of a Top-K lookup).
 class FooterCache:
     """A bounded LRU of parsed Parquet footers: a reader that looks up many users in the same file
     parses its footer once. Files are immutable, so an entry never goes stale."""
