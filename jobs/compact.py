@@ -18,6 +18,7 @@ from seqlake.output import emit
 
 if TYPE_CHECKING:
     from pipelines.windows import LandedWindows
+    from seqlake.config import Config
 
 ENGINES = ("spark", "duckdb")
 
@@ -66,7 +67,7 @@ def command(
 
 
 def compact_windows(
-    config, windows: list[int], end_of_stream: bool, engine: str, maintain: bool
+    config: Config, windows: list[int], end_of_stream: bool, engine: str, maintain: bool
 ) -> tuple[dict[str, Any], str]:
     """Publish the chosen (or every closed) window in batches, merging runs after each; the document
     and the text of what happened."""

@@ -3,9 +3,12 @@ earlier demo marked. Any other warehouse is refused (unless --yes) before anythi
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from jobs.demo import DEMO_MARK, DEMO_PROPERTY, check_demo_may_reset, reset_demo_tables
+from pipelines.landing import landing_paths
 from seqlake.catalog import open_catalog, table_identifier
 from seqlake.errors import SeqlakeError
 from tests.conftest import make_config
@@ -33,5 +36,5 @@ def test_a_warehouse_the_demo_did_not_create_is_refused_until_the_demo_marks_it(
     namespace = small.config.warehouse.namespace
     assert catalog.load_namespace_properties(namespace)[DEMO_PROPERTY] == DEMO_MARK
     assert not catalog.table_exists(table_identifier(small.config, "history"))
-    assert not (small.config.warehouse_path() / "landing").exists()
+    assert not Path(landing_paths(small.config).root.removeprefix("file://")).exists()
     check_demo_may_reset(small.config)  # from now on the demo may run there again
