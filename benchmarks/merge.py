@@ -143,7 +143,7 @@ def run_policy(
     held = sorted(w for run in live_runs(history).values() for w in run.windows)
     if held != [BASE_WINDOW + w for w in range(windows)]:
         problems.append(f"{name}: the runs hold windows {held[:5]}..., not each of the {windows} windows once")
-    keys = history.scan(selected_fields=("user_id", "feature_group", "event_ts", "lsn")).to_arrow()
+    keys = history.scan(selected_fields=KEY_COLUMNS).to_arrow()
     distinct = keys.group_by(list(KEY_COLUMNS)).aggregate([]).num_rows
     if keys.num_rows != result.rows_ingested or distinct != keys.num_rows:
         problems.append(f"{name}: {keys.num_rows} rows ({distinct} keys) for {result.rows_ingested} ingested")

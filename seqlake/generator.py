@@ -34,7 +34,7 @@ import pyarrow as pa
 
 from seqlake.config import ColumnSpec, Config, GeneratorSpec
 from seqlake.errors import ConfigError
-from seqlake.events import RAW_SCHEMA
+from seqlake.events import PAYLOAD_KEYS, RAW_SCHEMA
 from seqlake.payload import INT_RANGES, MAX_PAYLOAD_BYTES
 
 USER_ID_BASE = 1_000_000
@@ -394,7 +394,7 @@ class EventGenerator:
                 )
                 for name, col in spec.columns.items()
             }
-            keys = ("event_id", "user_id", "feature_group", "event_ts", *columns)
+            keys = (*PAYLOAD_KEYS, *columns)
             values = zip(
                 [event_ids[i] for i in sel.tolist()],
                 user_ids[sel].tolist(),

@@ -10,6 +10,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from tableformat.layout import STATISTICS_COLUMNS
+
 PREFIX = "seqlake."
 
 
@@ -48,8 +50,8 @@ class FileFacts:
         return cls(**known)
 
 
-# The columns whose footer statistics readers prune row groups by (tableformat.layout.STATISTICS_COLUMNS).
-DIGEST_COLUMNS = ("user_id", "feature_group", "event_ts", "lsn", "window_id")
+# The columns whose footer statistics readers prune row groups by.
+DIGEST_COLUMNS = STATISTICS_COLUMNS
 
 
 def _plain(value: Any) -> Any:

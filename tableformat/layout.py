@@ -48,7 +48,7 @@ DEFAULT_POLICY = LayoutPolicy()
 DICTIONARY_KEYS = ("user_id",)
 # Only keys get min/max statistics: they are what readers prune on, and skipping the rest keeps the
 # footer (read by every lookup) small.
-STATISTICS_COLUMNS = ("user_id", "feature_group", "event_ts", "lsn", "window_id")
+STATISTICS_COLUMNS = (*KEY_COLUMNS, "window_id")
 
 
 def parquet_writer_options(schema: pa.Schema, policy: LayoutPolicy, expected_users: int) -> dict:

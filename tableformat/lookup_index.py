@@ -35,6 +35,7 @@ from pyiceberg.transforms import BucketTransform
 
 from tableformat.bucketing import bucket_of
 from tableformat.page_reader import PagedFile
+from tableformat.schema import KEY_COLUMNS
 
 LOW = np.iinfo(np.int64).min
 HIGH = np.iinfo(np.int64).max
@@ -189,7 +190,7 @@ class FileEntry:
         self.ts_min, self.ts_max = np.full(n, LOW), np.full(n, HIGH)
         self.lsn_min, self.lsn_max = np.full(n, LOW), np.full(n, HIGH)
         self.group_min, self.group_max = np.full(n, None, object), np.full(n, None, object)
-        columns = {name: names.index(name) for name in ("user_id", "feature_group", "event_ts", "lsn")}
+        columns = {name: names.index(name) for name in KEY_COLUMNS}
         for rg in range(n):
             group = meta.row_group(rg)
             self.rows[rg] = group.num_rows
