@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 from datetime import datetime
+from importlib.resources.abc import Traversable
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -305,10 +306,23 @@ def _with_profile(data: dict, profile: str | None) -> dict:
         return data
     if profile not in profile_names():
         raise ConfigError(f"unknown profile {profile!r} (${ENV_PROFILE}); profiles: {', '.join(profile_names())}")
-    overlay = yaml.safe_load(PROFILES_DIR.joinpath(f"{profile}.yaml").read_text()) or {}
+    overlay = read_yaml(PROFILES_DIR.joinpath(f"{profile}.yaml"), "profile")
     for section, values in overlay.items():
         data[section] = {**(data.get(section) or {}), **values}
     return data
+
+
+def read_yaml(path: Path | Traversable, what: str) -> dict:
+    """The mapping a YAML file holds (empty for an empty file); `what` names it in the one-line
+    ConfigError raised for an unreadable file or invalid YAML."""
+    try:
+        text = path.read_text()
+    except OSError as error:
+        raise ConfigError(f"cannot read {what} {path}: {error.strerror}") from None
+    try:
+        return yaml.safe_load(text) or {}
+    except yaml.YAMLError as error:
+        raise ConfigError(f"{what} {path} is not valid YAML: {' '.join(str(error).split())}") from None
 
 
 def find_config(path: str | Path | None = None) -> Path | None:
@@ -329,15 +343,8 @@ def load_config(path: str | Path | None = None) -> Config:
     Raises ConfigError (one line) for an unreadable file, invalid YAML or an invalid key.
     """
     found = find_config(path)
-    try:
-        text = found.read_text() if found is not None else DEFAULT_CONFIG_PATH.read_text()
-    except OSError as error:
-        raise ConfigError(f"cannot read configuration {found}: {error.strerror}") from None
+    data = read_yaml(found if found is not None else DEFAULT_CONFIG_PATH, "configuration")
     source = str(found) if found is not None else "the packaged default configuration"
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as error:
-        raise ConfigError(f"configuration {source} is not valid YAML: {' '.join(str(error).split())}") from None
     # A file's relative paths are relative to its folder; the packaged default's to the current one.
     base_dir = found.resolve().parent if found is not None else Path.cwd()
-    return parse_config(data or {}, source, base_dir=base_dir)
+    return parse_config(data, source, base_dir=base_dir)

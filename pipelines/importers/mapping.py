@@ -15,10 +15,9 @@ from importlib.resources.abc import Traversable
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from seqlake.config import RESERVED_COLUMNS, Config, format_validation_error
+from seqlake.config import RESERVED_COLUMNS, Config, format_validation_error, read_yaml
 from seqlake.errors import ConfigError
 from seqlake.payload import INT_RANGES
 from seqlake.resources import mappings_dir
@@ -191,15 +190,7 @@ def resolve_mapping_path(path: str | Path) -> Path | Traversable:
 def load_mapping(path: str | Path) -> ImportMapping:
     """Load an import mapping from YAML (a path, or the name of one in conf/mappings/)."""
     path = resolve_mapping_path(path)
-    try:
-        text = path.read_text()
-    except OSError as error:
-        raise ConfigError(f"cannot read import mapping {path}: {error.strerror}") from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as error:
-        raise ConfigError(f"import mapping {path} is not valid YAML: {error}") from None
-    return parse_mapping(data or {}, str(path))
+    return parse_mapping(read_yaml(path, "import mapping"), str(path))
 
 
 def mapping_digest(mapping: ImportMapping) -> str:
