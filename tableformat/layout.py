@@ -57,7 +57,8 @@ def parquet_writer_options(schema: pa.Schema, policy: LayoutPolicy, expected_use
 
     encodings = column_encodings(schema)
     dictionary = [name for name, encoding in encodings.items() if encoding == "RLE_DICTIONARY"]
-    packed = {name for name, encoding in encodings.items() if encoding in ("DELTA_BINARY_PACKED", "PLAIN")}
+    # Bit-packed values (integers, booleans) gain nothing from a codec; floats, strings and ids do.
+    packed = {f.name for f in schema if encodings[f.name] == "DELTA_BINARY_PACKED" or pa.types.is_boolean(f.type)}
     codecs = {f.name: policy.packed_compression if f.name in packed else policy.compression for f in schema}
     levels = {name: policy.compression_level for name, codec in codecs.items() if _has_levels(codec)}
     options = {
@@ -87,8 +88,8 @@ def column_encodings(schema: pa.Schema) -> dict[str, str]:
       takes less space. Their dictionary would hold most of a row group's values and would have to
       be decoded whole before any page (a Top-K's);
     - strings and `user_id`: dictionary (falling back to plain);
-    - floats: BYTE_STREAM_SPLIT, so the codec finds the redundancy of their exponent bytes;
-    - booleans: plain (one bit a value)."""
+    - floats and booleans: plain. Byte-split floats compress a little better, but Iceberg's
+      vectorized Parquet reader (Spark's default) cannot decode that encoding."""
     out = {}
     for f in schema:
         kind = f.type
@@ -96,8 +97,6 @@ def column_encodings(schema: pa.Schema) -> dict[str, str]:
             out[f.name] = "RLE_DICTIONARY"
         elif pa.types.is_integer(kind) or pa.types.is_timestamp(kind):
             out[f.name] = "DELTA_BINARY_PACKED"
-        elif pa.types.is_floating(kind):
-            out[f.name] = "BYTE_STREAM_SPLIT"
         else:
             out[f.name] = "PLAIN"
     return out

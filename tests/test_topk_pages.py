@@ -70,7 +70,7 @@ def test_top_100_of_a_long_history_decodes_a_few_pages_per_column(table, groups,
 
 @pytest.mark.parametrize("k", [1, 100, 5000])
 def test_top_k_of_strings_floats_and_ids_whose_pages_cover_other_rows_equals_the_whole_read(table, k):
-    # 8 KiB pages end at different rows per column (bit-packed ids, byte-split floats, dictionary
+    # 8 KiB pages end at different rows per column (bit-packed ids, plain floats, dictionary
     # indices of strings): the page reader decodes each set of columns with the same page rows as one
     # narrowed file, and expands the strings of the asked rows only.
     columns = ("item_id", "surface", "completion_ratio", "session_id", "device")
