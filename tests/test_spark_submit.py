@@ -96,3 +96,10 @@ def test_spark_submit_keeps_master_and_conf(tmp_path: Path) -> None:
     assert settings["spark.default.parallelism"] == "2"
     assert "IcebergSparkSessionExtensions" in settings["spark.sql.extensions"]
     assert "seqlake" in settings["namespaces"]
+
+
+def test_no_job_module_shadows_the_standard_library():
+    # spark-submit runs jobs/<job>.py as a script, which puts jobs/ first on sys.path: a jobs/inspect.py
+    # would be imported by the standard library itself (dataclasses imports inspect) and break the job.
+    jobs = {path.stem for path in (REPO / "jobs").glob("*.py")}
+    assert not jobs & sys.stdlib_module_names, sorted(jobs & sys.stdlib_module_names)
