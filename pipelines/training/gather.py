@@ -79,8 +79,8 @@ def _valid(values) -> np.ndarray:
 
 
 class SortedHistory:
-    """The batch's history rows of the tenant's groups, sorted by (user, event_ts, lsn, partition),
-    with each user's segment and the binary searches over it."""
+    """The batch's history rows of the tenant's groups, each user's rows one segment in key order
+    (event_ts, lsn, source_partition), and binary searches inside segments."""
 
     def __init__(self, history: pa.Table, tenant: Tenant) -> None:
         if history.num_rows:
@@ -88,41 +88,54 @@ class SortedHistory:
         user = _numpy(history["user_id"])
         ts, lsn = _micros(history["event_ts"]), _numpy(history["lsn"])
         partition = _numpy(history["source_partition"])
-        if not _sorted(user, ts, lsn, partition):
+        if not _in_segments(user, ts, lsn, partition):
             order = np.lexsort((partition, lsn, ts, user))
             history = history.take(pa.array(order))
             user, ts, lsn, partition = user[order], ts[order], lsn[order], partition[order]
         self.rows, self.user, self.ts, self.lsn, self.partition = history, user, ts, lsn, partition
         first = np.flatnonzero(np.concatenate([[True], user[1:] != user[:-1]])) if len(user) else np.zeros(0, np.int64)
-        self.segment_users = user[first]
-        self.segment_starts = first
+        self.segment_starts = first.astype(np.int64)
         self.segment_ends = np.concatenate([first[1:], [len(user)]]).astype(np.int64)
-        # Dense ranks of event times: (segment, rank) is one monotone int64 key however wide the times.
-        self.times = np.unique(ts)
+        self._by_user = np.argsort(user[first], kind="stable")
+        self._users = user[first][self._by_user]
         segment = np.repeat(np.arange(len(first), dtype=np.int64), self.segment_ends - self.segment_starts)
-        self.width = len(self.times) + 1
-        self.keys = segment * self.width + np.searchsorted(self.times, ts)
+        # One monotone int64 key (segment, event time): times relative to the batch's earliest when
+        # the product fits, else their dense ranks.
+        self.low = int(ts.min()) if len(ts) else 0
+        span = int(ts.max()) - self.low + 2 if len(ts) else 2
+        self.times = None
+        if span * (len(first) + 1) >= 2**62:
+            self.times = np.unique(ts)
+            span = len(self.times) + 1
+        self.width = span
+        self.keys = segment * span + self._time_keys(ts, inclusive=False)
+
+    def _time_keys(self, ts: np.ndarray, inclusive: bool) -> np.ndarray:
+        """Keys of times inside a segment: rows compare as `ts`, a query `inclusive` counts ties."""
+        if self.times is not None:
+            return np.searchsorted(self.times, ts, side="right" if inclusive else "left")
+        if inclusive:  # rows' keys are 0 .. width - 2
+            return np.clip(ts - self.low, -1, self.width - 2) + 1
+        return np.clip(ts - self.low, 0, self.width - 1)
 
     def segments(self, users: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Segment number (-1 when absent), start and end of each user's rows."""
-        if len(self.segment_users) == 0:
+        if len(self._users) == 0:
             nothing = np.zeros(len(users), np.int64)
             return nothing - 1, nothing, nothing.copy()
-        at = np.searchsorted(self.segment_users, users)
-        found = at < len(self.segment_users)
-        found[found] = self.segment_users[at[found]] == users[found]
-        segment = np.where(found, at, -1)
-        start = np.where(found, self.segment_starts[np.minimum(at, len(self.segment_starts) - 1)], 0)
-        end = np.where(found, self.segment_ends[np.minimum(at, len(self.segment_ends) - 1)], 0)
-        return segment, start.astype(np.int64), end.astype(np.int64)
+        at = np.minimum(np.searchsorted(self._users, users), len(self._users) - 1)
+        found = self._users[at] == users
+        segment = np.where(found, self._by_user[at], -1)
+        start = np.where(found, self.segment_starts[np.maximum(segment, 0)], 0)
+        end = np.where(found, self.segment_ends[np.maximum(segment, 0)], 0)
+        return segment, start, end
 
     def count_before(self, segment: np.ndarray, start: np.ndarray, ts: np.ndarray, inclusive: bool) -> np.ndarray:
         """Index of the first row of each segment with event_ts >= ts (> ts when `inclusive`)."""
         if len(self.keys) == 0:
             return start.copy()
-        rank = np.searchsorted(self.times, ts, side="right" if inclusive else "left")
-        at = np.searchsorted(self.keys, np.maximum(segment, 0) * self.width + rank, side="left")
-        return np.where(segment >= 0, at, start)
+        query = np.maximum(segment, 0) * self.width + self._time_keys(ts, inclusive)
+        return np.where(segment >= 0, np.searchsorted(self.keys, query, side="left"), start)
 
     def first_at_or_after(
         self, segment: np.ndarray, start: np.ndarray, ts: np.ndarray, lsn: np.ndarray, partition: np.ndarray
@@ -142,13 +155,17 @@ class SortedHistory:
         return low + np.bincount(owner, weights=before, minlength=len(low)).astype(np.int64)
 
 
-def _sorted(user: np.ndarray, ts: np.ndarray, lsn: np.ndarray, partition: np.ndarray) -> bool:
-    """Whether rows are in (user segments, each in key order) order with users ascending."""
+def _in_segments(user: np.ndarray, ts: np.ndarray, lsn: np.ndarray, partition: np.ndarray) -> bool:
+    """Whether each user's rows are one run, in key order (users in any order)."""
     if len(user) < 2:
         return True
     du, dt, dl, dp = (np.diff(a) for a in (user, ts, lsn, partition))
-    later = (du > 0) | ((du == 0) & ((dt > 0) | ((dt == 0) & ((dl > 0) | ((dl == 0) & (dp >= 0))))))
-    return bool(later.all())
+    same = du == 0
+    ordered = (dt > 0) | ((dt == 0) & ((dl > 0) | ((dl == 0) & (dp >= 0))))
+    if not np.all(ordered | ~same):
+        return False
+    runs = user[np.concatenate([[True], ~same])]
+    return len(np.unique(runs)) == len(runs)
 
 
 def _ranks(counts: np.ndarray) -> np.ndarray:
@@ -156,6 +173,11 @@ def _ranks(counts: np.ndarray) -> np.ndarray:
     total = int(counts.sum())
     starts = np.cumsum(counts) - counts
     return np.arange(total, dtype=np.int64) - np.repeat(starts, counts)
+
+
+def _spans(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """starts[i], starts[i] + 1, ..., starts[i] + counts[i] - 1 for each i, concatenated."""
+    return np.repeat(starts - (np.cumsum(counts) - counts), counts) + np.arange(int(counts.sum()), dtype=np.int64)
 
 
 def bound_lookup(pointers: pa.Table, partitions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -268,7 +290,7 @@ def gather_sequences(
     p = _Pointers.of(pointers, tenant, cut)
     n = pointers.num_rows
     h = SortedHistory(history, tenant)
-    segment, seg_start, seg_end = h.segments(p.user)
+    segment, seg_start, _ = h.segments(p.user)
     # The candidate range: [range_start, range_end] and older than the fragment's first key.
     low = h.count_before(segment, seg_start, p.start, inclusive=False)
     high = h.count_before(segment, seg_start, p.end, inclusive=True)
@@ -278,53 +300,74 @@ def gather_sequences(
         before_fragment = h.count_before(segment, seg_start, p.key_ts, inclusive=False)
     high = np.where(p.has_fragment_key, np.minimum(high, before_fragment), high)
     high = np.where(p.has_range, np.maximum(high, low), low)
-    counts = high - low
-    owner = np.repeat(np.arange(n, dtype=np.int64), counts)
-    row = np.repeat(low, counts) + _ranks(counts)
-    visible = None
-    if lsn_mode:
+
+    # Rows some pointer may not see (above the lowest bound of their partition, or in an open
+    # window): only those are checked per pointer. A range keeps its newest `need` rows plus as
+    # many as it holds such rows.
+    hidden = None
+    if lsn_mode and h.rows.num_rows:
         matrix, column = bound_lookup(pointers, h.partition)
         window = _numpy(h.rows["window_id"])
-        visible = (window[row] != p.open_window[owner]) & (h.lsn[row] <= matrix[owner, column[row]])
-
+        hidden = (h.lsn > matrix.min(axis=0, initial=np.iinfo(np.int64).max)[column]) | np.isin(
+            window, np.unique(p.open_window)
+        )
+        if hidden.any():
+            before = np.concatenate([[0], np.cumsum(hidden)])
+            maybe = before[high] - before[low]
+        else:
+            hidden, maybe = None, np.zeros(n, np.int64)
+    else:
+        maybe = np.zeros(n, np.int64)
+    need = np.maximum(p.need, 0)
+    low = high - np.minimum(high - low, np.minimum(need, high - low) + maybe)
+    counts = high - low
     rebuilt = None
     if lsn_mode and events is not None and events.num_rows:
         rebuilt = _rebuilt_candidates(config, tenant, pointers, events, p, con)
+        rebuilt = rebuilt if rebuilt.num_rows else None
+
     source_names = list(dict.fromkeys([*tenant.model_columns, *extra]))
     schema = pa.schema(
         [tenant.schema.field(c) if c in tenant.model_columns else h.rows.schema.field(c) for c in source_names]
     )
     parts = [h.rows.select(source_names).cast(schema)]
-    source = row
-    if rebuilt is not None and rebuilt.num_rows:
-        owner, source, visible = _merge_rebuilt(h, rebuilt, segment, seg_start, low, counts, owner, row, visible)
-        parts.append(rebuilt.select(source_names).cast(schema))
-    rebuilt_rows = rebuilt.num_rows if rebuilt is not None else 0
+    if hidden is None and rebuilt is None:
+        # Every candidate is visible: each range is its sequence's history part as it stands.
+        kept_starts, kept_counts, kept = low, counts, None
+    else:
+        owner = np.repeat(np.arange(n, dtype=np.int64), counts)
+        row = _spans(low, counts)
+        visible = np.ones(len(row), bool)
+        if hidden is not None:
+            check = np.flatnonzero(hidden[row])
+            who, where = owner[check], row[check]
+            visible[check] = (window[where] != p.open_window[who]) & (h.lsn[where] <= matrix[who, column[where]])
+        source = row
+        if rebuilt is not None:
+            owner, source, visible = _merge_rebuilt(h, rebuilt, segment, seg_start, low, counts, owner, row, visible)
+            parts.append(rebuilt.select(source_names).cast(schema))
+        # Keep the newest `need` visible candidates of each pointer.
+        seen = np.cumsum(visible)
+        per_pointer = np.bincount(owner, weights=visible, minlength=n).astype(np.int64)
+        first = np.concatenate([[0], np.cumsum(np.bincount(owner, minlength=n))])[:-1].astype(np.int64)
+        rank = seen - np.concatenate([[0], seen])[first][owner]  # 1-based among the pointer's visible ones
+        keep = visible & (rank > per_pointer[owner] - np.minimum(need, per_pointer)[owner])
+        kept = source[keep]
+        kept_counts = np.bincount(owner[keep], minlength=n).astype(np.int64)
+        kept_starts = np.cumsum(kept_counts) - kept_counts
 
-    # Keep the newest `need` visible candidates of each pointer.
-    if visible is None:
-        visible = np.ones(len(owner), bool)
-    seen = np.cumsum(visible)
-    per_pointer = np.bincount(owner, weights=visible, minlength=n).astype(np.int64)
-    starts = np.concatenate([[0], np.cumsum(np.bincount(owner, minlength=n))])[:-1].astype(np.int64)
-    seen_before = np.concatenate([[0], seen])[starts]
-    rank = seen - seen_before[owner]  # 1-based among the pointer's visible candidates, oldest first
-    keep = visible & (rank > per_pointer[owner] - np.minimum(p.need, per_pointer)[owner])
-    kept_owner, kept = owner[keep], source[keep]
-
-    # Fragment rows after each pointer's kept rows.
+    # Each sequence: its kept rows, then its fragment's rows (source rows after history and rebuilt).
     fragment = _fragment_rows(pointers, tenant, source_names, schema)
     parts.append(fragment)
-    kept_counts = np.bincount(kept_owner, minlength=n).astype(np.int64)
-    lengths = kept_counts + p.fragment_lengths
-    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
-    take = np.empty(int(offsets[-1]), np.int64)
-    kept_starts = np.concatenate([[0], np.cumsum(kept_counts)])[:-1]
-    take[offsets[:-1][kept_owner] + np.arange(len(kept), dtype=np.int64) - kept_starts[kept_owner]] = kept
-    fragment_owner = np.repeat(np.arange(n, dtype=np.int64), p.fragment_lengths)
-    take[offsets[:-1][fragment_owner] + kept_counts[fragment_owner] + _ranks(p.fragment_lengths)] = (
-        h.rows.num_rows + rebuilt_rows + np.arange(len(fragment_owner), dtype=np.int64)
-    )
+    base = sum(part.num_rows for part in parts[:-1])
+    fragment_starts = np.cumsum(p.fragment_lengths) - p.fragment_lengths
+    lengths = np.stack([kept_counts, p.fragment_lengths], axis=1).ravel()
+    if kept is None:
+        take = _spans(np.stack([kept_starts, base + fragment_starts], axis=1).ravel(), lengths)
+    else:  # kept rows are listed apart: positions in [kept rows, fragment rows], then source rows
+        lookup = np.concatenate([kept, base + np.arange(fragment.num_rows, dtype=np.int64)])
+        take = lookup[_spans(np.stack([kept_starts, len(kept) + fragment_starts], axis=1).ravel(), lengths)]
+    offsets = np.concatenate([[0], np.cumsum(kept_counts + p.fragment_lengths)]).astype(np.int64)
     rows = pa.concat_tables(parts).combine_chunks()
     return SequenceRows(rows, take, offsets)
 
