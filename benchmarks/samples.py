@@ -31,7 +31,7 @@ from pipelines.compaction import history_tables
 from pipelines.duckdb_compaction import write_history_run
 from pipelines.landing import landing_paths
 from pipelines.training.arrow_reconstruct import Reconstruction, sample_batches
-from pipelines.training.capture import Request, capture_requests, fat_rows, training_rows
+from pipelines.training.capture import Request, capture_batch, request_table
 from pipelines.training.materialize import fatrow_match, read_fatrows_pyarrow, write_arrow_samples
 from pipelines.training.online_view import ViewSnapshot
 from pipelines.training.sequence import Tenant, tenants
@@ -197,15 +197,17 @@ def request_hours(users: np.ndarray, k: int, seed: int) -> dict[int, list[int]]:
 
 def serve_day(config: Config, rows: pa.Table, day_start_us: int, scale: Scale, seed: int, staging: Path) -> dict:
     """Publish the history before the day, then hour by hour publish the hour and capture its requests
-    for every tenant; training and fat rows are staged per bucket and written once per tenant.
-    Returns the capture seconds per tenant."""
-    history, _ = history_tables(config)
+    for every tenant from one snapshot of the online view (a serving process keeps its history reader
+    between snapshots); training and fat rows are staged per bucket and written once per tenant.
+    Returns the capture seconds per tenant (opening the hour's snapshot counted for each tenant)."""
+    history, detail = history_tables(config)
     day_window = day_start_us // HOUR_US
     window = rows["window_id"].to_numpy()
     publish(history, config, rows.filter(pa.array(window < day_window)), "base", [int(window.min()), day_window - 1])
     hours = request_hours(np.unique(rows["user_id"].to_numpy()), scale.requests_per_user, seed)
     profiles = tenants(config)
     seconds = dict.fromkeys((t.name for t in profiles), 0.0)
+    reader = HistoryReader(history)
     for hour in range(24):
         current = day_window + hour
         published = rows.filter(pa.array(window == current))
@@ -215,17 +217,19 @@ def serve_day(config: Config, rows: pa.Table, day_start_us: int, scale: Scale, s
         if not users:
             continue
         at = _timestamp(day_start_us + (hour + 1) * HOUR_US - 1)
-        requests = [Request(f"{u}-{hour}-{n}", u, at, n % 10 == 0, 0, "feed", hour) for n, u in enumerate(users)]
-        for tenant in profiles:
-            history, detail = history_tables(config)
-            started = time.perf_counter()
-            with ViewSnapshot(config, history, detail, landing_paths(config)) as view:
-                captures = capture_requests(
-                    view, HistoryReader(history), tenant, requests, config.training.fragment_events
-                )
-            seconds[tenant.name] += time.perf_counter() - started
-            _stage(staging, tenant, "training", hour, training_rows(captures, tenant), config)
-            _stage(staging, tenant, "fatrow", hour, fat_rows(captures, tenant), config)
+        requests = request_table(
+            [Request(f"{u}-{hour}-{n}", u, at, n % 10 == 0, 0, "feed", hour) for n, u in enumerate(users)]
+        )
+        started = time.perf_counter()
+        with ViewSnapshot(config, history, detail, landing_paths(config)) as view:
+            landing = view.landing_rows(sorted(set(users)))
+            opened = time.perf_counter() - started
+            for tenant in profiles:
+                started = time.perf_counter()
+                batch = capture_batch(view, reader, tenant, requests, config.training.fragment_events, landing)
+                seconds[tenant.name] += opened + time.perf_counter() - started
+                _stage(staging, tenant, "training", hour, batch.training, config)
+                _stage(staging, tenant, "fatrow", hour, batch.fat_rows, config)
     # Late rows of the day's last hours, then one run of everything (the overnight capacity merge).
     rest = rows.filter(pa.array(window >= day_window + 24))
     if rest.num_rows:

@@ -328,7 +328,10 @@ def gather_sequences(
 
     source_names = list(dict.fromkeys([*tenant.model_columns, *extra]))
     schema = pa.schema(
-        [tenant.schema.field(c) if c in tenant.model_columns else h.rows.schema.field(c) for c in source_names]
+        [
+            tenant.schema.field(c) if c in tenant.model_columns else h.rows.schema.field(c).with_nullable(True)
+            for c in source_names
+        ]
     )
     parts = [h.rows.select(source_names).cast(schema)]
     if hidden is None and rebuilt is None:

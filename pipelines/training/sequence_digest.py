@@ -16,6 +16,7 @@ functions only, no step beyond 2^63 (neither DuckDB nor Spark in ANSI mode overf
 
 from __future__ import annotations
 
+import hashlib
 import threading
 from typing import Literal
 
@@ -118,8 +119,18 @@ def _float_pieces(values: np.ndarray, present, out: np.ndarray) -> None:
         np.bitwise_and(fraction >> shift, MASK, out=out[1 + i])
 
 
+FEW_STRINGS = 512  # distinct values hashed with hashlib; more go through DuckDB's vectorized sha256
+
+
 def _string_pieces(strings: pa.Array) -> np.ndarray:
-    """The first 8 bytes of the SHA-256 of each string, as 4 pieces (the first tagged): (n, 4)."""
+    """The first 8 bytes of the SHA-256 of each (non-null, distinct) string, as 4 pieces, the first
+    tagged: (n, 4). A column's distinct values are few (a dictionary): hashing them costs less than
+    a query; many go to DuckDB in one vectorized pass."""
+    if len(strings) <= FEW_STRINGS:
+        digests = b"".join(hashlib.sha256(s.encode()).digest()[:8] for s in strings.to_pylist())
+        table = np.frombuffer(digests, ">u2").astype(np.int64).reshape(len(strings), 4)
+        table[:, 0] += PRESENT
+        return table
     con = _hasher().cursor()
     try:
         con.register("_strings", pa.table({"i": np.arange(len(strings), dtype=np.int64), "s": strings}))
