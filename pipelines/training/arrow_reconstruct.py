@@ -25,7 +25,7 @@ from pyiceberg.table import Table
 
 from pipelines.parse import landing_schema
 from pipelines.training.gather import SequenceRows, gather_sequences
-from pipelines.training.prefetch import PrefetchingIterator
+from pipelines.training.prefetch import PrefetchingIterator, ordered_map
 from pipelines.training.reconstruct import Mode
 from pipelines.training.sequence import Tenant
 from pipelines.training.sequence_digest import checksum_bytes, fold_checksums, row_lanes
@@ -51,26 +51,34 @@ class SampleBatch:
     assembled: pa.Table  # every rebuilt sequence, verified or not (to measure a mode against fat rows)
 
 
-def pointer_batches(training: Table, fs, batch_rows: int) -> Iterator[pa.Table]:
-    """The training table's rows, bucket by bucket, in batches of at most `batch_rows` that never
-    mix buckets (a batch reads one bucket of history and detail)."""
+SEQUENCE_ROWS_PER_BATCH = 1 << 21  # rows of all sequences a batch may hold: bounds its memory
+
+
+def pointer_batches(
+    training: Table, fs, batch_rows: int, sequence_rows: int = SEQUENCE_ROWS_PER_BATCH
+) -> Iterator[pa.Table]:
+    """The training table's rows, bucket by bucket, in batches that never mix buckets (a batch reads
+    one bucket of history and detail) and hold about `batch_rows` pointers or `sequence_rows` rows
+    of sequences (their lengths), whichever comes first."""
     tasks = list(training.scan().plan_files())
     if any(task.delete_files for task in tasks):
         raise SeqlakeError(f"{training.name()} has row-level deletes; rewrite it before reconstructing")
     by_bucket: dict[int, list[str]] = {}
     for task in tasks:
         by_bucket.setdefault(task.file.partition[0], []).append(task.file.file_path)
+    step = max(1, min(batch_rows, 256))
     for bucket in sorted(by_bucket):
         pending: list[pa.RecordBatch] = []
-        rows = 0
+        rows = held = 0
         for path in sorted(by_bucket[bucket]):
             with fs.open_input_file(path) as handle:
-                for batch in pq.ParquetFile(handle).iter_batches(batch_size=batch_rows):
+                for batch in pq.ParquetFile(handle).iter_batches(batch_size=step):
                     pending.append(batch)
                     rows += batch.num_rows
-                    if rows >= batch_rows:
+                    held += int(pc.sum(batch["length"]).as_py() or 0)
+                    if rows >= batch_rows or held >= sequence_rows:
                         yield pa.Table.from_batches(pending)
-                        pending, rows = [], 0
+                        pending, rows, held = [], 0, 0
         if pending:
             yield pa.Table.from_batches(pending)
 
@@ -128,20 +136,22 @@ class Reconstruction:
         mode: Mode = "lsn",
         filesystem=None,
         batch_rows: int = 2048,
+        workers: int = 2,
     ) -> None:
         self.config, self.tenant, self.mode = config, tenant, mode
         self.training, self.history, self.detail = training, history, detail
         self.fs = filesystem or PlainFileSystem()
         # Neighbours share packed row groups: the cache decodes each column chunk once for all of them.
         self.reader = CachedHistoryReader(history, filesystem=self.fs)
-        self.batch_rows = batch_rows
+        self.batch_rows, self.workers = batch_rows, workers
         # One in-memory database for all batches (each batch a cursor: its own views, no new instance).
         self.database = connect(extensions=())
 
     def batches(self) -> Iterator[SampleBatch]:
+        """The rebuilt batches in pointer order, `workers` rebuilt at a time."""
         # Pointers are not history: their bytes are not counted in the tenant's reads.
-        for pointers in pointer_batches(self.training, PlainFileSystem(), self.batch_rows):
-            yield self.rebuild(pointers)
+        pointers = pointer_batches(self.training, PlainFileSystem(), self.batch_rows)
+        yield from ordered_map(self.rebuild, pointers, self.workers)
 
     def rebuild(self, pointers: pa.Table) -> SampleBatch:
         """The batch's sequences, rebuilt and verified in one DuckDB plan over Arrow."""
