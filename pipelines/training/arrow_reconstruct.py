@@ -154,7 +154,7 @@ class Reconstruction:
         yield from ordered_map(self.rebuild, pointers, self.workers)
 
     def rebuild(self, pointers: pa.Table) -> SampleBatch:
-        """The batch's sequences, rebuilt and verified in one DuckDB plan over Arrow."""
+        """The batch's sequences, rebuilt and verified set-wise (see `rebuild_batch`)."""
         history = stack_users(self._history_rows(pointers), self.reader, self.tenant)
         events = self._open_window_events(pointers) if self.mode == "lsn" else None
         return rebuild_batch(self.config, self.tenant, self.mode, pointers, history, events, self.database)
