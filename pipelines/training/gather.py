@@ -244,12 +244,13 @@ def rebuilt_open_window(
     own = con is None
     con = connect(extensions=()) if own else con
     try:
-        con.register("_pointers", pointers.select(["user_id", "open_window", "lsn_bound"]))
+        keys = pointers.select(["user_id", "open_window", "lsn_bound"])
+        con.register("_pointers", keys.append_column("_pos", pa.array(np.arange(keys.num_rows, dtype=np.int64))))
         con.register("_events", events)
         visible = (
             "WITH _bounds AS (SELECT _pos, user_id, open_window AS window_id, "
             "unnest(map_keys(lsn_bound)) AS source_partition, unnest(map_values(lsn_bound)) AS lsn_bound "
-            "FROM (SELECT row_number() OVER () - 1 AS _pos, * FROM _pointers)), "
+            "FROM _pointers), "
             "_visible_events AS (SELECT b._pos, e.* FROM _events AS e JOIN _bounds AS b "
             "ON e.user_id = b.user_id AND e.window_id = b.window_id "
             "AND e.source_partition = b.source_partition AND e.lsn <= b.lsn_bound) "
