@@ -12,6 +12,8 @@ from __future__ import annotations
 import itertools
 import uuid
 import warnings
+from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
 
 import numpy as np
 import pyarrow as pa
@@ -26,22 +28,32 @@ from tableformat.bucketing import bucket_of
 
 
 class BucketFiles:
-    """Data files for `table`, written as batches come; nothing is visible before `commit`."""
+    """Data files for `table`, written as batches come (`writers` files at a time, in the
+    background); nothing is visible before `commit`."""
 
-    def __init__(self, table: Table, bucket_count: int) -> None:
+    def __init__(self, table: Table, bucket_count: int, writers: int = 2) -> None:
         self.table, self.bucket_count = table, bucket_count
         self.files: list[DataFile] = []
         self._uuid = uuid.uuid4()
         self._counter = itertools.count()
+        self._pool = ThreadPoolExecutor(max_workers=writers, thread_name_prefix="seqlake-write")
+        self._writers = writers
+        self._pending: deque[Future] = deque()
 
     def write(self, rows: pa.Table) -> None:
-        """Write `rows` (all of one bucket of user_id) as one data file."""
+        """Write `rows` (all of one bucket of user_id) as one data file; waits while `writers`
+        files are being written (their rows stay in memory until then)."""
         if not rows.num_rows:
             return
         buckets = bucket_of(rows["user_id"], self.bucket_count)
         bucket = int(buckets[0])
         if not np.all(buckets == bucket):
             raise SeqlakeError(f"rows of buckets {sorted(set(buckets.tolist()))} given as one bucket")
+        while len(self._pending) >= self._writers:
+            self.files.extend(self._pending.popleft().result())
+        self._pending.append(self._pool.submit(self._write, rows, bucket, next(self._counter)))
+
+    def _write(self, rows: pa.Table, bucket: int, number: int) -> list[DataFile]:
         metadata = self.table.metadata
         spec, schema = metadata.spec(), metadata.schema()
         [field] = spec.fields
@@ -51,15 +63,35 @@ class BucketFiles:
         )
         task = WriteTask(
             write_uuid=self._uuid,
-            task_id=next(self._counter),
+            task_id=number,
             schema=file_schema,
             record_batches=rows.to_batches(),
             partition_key=key,
         )
-        self.files.extend(write_file(self.table.io, metadata, iter([task])))
+        return list(write_file(self.table.io, metadata, iter([task])))
+
+    def finish(self) -> None:
+        """Wait for the files being written (an error of one is raised here)."""
+        try:
+            while self._pending:
+                self.files.extend(self._pending.popleft().result())
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        """Stop writing: files not started are not written (a failed job leaves unreferenced files
+        at most, which orphan removal deletes)."""
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+    def __enter__(self) -> BucketFiles:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
     def commit(self, replacing: BooleanExpression | None = None) -> None:
         """One commit: delete the rows matching `replacing` (if any), then add the written files."""
+        self.finish()
         transaction = self.table.transaction()
         if replacing is not None and self.table.current_snapshot() is not None:
             with warnings.catch_warnings():  # pyiceberg warns when nothing matches

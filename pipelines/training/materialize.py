@@ -12,6 +12,7 @@ from __future__ import annotations
 import tempfile
 import time
 import warnings
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,6 +32,7 @@ from pipelines.training.tables import (
     SEQUENCE,
     create_bucketed_table,
     fatrow_table_name,
+    may_hold,
     samples_table_name,
     sequence_table_schema,
     training_table_name,
@@ -80,7 +82,7 @@ def write_arrow_samples(
             table = create_bucketed_table(config, samples_table_name(tenant), sequence_table_schema(tenant))
             samples_out = BucketFiles(table, config.layout.bucket_count)
             failures = []
-        with PrefetchingIterator(reconstruction.batches()) as batches:
+        with PrefetchingIterator(reconstruction.batches()) as batches, samples_out or nullcontext():
             for n, batch in enumerate(batches):
                 requests += batch.assembled.num_rows
                 samples += batch.samples.num_rows
@@ -91,8 +93,9 @@ def write_arrow_samples(
                 samples_out.write(batch.samples)
                 if batch.quarantined.num_rows:
                     failures.append(batch.quarantined)
+            if mode == "lsn":
+                samples_out.commit(replacing=AlwaysTrue())
         if mode == "lsn":
-            samples_out.commit(replacing=AlwaysTrue())
             _replace_quarantine(config, tenant.name, engine, failures)
             matched = fatrow_match(config, tenant, samples_table=samples_table_name(tenant)) if compare else 0
         else:
@@ -105,7 +108,7 @@ def _replace_quarantine(config: Config, tenant: str, engine: str, failures: list
     commit when there is nothing to remove or add."""
     table = create_bucketed_table(config, QUARANTINE, QUARANTINE_SCHEMA)
     rows = And(EqualTo("tenant", tenant), EqualTo("engine", engine))
-    holds = table.current_snapshot() is not None and any(True for _ in table.scan(row_filter=rows).plan_files())
+    holds = may_hold(table, rows)
     if not failures and not holds:
         return
     transaction = table.transaction()

@@ -34,6 +34,8 @@ from pipelines.training.tables import (
     QUARANTINE,
     QUARANTINE_SCHEMA,
     SEQUENCE,
+    create_bucketed_table,
+    may_hold,
     samples_table_name,
     sequence_table_schema,
     training_table_name,
@@ -219,10 +221,11 @@ def reconstruct_with_spark(spark: SparkSession, config: Config, tenant: Tenant, 
 
 def write_spark_samples(spark: SparkSession, config: Config, tenant: Tenant) -> tuple[int, int]:
     """Rebuild the tenant's samples on Spark (LSN mode); replace samples_<tenant> with the verified
-    ones and this tenant's Spark rows of the quarantine table with the failed ones. Returns
-    (samples, quarantined)."""
+    ones and this tenant's Spark rows of the quarantine table with the failed ones (no commit there
+    when it has none of them and none failed). Returns (samples, quarantined)."""
     results = reconstruct_with_spark(spark, config, tenant, "lsn").persist()
     try:
+        counts = {r["ok"]: r["count"] for r in results.groupBy("ok").count().collect()}
         names = sequence_table_schema(tenant).names
         results.where("ok").select(*names).writeTo(spark_name(config, samples_table_name(tenant))).overwrite(
             F.lit(True)
@@ -239,10 +242,18 @@ def write_spark_samples(spark: SparkSession, config: Config, tenant: Tenant) -> 
             "expected_length",
             "actual_length",
         )
-        failed.select(*QUARANTINE_SCHEMA.names).writeTo(spark_name(config, QUARANTINE)).overwrite(
-            (F.col("tenant") == tenant.name) & (F.col("engine") == engine)
-        )
-        counts = {r["ok"]: r["count"] for r in results.groupBy("ok").count().collect()}
+        if counts.get(False, 0) or _quarantine_holds(config, tenant.name, engine):
+            failed.select(*QUARANTINE_SCHEMA.names).writeTo(spark_name(config, QUARANTINE)).overwrite(
+                (F.col("tenant") == tenant.name) & (F.col("engine") == engine)
+            )
     finally:
         results.unpersist()
     return counts.get(True, 0), counts.get(False, 0)
+
+
+def _quarantine_holds(config: Config, tenant: str, engine: str) -> bool:
+    """Whether the quarantine table may hold rows of this tenant and engine."""
+    from pyiceberg.expressions import And, EqualTo
+
+    table = create_bucketed_table(config, QUARANTINE, QUARANTINE_SCHEMA)
+    return may_hold(table, And(EqualTo("tenant", tenant), EqualTo("engine", engine)))
