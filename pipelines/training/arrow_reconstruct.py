@@ -12,15 +12,13 @@ one gather per list column, one vectorized fold for every checksum, no Python pe
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
-from datetime import timedelta
+from dataclasses import dataclass
 
 import duckdb
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-from pyiceberg.expressions import And, In
 from pyiceberg.table import Table
 
 from pipelines.parse import landing_schema
@@ -35,10 +33,9 @@ from seqlake.duckdb_session import connect
 from seqlake.errors import SeqlakeError
 from tableformat.cache import CachedHistoryReader
 from tableformat.io import PlainFileSystem
-from tableformat.multi_reader import histories
-from tableformat.reader import HistoryReader, Selection, stats_overlap
+from tableformat.lookup_index import micros
+from tableformat.reader import stats_overlap
 
-ONE_MICROSECOND = timedelta(microseconds=1)
 # Landing columns a rebuild groups or orders by, besides items and the tenant's columns (detail events
 # are deduplicated already: event ids are not needed).
 REBUILD_KEYS = ("user_id", "feature_group", "event_ts", "lsn", "source_partition", "window_id")
@@ -83,19 +80,30 @@ def pointer_batches(
             yield pa.Table.from_batches(pending)
 
 
+def detail_files(detail: Table) -> dict[int, list[str]]:
+    """The detail table's data files by window (its partition): one plan for a whole job."""
+    files: dict[int, list[str]] = {}
+    if detail.current_snapshot() is None:
+        return files
+    spec = detail.spec()
+    position = next(i for i, f in enumerate(spec.fields) if f.name == "window_id")
+    for task in detail.scan().plan_files():
+        files.setdefault(int(task.file.partition[position]), []).append(task.file.file_path)
+    return files
+
+
 def detail_events(
-    detail: Table, config: Config, tenant: Tenant, fs, user_ids: list[int], windows: list[int]
+    config: Config, tenant: Tenant, fs, paths: list[str], user_ids: list[int], windows: list[int]
 ) -> pa.Table:
-    """Detail events of the users in the windows, of the tenant's feature groups, with only the columns
-    a rebuild of the tenant's rows needs (the others are null): partition pruning by window, row
-    filter by user and group."""
+    """Detail events of the users in the windows, of the tenant's feature groups, from the windows'
+    files `paths`, with only the columns a rebuild of the tenant's rows needs (the others are
+    null): row groups by user bounds, rows by user, group and window."""
     schema = pa.schema([f.with_nullable(True) for f in landing_schema(config)])
     items = {config.feature_groups[g].item_column for g in tenant.feature_groups}
     needed = [n for n in schema.names if n in {*REBUILD_KEYS, *items, *tenant.columns}]
-    condition = And(In("window_id", set(windows)), In("user_id", set(user_ids)))
     parts = []
-    for task in detail.scan(row_filter=condition).plan_files():
-        with fs.open_input_file(task.file.file_path) as handle:
+    for path in paths:
+        with fs.open_input_file(path) as handle:
             parquet = pq.ParquetFile(handle)
             groups = _groups_holding(parquet.metadata, min(user_ids), max(user_ids))
             rows = parquet.read_row_groups(groups, columns=needed) if groups else None
@@ -144,6 +152,7 @@ class Reconstruction:
         # Neighbours share packed row groups: the cache decodes each column chunk once for all of them.
         self.reader = CachedHistoryReader(history, filesystem=self.fs)
         self.batch_rows, self.workers = batch_rows, workers
+        self._detail_files: dict[int, list[str]] | None = None
         # One in-memory database for all batches (each batch a cursor: its own views, no new instance).
         self.database = connect(extensions=())
 
@@ -155,30 +164,41 @@ class Reconstruction:
 
     def rebuild(self, pointers: pa.Table) -> SampleBatch:
         """The batch's sequences, rebuilt and verified set-wise (see `rebuild_batch`)."""
-        history = stack_users(self._history_rows(pointers), self.reader, self.tenant)
+        history = self.history_rows(pointers)
         events = self._open_window_events(pointers) if self.mode == "lsn" else None
         return rebuild_batch(self.config, self.tenant, self.mode, pointers, history, events, self.database)
 
-    def _ranged_histories(self, selections: dict[int, Selection]) -> dict[int, pa.Table]:
-        """Each user's rows in its own selection: one multi-user read over the union of the ranges
-        (the reader's snapshot index plans files once for the batch), then each user's own range."""
-        if not selections:
-            return {}
-        union = replace(
-            next(iter(selections.values())),
-            start=min(s.start for s in selections.values()),
-            end=max(s.end for s in selections.values()),
-        )
-        found = histories(self.reader, list(selections), union, max_workers=1)
-        out = {}
-        for user, rows in found.items():
-            own = selections[user]
-            ts = rows["event_ts"]
-            keep = pc.and_(
-                pc.greater_equal(ts, pa.scalar(own.start, ts.type)), pc.less(ts, pa.scalar(own.end, ts.type))
-            )
-            out[user] = rows.filter(keep)
-        return out
+    def history_rows(self, pointers: pa.Table) -> pa.Table:
+        """The batch's users' history rows that its requests may need (`user_id` and the tenant's
+        read columns), in file order: per data file that may hold the users (bucket and user
+        bounds), the row groups whose user, feature-group and time bounds meet the batch's, read in
+        one call through the reader's cache, then filtered by user, group and the batch's time span.
+        No work per user: the rebuild finds each request's rows by binary search."""
+        tenant = self.tenant
+        columns = ["user_id", *(c for c in tenant.read_columns() if c != "user_id")]
+        users = np.unique(pointers["user_id"].to_numpy())
+        start, end = pc.min(pointers["range_start"]).as_py(), pc.max(pointers["range_end"]).as_py()
+        index = self.reader.lookup_index()
+        parts = []
+        if start is not None:
+            low, high = micros(start), micros(end)
+            for plan in index.plans(users.tolist()):
+                entry = index.entry(plan.uri)
+                held = np.asarray(plan.users, np.int64)
+                chosen = np.searchsorted(held, entry.user_max, "right") > np.searchsorted(held, entry.user_min, "left")
+                chosen &= (entry.ts_max >= low) & (entry.ts_min <= high)
+                chosen &= _groups_meet(entry.group_min, entry.group_max, tenant.feature_groups)
+                if chosen.any():
+                    parts.append(self.reader.read_groups(plan.uri, np.flatnonzero(chosen).tolist(), columns))
+        if not parts:
+            return self.reader.arrow_schema().empty_table().select(columns)
+        rows = pa.concat_tables(parts)
+        groups = pa.array(tenant.feature_groups)
+        ts = rows["event_ts"]
+        mine = pc.and_(pc.is_in(rows["user_id"], pa.array(users)), pc.is_in(rows["feature_group"], groups))
+        inside = pc.and_(pc.greater_equal(ts, pa.scalar(start, ts.type)), pc.less_equal(ts, pa.scalar(end, ts.type)))
+        keep = pc.and_(mine, inside)
+        return rows.filter(keep)
 
     def _open_window_events(self, pointers: pa.Table) -> pa.Table:
         """Detail events of the batch's users in the windows open at their captures."""
@@ -186,40 +206,20 @@ class Reconstruction:
         windows = pc.unique(pointers["open_window"]).to_pylist()
         if not users:
             return landing_schema(self.config).empty_table()
-        return detail_events(self.detail, self.config, self.tenant, self.fs, users, windows)
+        if self._detail_files is None:  # planned once: a plan per batch costs more than its reads
+            self._detail_files = detail_files(self.detail)
+        paths = [path for w in windows for path in self._detail_files.get(w, [])]
+        return detail_events(self.config, self.tenant, self.fs, paths, users, windows)
 
-    def _history_rows(self, pointers: pa.Table) -> dict[int, pa.Table]:
-        """Each user's history rows that the batch's requests may need, with the tenant's groups and
-        columns. A request shorter than its Top-K holds the user's whole visible history, so users
-        with only such requests are read together (each row group once) up to their newest range end;
-        the others over the union of their requests' ranges, from one file plan for the batch."""
-        tenant = self.tenant
-        columns = tenant.read_columns()
-        per_user = pointers.group_by("user_id").aggregate(
-            [("range_start", "min"), ("range_end", "max"), ("length", "max"), ("top_k", "min")]
-        )
-        out: dict[int, pa.Table] = {}
-        whole, whole_end = [], None
-        ranged: dict[int, Selection] = {}
-        for user, start, end, length, top_k in zip(
-            *(
-                per_user[c].to_pylist()
-                for c in ("user_id", "range_start_min", "range_end_max", "length_max", "top_k_min")
-            ),
-            strict=True,
-        ):
-            if start is None:
-                out[user] = self.reader.arrow_schema().empty_table().select(list(columns))
-            elif length < top_k:
-                whole.append(user)
-                whole_end = end if whole_end is None else max(whole_end, end)
-            else:
-                ranged[user] = Selection(tenant.feature_groups, columns, start=start, end=end + ONE_MICROSECOND)
-        out.update(self._ranged_histories(ranged))
-        if whole:
-            selection = Selection(tenant.feature_groups, columns, end=whole_end + ONE_MICROSECOND)
-            out.update(histories(self.reader, whole, selection, max_workers=1))
-        return out
+
+def _groups_meet(low: np.ndarray, high: np.ndarray, groups: tuple[str, ...]) -> np.ndarray:
+    """Row groups whose feature-group bounds (None: unknown) may hold one of `groups`."""
+    unknown = np.array([v is None for v in low], bool)
+    lows, highs = np.where(unknown, "", low).astype(str), np.where(unknown, "", high).astype(str)
+    meet = unknown.copy()
+    for group in groups:
+        meet |= ~unknown & (lows <= group) & (highs >= group)
+    return meet
 
 
 def rebuild_batch(
@@ -306,20 +306,6 @@ def hex_strings(values: pa.Array) -> pa.Array:
     text[0::2], text[1::2] = digits[raw >> 4], digits[raw & 15]
     spans = ((offsets - offsets[0]) * 2).astype(np.int32)
     return pa.StringArray.from_buffers(n, pa.py_buffer(spans.tobytes()), pa.py_buffer(text.tobytes()))
-
-
-def stack_users(per_user: dict[int, pa.Table], reader: HistoryReader, tenant: Tenant) -> pa.Table:
-    """One table of the users' history rows with a `user_id` column (what the plan joins on)."""
-    columns = list(tenant.read_columns())
-    parts = [
-        rows.select(columns).append_column("user_id", pa.array(np.full(rows.num_rows, user, dtype=np.int64)))
-        for user, rows in per_user.items()
-        if rows.num_rows
-    ]
-    if not parts:
-        schema = reader.arrow_schema()
-        return pa.schema([schema.field(c) for c in columns] + [pa.field("user_id", pa.int64())]).empty_table()
-    return pa.concat_tables(parts, promote_options="permissive")
 
 
 def sample_batches(reconstruction: Reconstruction, prefetch: int = 1) -> PrefetchingIterator:

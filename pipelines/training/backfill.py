@@ -358,7 +358,7 @@ class Backfill:
         )
         pointers = label_pointers(self.tenant, keys, self.as_of)
         reconstruction = self.reconstruction
-        history = _stack(reconstruction, pointers)
+        history = reconstruction.history_rows(pointers)
         events = reconstruction._open_window_events(pointers) if self.as_of == "arrival" else None
         found = backfill_batch(self.config, self.tenant, self.as_of, keys, history, events)
         self.leakage.add(found.leaked)
@@ -369,12 +369,6 @@ class Backfill:
 
     def close(self) -> None:
         self.con.close()
-
-
-def _stack(reconstruction: Reconstruction, pointers: pa.Table) -> pa.Table:
-    from pipelines.training.arrow_reconstruct import stack_users
-
-    return stack_users(reconstruction._history_rows(pointers), reconstruction.reader, reconstruction.tenant)
 
 
 def write_backfill(

@@ -234,6 +234,19 @@ class _Pointers:
         )
 
 
+_REBUILD_SQL: dict[int, tuple[Config, str]] = {}
+
+
+def _rebuild_sql(config: Config) -> str:
+    """The open window's aggregation per (pointer, item) in DuckDB, translated once per configuration."""
+    found = _REBUILD_SQL.get(id(config))
+    if found is None or found[0] is not config:
+        if len(_REBUILD_SQL) >= 8:  # a process has few configurations: keep the newest few
+            _REBUILD_SQL.clear()
+        found = _REBUILD_SQL[id(config)] = (config, aggregation_sql(config, "_visible_events", "duckdb", ("_pos",)))
+    return found[1]
+
+
 def rebuilt_open_window(
     config: Config, tenant: Tenant, pointers: pa.Table, events: pa.Table, con: duckdb.DuckDBPyConnection | None = None
 ) -> pa.Table:
@@ -256,9 +269,7 @@ def rebuilt_open_window(
             "AND e.source_partition = b.source_partition AND e.lsn <= b.lsn_bound) "
         )
         groups = pa.array(tenant.feature_groups)
-        rows = con.execute(
-            f"{visible}{aggregation_sql(config, '_visible_events', 'duckdb', ('_pos',))}"
-        ).to_arrow_table()
+        rows = con.execute(f"{visible}{_rebuild_sql(config)}").to_arrow_table()
     finally:
         if own:
             con.close()
