@@ -31,7 +31,7 @@ from pipelines.training.tables import QUARANTINE_SCHEMA, REQUEST_COLUMNS, SEQUEN
 from seqlake.config import Config
 from seqlake.duckdb_session import connect
 from seqlake.errors import SeqlakeError
-from tableformat.cache import CachedHistoryReader
+from tableformat.cache import CachedHistoryReader, HistoryCache
 from tableformat.io import PlainFileSystem
 from tableformat.lookup_index import micros
 from tableformat.reader import stats_overlap
@@ -39,6 +39,7 @@ from tableformat.reader import stats_overlap
 # Landing columns a rebuild groups or orders by, besides items and the tenant's columns (detail events
 # are deduplicated already: event ids are not needed).
 REBUILD_KEYS = ("user_id", "feature_group", "event_ts", "lsn", "source_partition", "window_id")
+DETAIL_CACHE_BYTES = 512 * 2**20  # decoded open-window detail kept for a job's batches
 
 
 @dataclass(frozen=True)
@@ -93,27 +94,45 @@ def detail_files(detail: Table) -> dict[int, list[str]]:
 
 
 def detail_events(
-    config: Config, tenant: Tenant, fs, paths: list[str], user_ids: list[int], windows: list[int]
+    config: Config,
+    tenant: Tenant,
+    fs,
+    paths: list[str],
+    user_ids: list[int],
+    windows: list[int],
+    cache: HistoryCache | None = None,
 ) -> pa.Table:
     """Detail events of the users in the windows, of the tenant's feature groups, from the windows'
     files `paths`, with only the columns a rebuild of the tenant's rows needs (the others are
-    null): row groups by user bounds, rows by user, group and window."""
+    null), rows chosen by user, group and window. With a `cache`, each file is decoded once for
+    all batches (a bucket's users are spread over every row group of a window's file, sorted by
+    user, so every batch would read it whole again)."""
     schema = pa.schema([f.with_nullable(True) for f in landing_schema(config)])
     items = {config.feature_groups[g].item_column for g in tenant.feature_groups}
     needed = [n for n in schema.names if n in {*REBUILD_KEYS, *items, *tenant.columns}]
+    groups = pa.array(tenant.feature_groups)
     parts = []
     for path in paths:
-        with fs.open_input_file(path) as handle:
-            parquet = pq.ParquetFile(handle)
-            groups = _groups_holding(parquet.metadata, min(user_ids), max(user_ids))
-            rows = parquet.read_row_groups(groups, columns=needed) if groups else None
+        rows = cache.get(path) if cache is not None else None
         if rows is None:
-            continue
+            with fs.open_input_file(path) as handle:
+                parquet = pq.ParquetFile(handle)
+                chosen = (
+                    list(range(parquet.metadata.num_row_groups))
+                    if cache is not None
+                    else _groups_holding(parquet.metadata, min(user_ids), max(user_ids))
+                )
+                rows = parquet.read_row_groups(chosen, columns=needed) if chosen else None
+            if rows is None:
+                continue
+            rows = rows.filter(pc.is_in(rows["feature_group"], groups))
+            if cache is not None:
+                cache.put(path, rows)
         mask = pc.and_(
             pc.is_in(rows["user_id"], pa.array(user_ids, pa.int64())),
-            pc.is_in(rows["feature_group"], pa.array(tenant.feature_groups)),
+            pc.is_in(rows["window_id"], pa.array(windows, pa.int64())),
         )
-        parts.append(rows.filter(pc.and_(mask, pc.is_in(rows["window_id"], pa.array(windows, pa.int64())))))
+        parts.append(rows.filter(mask))
     if not parts:
         return schema.empty_table()
     found = pa.concat_tables(parts)
@@ -153,8 +172,11 @@ class Reconstruction:
         self.reader = CachedHistoryReader(history, filesystem=self.fs)
         self.batch_rows, self.workers = batch_rows, workers
         self._detail_files: dict[int, list[str]] | None = None
+        self._detail_cache = HistoryCache(DETAIL_CACHE_BYTES)
         # One in-memory database for all batches (each batch a cursor: its own views, no new instance).
         self.database = connect(extensions=())
+        # A batch's queries are small and batches are rebuilt on several threads already.
+        self.database.execute("SET threads = 1")
 
     def batches(self) -> Iterator[SampleBatch]:
         """The rebuilt batches in pointer order, `workers` rebuilt at a time."""
@@ -209,7 +231,7 @@ class Reconstruction:
         if self._detail_files is None:  # planned once: a plan per batch costs more than its reads
             self._detail_files = detail_files(self.detail)
         paths = [path for w in windows for path in self._detail_files.get(w, [])]
-        return detail_events(self.config, self.tenant, self.fs, paths, users, windows)
+        return detail_events(self.config, self.tenant, self.fs, paths, users, windows, self._detail_cache)
 
 
 def _groups_meet(low: np.ndarray, high: np.ndarray, groups: tuple[str, ...]) -> np.ndarray:
