@@ -63,6 +63,12 @@ def candidate_columns(tenant: Tenant) -> list[str]:
     return list(dict.fromkeys([*tenant.model_columns, *ORDER_KEYS]))
 
 
+def history_frame(spark: SparkSession, config: Config) -> DataFrame:
+    """The history table in Spark, read row by row: its float columns are BYTE_STREAM_SPLIT-encoded
+    (tableformat/SPEC.md "Encodings"), which Iceberg's vectorized Parquet reader does not decode."""
+    return spark.read.option("vectorization-enabled", "false").table(spark_name(config, HISTORY))
+
+
 def with_row_lanes(frame: DataFrame, tenant: Tenant) -> DataFrame:
     """`frame` (holding the model columns) with each row's digest in LANES: strings hashed once,
     then the pieces, then the lanes (each step a projection: nothing is computed twice)."""
@@ -117,7 +123,7 @@ def pointer_history_join(
     row's digest (LANES), computed before the join."""
     pointers = _pointer_keys(spark, config, tenant)
     history = (
-        spark.table(spark_name(config, HISTORY))
+        history_frame(spark, config)
         .where(F.col("feature_group").isin(list(tenant.feature_groups)))
         .select("user_id", *tenant.read_columns())
     )
@@ -226,6 +232,7 @@ def write_spark_samples(spark: SparkSession, config: Config, tenant: Tenant) -> 
     results = reconstruct_with_spark(spark, config, tenant, "lsn").persist()
     try:
         counts = {r["ok"]: r["count"] for r in results.groupBy("ok").count().collect()}
+        create_bucketed_table(config, samples_table_name(tenant), sequence_table_schema(tenant))  # if new
         names = sequence_table_schema(tenant).names
         results.where("ok").select(*names).writeTo(spark_name(config, samples_table_name(tenant))).overwrite(
             F.lit(True)
