@@ -26,12 +26,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from benchmarks.synthetic import column_values
+from benchmarks.synthetic import pick_groups, synthetic_rows
 from pipelines.compaction import history_tables
 from pipelines.duckdb_compaction import write_history_run
 from pipelines.landing import landing_paths
 from pipelines.training.arrow_reconstruct import Reconstruction, sample_batches
-from pipelines.training.capture import Request, capture_requests, fat_rows, training_rows
+from pipelines.training.capture import Request, capture_batch, request_table
 from pipelines.training.materialize import fatrow_match, read_fatrows_pyarrow, write_arrow_samples
 from pipelines.training.online_view import ViewSnapshot
 from pipelines.training.sequence import Tenant, tenants
@@ -50,7 +50,6 @@ from seqlake.duckdb_session import connect, sql_literal
 from tableformat.bucketing import bucket_of
 from tableformat.reader import HistoryReader
 from tableformat.registry import RunRecord, commit_runs, live_runs, published_frontier
-from tableformat.schema import history_arrow_schema
 
 HOUR_US = 3_600_000_000
 LATE_SHARE = 0.02  # of the request day's events: published one to three hours after their event time
@@ -149,27 +148,16 @@ def history_rows(config: Config, scale: Scale, day_start_us: int, seed: int) -> 
     lsn = np.empty(n, np.int64)
     arrival = np.lexsort((ts, window, partition))  # per partition, in arrival order
     lsn[arrival] = np.arange(n) - np.searchsorted(partition[arrival], partition[arrival]) + 1
-    groups = list(config.feature_groups)
-    share = [0.8] + [0.2 / (len(groups) - 1)] * (len(groups) - 1) if len(groups) > 1 else [1.0]
-    group = np.array(groups)[rng.choice(len(groups), n, p=share)]
-    columns = {
-        "user_id": user,
-        "feature_group": group,
-        "event_ts": pa.array(ts, pa.int64()).cast(pa.timestamp("us", tz="UTC")),
-        "lsn": lsn,
-        "min_lsn": lsn,
-        "source_partition": partition,
-        "event_count": np.ones(n, np.int32),
-        "window_id": window,
-    }
-    for name, kind in config.column_types().items():
-        owners = [g for g, spec in config.feature_groups.items() if name in spec.columns]
-        values = column_values(kind, n, rng)
-        columns[name] = pa.array(values.to_numpy(zero_copy_only=False), values.type, mask=~np.isin(group, owners))
-    rank = np.searchsorted(sorted(groups), group)
-    order = np.lexsort((lsn, ts, rank, user, bucket_of(user, config.layout.bucket_count)))
-    table = pa.table({k: pa.array(v) if isinstance(v, np.ndarray) else v for k, v in columns.items()})
-    return table.take(pa.array(order)).cast(history_arrow_schema(config))
+    return synthetic_rows(
+        config,
+        user_id=user,
+        feature_group=pick_groups(config, n, rng),
+        event_ts_us=ts,
+        lsn=lsn,
+        source_partition=partition,
+        window_id=window,
+        rng=rng,
+    )
 
 
 def publish(history, config: Config, rows: pa.Table, run_id: str, windows: list[int], replaces=()) -> None:
@@ -197,15 +185,17 @@ def request_hours(users: np.ndarray, k: int, seed: int) -> dict[int, list[int]]:
 
 def serve_day(config: Config, rows: pa.Table, day_start_us: int, scale: Scale, seed: int, staging: Path) -> dict:
     """Publish the history before the day, then hour by hour publish the hour and capture its requests
-    for every tenant; training and fat rows are staged per bucket and written once per tenant.
-    Returns the capture seconds per tenant."""
-    history, _ = history_tables(config)
+    for every tenant from one snapshot of the online view (a serving process keeps its history reader
+    between snapshots); training and fat rows are staged per bucket and written once per tenant.
+    Returns the capture seconds per tenant (opening the hour's snapshot counted for each tenant)."""
+    history, detail = history_tables(config)
     day_window = day_start_us // HOUR_US
     window = rows["window_id"].to_numpy()
     publish(history, config, rows.filter(pa.array(window < day_window)), "base", [int(window.min()), day_window - 1])
     hours = request_hours(np.unique(rows["user_id"].to_numpy()), scale.requests_per_user, seed)
     profiles = tenants(config)
     seconds = dict.fromkeys((t.name for t in profiles), 0.0)
+    reader = HistoryReader(history)
     for hour in range(24):
         current = day_window + hour
         published = rows.filter(pa.array(window == current))
@@ -215,17 +205,19 @@ def serve_day(config: Config, rows: pa.Table, day_start_us: int, scale: Scale, s
         if not users:
             continue
         at = _timestamp(day_start_us + (hour + 1) * HOUR_US - 1)
-        requests = [Request(f"{u}-{hour}-{n}", u, at, n % 10 == 0, 0, "feed", hour) for n, u in enumerate(users)]
-        for tenant in profiles:
-            history, detail = history_tables(config)
-            started = time.perf_counter()
-            with ViewSnapshot(config, history, detail, landing_paths(config)) as view:
-                captures = capture_requests(
-                    view, HistoryReader(history), tenant, requests, config.training.fragment_events
-                )
-            seconds[tenant.name] += time.perf_counter() - started
-            _stage(staging, tenant, "training", hour, training_rows(captures, tenant), config)
-            _stage(staging, tenant, "fatrow", hour, fat_rows(captures, tenant), config)
+        requests = request_table(
+            [Request(f"{u}-{hour}-{n}", u, at, n % 10 == 0, 0, "feed", hour) for n, u in enumerate(users)]
+        )
+        started = time.perf_counter()
+        with ViewSnapshot(config, history, detail, landing_paths(config)) as view:
+            landing = view.landing_rows(sorted(set(users)))
+            opened = time.perf_counter() - started
+            for tenant in profiles:
+                started = time.perf_counter()
+                batch = capture_batch(view, reader, tenant, requests, config.training.fragment_events, landing)
+                seconds[tenant.name] += opened + time.perf_counter() - started
+                _stage(staging, tenant, "training", hour, batch.training, config)
+                _stage(staging, tenant, "fatrow", hour, batch.fat_rows, config)
     # Late rows of the day's last hours, then one run of everything (the overnight capacity merge).
     rest = rows.filter(pa.array(window >= day_window + 24))
     if rest.num_rows:

@@ -6,6 +6,7 @@ Auto-install and auto-load are switched off: DuckDB never downloads an extension
 from __future__ import annotations
 
 import importlib.util
+import threading
 from pathlib import Path
 
 import duckdb
@@ -62,6 +63,24 @@ def connect(
     if _object_storage and extensions:
         use_object_storage(con)
     return con
+
+
+_shared: duckdb.DuckDBPyConnection | None = None
+_shared_lock = threading.Lock()
+
+
+def lake_cursor() -> duckdb.DuckDBPyConnection:
+    """A new connection to the process's one in-memory lake database (extensions loaded once): for
+    short, frequent work such as a capture's online view, where loading the extensions would cost
+    more than the queries. Its temporary tables and registered Arrow tables are its own. On object
+    storage every call connects afresh, with the secret of the current AWS settings."""
+    global _shared
+    if _object_storage:
+        return connect()
+    with _shared_lock:
+        if _shared is None:
+            _shared = connect()
+        return _shared.cursor()
 
 
 def use_object_storage(con: duckdb.DuckDBPyConnection) -> None:

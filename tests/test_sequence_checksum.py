@@ -4,8 +4,11 @@ path, and what it must notice (a changed value, a missing, extra or reordered ro
 from __future__ import annotations
 
 import hashlib
+import math
+import struct
 from datetime import UTC, datetime, timedelta
 
+import numpy as np
 import pyarrow as pa
 import pytest
 import yaml
@@ -13,8 +16,9 @@ from pyspark.sql import functions as F
 
 from pipelines.training.sequence import Tenant
 from pipelines.training.sequence import sequence_checksums as capture_sequence_checksums
-from pipelines.training.sequence_digest import checksum_sql, sequence_checksums
+from pipelines.training.sequence_digest import checksum_sql, row_lanes, sequence_checksums_of
 from seqlake.config import DEFAULT_CONFIG_PATH, parse_config
+from seqlake.duckdb_session import connect
 
 T0 = datetime(2026, 3, 2, 10, 0, tzinfo=UTC)
 SCHEMA = pa.schema(
@@ -29,19 +33,73 @@ SCHEMA = pa.schema(
 )
 ROW_ONE = ("engagement", T0, 7, 2, 0.1, True)
 ROW_TWO = ("é", T0 + timedelta(minutes=1), -3, None, -1.5, False)
-TEXT_ONE = "10:engagement|1772445600000000|7|2|7205759511166976p-4|t|\n"
-TEXT_TWO = "2:é|1772445660000000|-3|~|-6755399441055744p0|f|\n"
-# (sequence, row texts, checksum) exactly as SPEC.md lists them.
+# Each row's pieces and digest (its four lane values) exactly as SPEC.md lists them.
+PIECES_ONE = [84315, 37795, 34468, 14044, 65542, 19463, 42591, 10240, 65536, 0, 0, 7, 65536, 2]
+PIECES_ONE += [66607, 9, 39321, 40960, 0, 65537]
+PIECES_TWO = [84633, 21886, 16435, 50003, 65542, 19463, 43506, 44800, 131071, 65535, 65535, 65533, 0, 0]
+PIECES_TWO += [70707, 8, 0, 0, 0, 65536]
+ROW_DIGESTS = {ROW_ONE: "002ca4ad 15804207 296ca311 5bc1358d", ROW_TWO: "7fc7f2ae 7239a9c9 3e7aaa97 7e9e8604"}
+# (sequence, checksum) exactly as SPEC.md lists them.
 VECTORS = [
-    ([], [], "00000001000000010000000100000001"),
-    ([ROW_ONE], [TEXT_ONE], "796f8f0468c39886411ba448633fb825"),
-    ([ROW_ONE, ROW_TWO], [TEXT_ONE, TEXT_TWO], "06e6f13d655182ab25867055223f1842"),
+    ([], "00000001000000010000000100000001"),
+    ([ROW_ONE], "799b5ad77e42e6416a88397c3f00809b"),
+    ([ROW_ONE, ROW_TWO], "0099be68357bd2fd595d7c891f51018c"),
 ]
-# The row digests SPEC.md lists: the first 8 bytes of the SHA-256 of each row's text.
-ROW_DIGESTS = {TEXT_ONE: "d8daf44c0ddd6d18", TEXT_TWO: "24b1e18584798b66"}
 MODULUS = 2**31 - 1
 BASES = (2037298730, 1757586490, 1092327019, 1665092365)
 COLUMNS = [f"seq_{f.name}" for f in SCHEMA]
+
+
+def reference_pieces(value, kind: pa.DataType) -> list[int]:
+    """SPEC.md's pieces of one value, in plain Python."""
+    if pa.types.is_floating(kind):
+        if value is None:
+            return [0] * 5
+        x = struct.unpack("f", struct.pack("f", value))[0] if kind == pa.float32() else float(value)
+        sign = 4096 if math.copysign(1, x) < 0 else 0
+        if math.isnan(x):
+            return [65536 + 4094, 0, 0, 0, 0]
+        if x == 0:
+            return [65536, 0, 0, 0, 0]
+        if math.isinf(x):
+            return [65536 + sign + 4095, 0, 0, 0, 0]
+        significand, exponent = math.frexp(abs(x))  # |x| = significand * 2^exponent, 1/2 <= significand < 1
+        fraction = int(significand * 2**53) - 2**52
+        return [65536 + sign + exponent - 1 + 1075] + [(fraction >> s) & 0xFFFF for s in (48, 32, 16, 0)]
+    if pa.types.is_string(kind):
+        if value is None:
+            return [0] * 4
+        digest = hashlib.sha256(value.encode()).digest()[:8]
+        pieces = [int.from_bytes(digest[2 * i : 2 * i + 2], "big") for i in range(4)]
+    else:
+        count = {1: 1, 8: 1, 16: 1, 32: 2, 64: 4}[kind.bit_width]
+        if value is None:
+            return [0] * count
+        if pa.types.is_timestamp(kind):
+            value = (value - datetime(1970, 1, 1, tzinfo=UTC)) // timedelta(microseconds=1)
+        pieces = [(int(value) >> (16 * (count - 1 - i))) & 0xFFFF for i in range(count)]
+    pieces[0] += 65536
+    return pieces
+
+
+def horner(values: list[int], base: int) -> int:
+    h = 1
+    for x in values:
+        h = (h * base + x) % MODULUS
+    return h
+
+
+def reference_row_digest(row: tuple, schema: pa.Schema = SCHEMA) -> list[int]:
+    pieces = [x for value, f in zip(row, schema, strict=True) for x in reference_pieces(value, f.type)]
+    return [horner(pieces, b) for b in BASES]
+
+
+def reference_checksum(rows: list[tuple], schema: pa.Schema = SCHEMA) -> str:
+    """SPEC.md's definition, row by row in plain Python: each row's four lanes over its pieces, then
+    each lane folded over the rows, modulo 2^31 - 1; the lanes as 4 bytes big-endian."""
+    digests = [reference_row_digest(row, schema) for row in rows]
+    lanes = [horner([d[k] for d in digests], b) for k, b in enumerate(BASES)]
+    return b"".join(lane.to_bytes(4, "big") for lane in lanes).hex()
 
 
 def as_lists(sequences: list[list[tuple]], schema: pa.Schema = SCHEMA) -> pa.Table:
@@ -54,7 +112,18 @@ def as_lists(sequences: list[list[tuple]], schema: pa.Schema = SCHEMA) -> pa.Tab
 
 
 def duckdb_checksums(sequences, schema: pa.Schema = SCHEMA) -> list[str]:
-    return [c.hex() for c in sequence_checksums(as_lists(sequences, schema), schema, "seq_").to_pylist()]
+    """The checksums in DuckDB SQL (`checksum_sql` over list columns)."""
+    with connect(extensions=()) as con:
+        con.register("_sequences", as_lists(sequences, schema))
+        sql = checksum_sql(schema, [f'"seq_{f.name}"' for f in schema], "duckdb")
+        return [r[0].hex() for r in con.execute(f"SELECT {sql} FROM _sequences").fetchall()]
+
+
+def numpy_checksums(sequences, schema: pa.Schema = SCHEMA) -> list[str]:
+    """The checksums of the samples job (numpy over Arrow)."""
+    rows = pa.Table.from_pylist([dict(zip(schema.names, r, strict=True)) for s in sequences for r in s], schema)
+    lengths = np.array([len(s) for s in sequences], np.int64)
+    return [c.hex() for c in sequence_checksums_of(rows, schema, lengths).to_pylist()]
 
 
 def spark_checksums(spark, sequences, schema: pa.Schema = SCHEMA) -> list[str]:
@@ -64,22 +133,18 @@ def spark_checksums(spark, sequences, schema: pa.Schema = SCHEMA) -> list[str]:
     return [r["c"] for r in hashed.collect()]
 
 
-def reference_checksum(texts: list[str]) -> str:
-    """SPEC.md's definition, row by row in plain Python: four lanes, Horner's rule from 1, each over
-    one 16-bit piece of every row's digest, modulo 2^31 - 1; the lanes as 4 bytes big-endian."""
-    lanes = [1, 1, 1, 1]
-    for text in texts:
-        digest = hashlib.sha256(text.encode()).digest()[:8]
-        for k in range(4):
-            lanes[k] = (lanes[k] * BASES[k] + int.from_bytes(digest[2 * k : 2 * k + 2], "big")) % MODULUS
-    return b"".join(lane.to_bytes(4, "big") for lane in lanes).hex()
+def test_the_spec_rows_give_the_spec_pieces_digests_and_checksums():
+    for row, pieces in ((ROW_ONE, PIECES_ONE), (ROW_TWO, PIECES_TWO)):
+        assert [x for v, f in zip(row, SCHEMA, strict=True) for x in reference_pieces(v, f.type)] == pieces
+        assert " ".join(f"{lane:08x}" for lane in reference_row_digest(row)) == ROW_DIGESTS[row]
+    for rows, checksum in VECTORS:
+        assert reference_checksum(rows) == checksum
 
 
-def test_the_spec_texts_give_the_spec_row_digests_and_checksums():
-    for text, digest in ROW_DIGESTS.items():
-        assert hashlib.sha256(text.encode()).hexdigest()[:16] == digest
-    for _, texts, checksum in VECTORS:
-        assert reference_checksum(texts) == checksum
+def test_numpy_gives_the_spec_row_digests():
+    rows = pa.Table.from_pylist([dict(zip(SCHEMA.names, r, strict=True)) for r in (ROW_ONE, ROW_TWO)], SCHEMA)
+    lanes = row_lanes(rows, SCHEMA)
+    assert [" ".join(f"{int(v):08x}" for v in lanes[:, i]) for i in range(2)] == list(ROW_DIGESTS.values())
 
 
 def capture_tenant() -> Tenant:
@@ -90,37 +155,57 @@ def capture_tenant() -> Tenant:
     return Tenant(parse_config(data, "test"), "vectors")
 
 
-def test_duckdb_and_the_capture_path_reproduce_the_vectors():
-    assert duckdb_checksums([v[0] for v in VECTORS]) == [v[2] for v in VECTORS]
+def test_duckdb_numpy_and_the_capture_path_reproduce_the_vectors():
+    expected = [v[1] for v in VECTORS]
+    assert duckdb_checksums([v[0] for v in VECTORS]) == expected
+    assert numpy_checksums([v[0] for v in VECTORS]) == expected
     tenant = capture_tenant()
     assert tenant.schema == SCHEMA
     sequences = [pa.Table.from_pylist([dict(zip(SCHEMA.names, r, strict=True)) for r in v[0]], SCHEMA) for v in VECTORS]
-    assert [c.hex() for c in capture_sequence_checksums(sequences, tenant)] == [v[2] for v in VECTORS]
+    assert [c.hex() for c in capture_sequence_checksums(sequences, tenant)] == expected
 
 
 def test_a_long_sequence_folds_exactly_as_the_reference():
     # Thousands of rows in a pattern the first rows do not predict: every lane wraps many times.
     pattern = [ROW_ONE, ROW_TWO, ROW_TWO, ROW_ONE, ROW_ONE, ROW_ONE, ROW_TWO]
     rows = [pattern[(i * i) % len(pattern)] for i in range(3_001)]
-    texts = [TEXT_ONE if row is ROW_ONE else TEXT_TWO for row in rows]
-    assert duckdb_checksums([rows]) == [reference_checksum(texts)]
+    expected = [reference_checksum(rows)]
+    assert duckdb_checksums([rows]) == expected
+    # Sequences that share rows (as a user's requests do) fold each from the same row digests.
+    assert numpy_checksums([rows, rows[5:], rows[:7], []]) == [
+        *expected,
+        reference_checksum(rows[5:]),
+        reference_checksum(rows[:7]),
+        reference_checksum([]),
+    ]
+
+
+# Floats at the edges of the piece rules (both widths), strings of any bytes, extreme integers.
+EDGE_SCHEMA = pa.schema(
+    [("s", pa.string()), ("i", pa.int64()), ("f", pa.float32()), ("d", pa.float64()), ("h", pa.int16())]
+)
+EDGE = [
+    ("", -(2**63), 1e-45, 5e-324, -32768),
+    ("a|b\n~", 2**63 - 1, 3.4028235e38, 1.7976931348623157e308, 32767),
+    (None, 0, -0.0, 2.0**-1022, None),
+    ("日本", None, float("inf"), -float("inf"), 0),
+    ("x", 1, 1.0, 0.1 + 0.2, -1),
+    ("y", -1, 2.0**-126 * 0.75, float("nan"), 1),
+]
+EDGE_SEQUENCES = [EDGE, EDGE[::-1], [EDGE[1]]]
+
+
+def test_numpy_and_duckdb_agree_with_the_reference_on_edge_values():
+    expected = [reference_checksum(s, EDGE_SCHEMA) for s in EDGE_SEQUENCES]
+    assert numpy_checksums(EDGE_SEQUENCES, EDGE_SCHEMA) == expected
+    assert duckdb_checksums(EDGE_SEQUENCES, EDGE_SCHEMA) == expected
 
 
 @pytest.mark.spark
 def test_spark_reproduces_the_vectors_and_agrees_on_edge_values(spark):
-    assert spark_checksums(spark, [v[0] for v in VECTORS]) == [v[2] for v in VECTORS]
-    # Floats at the edges of the token rules (both widths), strings of any bytes, extreme integers.
-    schema = pa.schema([("s", pa.string()), ("i", pa.int64()), ("f", pa.float32()), ("d", pa.float64())])
-    edge = [
-        ("", -(2**63), 1e-45, 5e-324),
-        ("a|b\n~", 2**63 - 1, 3.4028235e38, 1.7976931348623157e308),
-        (None, 0, -0.0, 2.0**-1022),
-        ("日本", None, float("inf"), -float("inf")),
-        ("x", 1, 1.0, 0.1 + 0.2),
-        ("y", -1, 2.0**-126 * 0.75, float("nan")),
-    ]
-    sequences = [edge, edge[::-1], [edge[1]]]
-    assert spark_checksums(spark, sequences, schema) == duckdb_checksums(sequences, schema)
+    assert spark_checksums(spark, [v[0] for v in VECTORS]) == [v[1] for v in VECTORS]
+    expected = [reference_checksum(s, EDGE_SCHEMA) for s in EDGE_SEQUENCES]
+    assert spark_checksums(spark, EDGE_SEQUENCES, EDGE_SCHEMA) == expected
 
 
 def test_a_changed_missing_extra_or_reordered_row_changes_the_checksum():
@@ -136,5 +221,6 @@ def test_a_changed_missing_extra_or_reordered_row_changes_the_checksum():
         [(*ROW_ONE[:5], False), ROW_TWO, ROW_ONE],  # boolean flipped
         [(ROW_ONE[0], ROW_ONE[1] + timedelta(microseconds=1), *ROW_ONE[2:]), ROW_TWO, ROW_ONE],
     ]
-    checksums = duckdb_checksums(variants)
+    checksums = numpy_checksums(variants)
     assert len(set(checksums)) == len(variants)
+    assert duckdb_checksums(variants) == checksums

@@ -1,47 +1,45 @@
-"""Reconstruction on Arrow and DuckDB, in-process: training samples as a stream of Arrow batches.
+"""Reconstruction on Arrow, in-process: training samples as a stream of Arrow batches.
 
 Pointers are read bucket by bucket (the training table shares history's bucket(N, user_id)), in
 batches; each batch reads its users' history once per user, with the tenant's feature groups and
 columns and the union of the batch's time ranges pushed down to storage, and the open windows' detail
-events once per batch. The batch is then rebuilt and verified by two DuckDB queries over those Arrow
-tables (`BatchPlan`: a join, a window rank, a grouped aggregation, the checksum over the
-list columns), with no Python per pointer. `PrefetchingIterator` rebuilds the next batch while the
-caller consumes the current one.
+events once per batch. The batch is then rebuilt set-wise (`gather.gather_sequences`: binary search
+over each user's sorted rows, index arithmetic, the open window aggregated by DuckDB over Arrow):
+one gather per list column, one vectorized fold for every checksum, no Python per pointer or row.
+`PrefetchingIterator` rebuilds the next batch while the caller consumes the current one.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
-from datetime import timedelta
+from dataclasses import dataclass
 
 import duckdb
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-from pyiceberg.expressions import And, In
 from pyiceberg.table import Table
 
-from pipelines.aggregation import aggregation_sql
 from pipelines.parse import landing_schema
-from pipelines.training.prefetch import PrefetchingIterator
-from pipelines.training.reconstruct import Mode, reason_sql
-from pipelines.training.sequence import ORDER_KEYS, Tenant
-from pipelines.training.sequence_digest import piece_sql, pieces_checksum_sql, row_digest_sql, row_text_sql
-from pipelines.training.tables import FRAGMENT, QUARANTINE_SCHEMA, REQUEST_COLUMNS, SEQUENCE, sequence_table_schema
+from pipelines.training.gather import SequenceRows, gather_sequences
+from pipelines.training.prefetch import PrefetchingIterator, ordered_map
+from pipelines.training.reconstruct import Mode
+from pipelines.training.sequence import Tenant
+from pipelines.training.sequence_digest import checksum_bytes, fold_checksums, row_lanes
+from pipelines.training.tables import QUARANTINE_SCHEMA, REQUEST_COLUMNS, SEQUENCE, sequence_table_schema
 from seqlake.config import Config
-from seqlake.duckdb_session import connect, sql_literal
+from seqlake.duckdb_session import connect
 from seqlake.errors import SeqlakeError
-from tableformat.cache import CachedHistoryReader
+from tableformat.cache import CachedHistoryReader, HistoryCache
 from tableformat.io import PlainFileSystem
-from tableformat.multi_reader import histories
-from tableformat.reader import HistoryReader, Selection, stats_overlap
+from tableformat.lookup_index import micros
+from tableformat.reader import stats_overlap
 
-ONE_MICROSECOND = timedelta(microseconds=1)
 # Landing columns a rebuild groups or orders by, besides items and the tenant's columns (detail events
 # are deduplicated already: event ids are not needed).
 REBUILD_KEYS = ("user_id", "feature_group", "event_ts", "lsn", "source_partition", "window_id")
+DETAIL_CACHE_BYTES = 512 * 2**20  # decoded open-window detail kept for a job's batches
 
 
 @dataclass(frozen=True)
@@ -51,53 +49,90 @@ class SampleBatch:
     assembled: pa.Table  # every rebuilt sequence, verified or not (to measure a mode against fat rows)
 
 
-def pointer_batches(training: Table, fs, batch_rows: int) -> Iterator[pa.Table]:
-    """The training table's rows, bucket by bucket, in batches of at most `batch_rows` that never
-    mix buckets (a batch reads one bucket of history and detail)."""
+SEQUENCE_ROWS_PER_BATCH = 1 << 21  # rows of all sequences a batch may hold: bounds its memory
+
+
+def pointer_batches(
+    training: Table, fs, batch_rows: int, sequence_rows: int = SEQUENCE_ROWS_PER_BATCH
+) -> Iterator[pa.Table]:
+    """The training table's rows, bucket by bucket, in batches that never mix buckets (a batch reads
+    one bucket of history and detail) and hold about `batch_rows` pointers or `sequence_rows` rows
+    of sequences (their lengths), whichever comes first."""
     tasks = list(training.scan().plan_files())
     if any(task.delete_files for task in tasks):
         raise SeqlakeError(f"{training.name()} has row-level deletes; rewrite it before reconstructing")
     by_bucket: dict[int, list[str]] = {}
     for task in tasks:
         by_bucket.setdefault(task.file.partition[0], []).append(task.file.file_path)
+    step = max(1, min(batch_rows, 256))
     for bucket in sorted(by_bucket):
         pending: list[pa.RecordBatch] = []
-        rows = 0
+        rows = held = 0
         for path in sorted(by_bucket[bucket]):
             with fs.open_input_file(path) as handle:
-                for batch in pq.ParquetFile(handle).iter_batches(batch_size=batch_rows):
+                for batch in pq.ParquetFile(handle).iter_batches(batch_size=step):
                     pending.append(batch)
                     rows += batch.num_rows
-                    if rows >= batch_rows:
+                    held += int(pc.sum(batch["length"]).as_py() or 0)
+                    if rows >= batch_rows or held >= sequence_rows:
                         yield pa.Table.from_batches(pending)
-                        pending, rows = [], 0
+                        pending, rows, held = [], 0, 0
         if pending:
             yield pa.Table.from_batches(pending)
 
 
+def detail_files(detail: Table) -> dict[int, list[str]]:
+    """The detail table's data files by window (its partition): one plan for a whole job."""
+    files: dict[int, list[str]] = {}
+    if detail.current_snapshot() is None:
+        return files
+    spec = detail.spec()
+    position = next(i for i, f in enumerate(spec.fields) if f.name == "window_id")
+    for task in detail.scan().plan_files():
+        files.setdefault(int(task.file.partition[position]), []).append(task.file.file_path)
+    return files
+
+
 def detail_events(
-    detail: Table, config: Config, tenant: Tenant, fs, user_ids: list[int], windows: list[int]
+    config: Config,
+    tenant: Tenant,
+    fs,
+    paths: list[str],
+    user_ids: list[int],
+    windows: list[int],
+    cache: HistoryCache | None = None,
 ) -> pa.Table:
-    """Detail events of the users in the windows, of the tenant's feature groups, with only the columns
-    a rebuild of the tenant's rows needs (the others are null): partition pruning by window, row
-    filter by user and group."""
+    """Detail events of the users in the windows, of the tenant's feature groups, from the windows'
+    files `paths`, with only the columns a rebuild of the tenant's rows needs (the others are
+    null), rows chosen by user, group and window. With a `cache`, each file is decoded once for
+    all batches (a bucket's users are spread over every row group of a window's file, sorted by
+    user, so every batch would read it whole again)."""
     schema = pa.schema([f.with_nullable(True) for f in landing_schema(config)])
     items = {config.feature_groups[g].item_column for g in tenant.feature_groups}
     needed = [n for n in schema.names if n in {*REBUILD_KEYS, *items, *tenant.columns}]
-    condition = And(In("window_id", set(windows)), In("user_id", set(user_ids)))
+    groups = pa.array(tenant.feature_groups)
     parts = []
-    for task in detail.scan(row_filter=condition).plan_files():
-        with fs.open_input_file(task.file.file_path) as handle:
-            parquet = pq.ParquetFile(handle)
-            groups = _groups_holding(parquet.metadata, min(user_ids), max(user_ids))
-            rows = parquet.read_row_groups(groups, columns=needed) if groups else None
+    for path in paths:
+        rows = cache.get(path) if cache is not None else None
         if rows is None:
-            continue
+            with fs.open_input_file(path) as handle:
+                parquet = pq.ParquetFile(handle)
+                chosen = (
+                    list(range(parquet.metadata.num_row_groups))
+                    if cache is not None
+                    else _groups_holding(parquet.metadata, min(user_ids), max(user_ids))
+                )
+                rows = parquet.read_row_groups(chosen, columns=needed) if chosen else None
+            if rows is None:
+                continue
+            rows = rows.filter(pc.is_in(rows["feature_group"], groups))
+            if cache is not None:
+                cache.put(path, rows)
         mask = pc.and_(
             pc.is_in(rows["user_id"], pa.array(user_ids, pa.int64())),
-            pc.is_in(rows["feature_group"], pa.array(tenant.feature_groups)),
+            pc.is_in(rows["window_id"], pa.array(windows, pa.int64())),
         )
-        parts.append(rows.filter(pc.and_(mask, pc.is_in(rows["window_id"], pa.array(windows, pa.int64())))))
+        parts.append(rows.filter(mask))
     if not parts:
         return schema.empty_table()
     found = pa.concat_tables(parts)
@@ -128,48 +163,64 @@ class Reconstruction:
         mode: Mode = "lsn",
         filesystem=None,
         batch_rows: int = 2048,
+        workers: int = 2,
     ) -> None:
         self.config, self.tenant, self.mode = config, tenant, mode
         self.training, self.history, self.detail = training, history, detail
         self.fs = filesystem or PlainFileSystem()
         # Neighbours share packed row groups: the cache decodes each column chunk once for all of them.
         self.reader = CachedHistoryReader(history, filesystem=self.fs)
-        self.batch_rows = batch_rows
-        self.plan = BatchPlan.of(config, tenant, mode)  # planned once, run per batch
+        self.batch_rows, self.workers = batch_rows, workers
+        self._detail_files: dict[int, list[str]] | None = None
+        self._detail_cache = HistoryCache(DETAIL_CACHE_BYTES)
         # One in-memory database for all batches (each batch a cursor: its own views, no new instance).
         self.database = connect(extensions=())
+        # A batch's queries are small and batches are rebuilt on several threads already.
+        self.database.execute("SET threads = 1")
 
     def batches(self) -> Iterator[SampleBatch]:
+        """The rebuilt batches in pointer order, `workers` rebuilt at a time."""
         # Pointers are not history: their bytes are not counted in the tenant's reads.
-        for pointers in pointer_batches(self.training, PlainFileSystem(), self.batch_rows):
-            yield self.rebuild(pointers)
+        pointers = pointer_batches(self.training, PlainFileSystem(), self.batch_rows)
+        yield from ordered_map(self.rebuild, pointers, self.workers)
 
     def rebuild(self, pointers: pa.Table) -> SampleBatch:
-        """The batch's sequences, rebuilt and verified in one DuckDB plan over Arrow."""
-        history = stack_users(self._history_rows(pointers), self.reader, self.tenant)
+        """The batch's sequences, rebuilt and verified set-wise (see `rebuild_batch`)."""
+        history = self.history_rows(pointers)
         events = self._open_window_events(pointers) if self.mode == "lsn" else None
-        return rebuild_batch(self.config, self.tenant, self.mode, pointers, history, events, self.plan, self.database)
+        return rebuild_batch(self.config, self.tenant, self.mode, pointers, history, events, self.database)
 
-    def _ranged_histories(self, selections: dict[int, Selection]) -> dict[int, pa.Table]:
-        """Each user's rows in its own selection: one multi-user read over the union of the ranges
-        (the reader's snapshot index plans files once for the batch), then each user's own range."""
-        if not selections:
-            return {}
-        union = replace(
-            next(iter(selections.values())),
-            start=min(s.start for s in selections.values()),
-            end=max(s.end for s in selections.values()),
-        )
-        found = histories(self.reader, list(selections), union, max_workers=1)
-        out = {}
-        for user, rows in found.items():
-            own = selections[user]
-            ts = rows["event_ts"]
-            keep = pc.and_(
-                pc.greater_equal(ts, pa.scalar(own.start, ts.type)), pc.less(ts, pa.scalar(own.end, ts.type))
-            )
-            out[user] = rows.filter(keep)
-        return out
+    def history_rows(self, pointers: pa.Table) -> pa.Table:
+        """The batch's users' history rows that its requests may need (`user_id` and the tenant's
+        read columns), in file order: per data file that may hold the users (bucket and user
+        bounds), the row groups whose user, feature-group and time bounds meet the batch's, read in
+        one call through the reader's cache, then filtered by user, group and the batch's time span.
+        No work per user: the rebuild finds each request's rows by binary search."""
+        tenant = self.tenant
+        columns = ["user_id", *(c for c in tenant.read_columns() if c != "user_id")]
+        users = np.unique(pointers["user_id"].to_numpy())
+        start, end = pc.min(pointers["range_start"]).as_py(), pc.max(pointers["range_end"]).as_py()
+        index = self.reader.lookup_index()
+        parts = []
+        if start is not None:
+            low, high = micros(start), micros(end)
+            for plan in index.plans(users.tolist()):
+                entry = index.entry(plan.uri)
+                held = np.asarray(plan.users, np.int64)
+                chosen = np.searchsorted(held, entry.user_max, "right") > np.searchsorted(held, entry.user_min, "left")
+                chosen &= (entry.ts_max >= low) & (entry.ts_min <= high)
+                chosen &= _groups_meet(entry.group_min, entry.group_max, tenant.feature_groups)
+                if chosen.any():
+                    parts.append(self.reader.read_groups(plan.uri, np.flatnonzero(chosen).tolist(), columns))
+        if not parts:
+            return self.reader.arrow_schema().empty_table().select(columns)
+        rows = pa.concat_tables(parts)
+        groups = pa.array(tenant.feature_groups)
+        ts = rows["event_ts"]
+        mine = pc.and_(pc.is_in(rows["user_id"], pa.array(users)), pc.is_in(rows["feature_group"], groups))
+        inside = pc.and_(pc.greater_equal(ts, pa.scalar(start, ts.type)), pc.less_equal(ts, pa.scalar(end, ts.type)))
+        keep = pc.and_(mine, inside)
+        return rows.filter(keep)
 
     def _open_window_events(self, pointers: pa.Table) -> pa.Table:
         """Detail events of the batch's users in the windows open at their captures."""
@@ -177,40 +228,20 @@ class Reconstruction:
         windows = pc.unique(pointers["open_window"]).to_pylist()
         if not users:
             return landing_schema(self.config).empty_table()
-        return detail_events(self.detail, self.config, self.tenant, self.fs, users, windows)
+        if self._detail_files is None:  # planned once: a plan per batch costs more than its reads
+            self._detail_files = detail_files(self.detail)
+        paths = [path for w in windows for path in self._detail_files.get(w, [])]
+        return detail_events(self.config, self.tenant, self.fs, paths, users, windows, self._detail_cache)
 
-    def _history_rows(self, pointers: pa.Table) -> dict[int, pa.Table]:
-        """Each user's history rows that the batch's requests may need, with the tenant's groups and
-        columns. A request shorter than its Top-K holds the user's whole visible history, so users
-        with only such requests are read together (each row group once) up to their newest range end;
-        the others over the union of their requests' ranges, from one file plan for the batch."""
-        tenant = self.tenant
-        columns = tenant.read_columns()
-        per_user = pointers.group_by("user_id").aggregate(
-            [("range_start", "min"), ("range_end", "max"), ("length", "max"), ("top_k", "min")]
-        )
-        out: dict[int, pa.Table] = {}
-        whole, whole_end = [], None
-        ranged: dict[int, Selection] = {}
-        for user, start, end, length, top_k in zip(
-            *(
-                per_user[c].to_pylist()
-                for c in ("user_id", "range_start_min", "range_end_max", "length_max", "top_k_min")
-            ),
-            strict=True,
-        ):
-            if start is None:
-                out[user] = self.reader.arrow_schema().empty_table().select(list(columns))
-            elif length < top_k:
-                whole.append(user)
-                whole_end = end if whole_end is None else max(whole_end, end)
-            else:
-                ranged[user] = Selection(tenant.feature_groups, columns, start=start, end=end + ONE_MICROSECOND)
-        out.update(self._ranged_histories(ranged))
-        if whole:
-            selection = Selection(tenant.feature_groups, columns, end=whole_end + ONE_MICROSECOND)
-            out.update(histories(self.reader, whole, selection, max_workers=1))
-        return out
+
+def _groups_meet(low: np.ndarray, high: np.ndarray, groups: tuple[str, ...]) -> np.ndarray:
+    """Row groups whose feature-group bounds (None: unknown) may hold one of `groups`."""
+    unknown = np.array([v is None for v in low], bool)
+    lows, highs = np.where(unknown, "", low).astype(str), np.where(unknown, "", high).astype(str)
+    meet = unknown.copy()
+    for group in groups:
+        meet |= ~unknown & (lows <= group) & (highs >= group)
+    return meet
 
 
 def rebuild_batch(
@@ -220,227 +251,83 @@ def rebuild_batch(
     pointers: pa.Table,
     history: pa.Table,
     events: pa.Table | None,
-    plan: BatchPlan | None = None,
     database: duckdb.DuckDBPyConnection | None = None,
 ) -> SampleBatch:
     """Rebuild and verify a batch of pointers (training rows) from their users' history rows
     (`user_id` plus the tenant's read columns) and, in LSN mode, the open windows' detail events.
 
-    The plan's first query gathers every row a sequence may hold once (history rows, rebuilt open
-    window rows, fragment rows) with its row digest (SHA-256 once per row, however many requests
-    hold it); the second ranks and orders narrow keys only; Arrow then gathers the rows in sequence
-    order, cuts the list columns by offsets (no copy of the values) and the checksums fold the lists
-    of digest pieces in integer arithmetic (no hashing per request)."""
-    plan = plan or BatchPlan.of(config, tenant, mode)
-    with database.cursor() if database is not None else connect(extensions=()) as con:
-        flat, offsets, counts = gather_sequences(con, plan, tenant, mode, pointers, history, events)
-        checked = pa.table(
-            {
-                **{p: pa.ListArray.from_arrays(offsets, flat[p].combine_chunks()) for p in PIECES},
-                "length": pointers["length"],
-                "checksum": pointers["checksum"],
-                "actual_length": pa.array(counts),
-            }
-        )
-        con.register("_checked", checked)
-        verdict = con.execute(_verdict_sql()).to_arrow_table()
+    Each source row (history, rebuilt open window, fragment) is digested once however many
+    sequences hold it; each sequence's checksum folds its rows' digests by position (a segmented
+    sum over the batch), and the list columns are one gather per column cut by offsets."""
+    con = database.cursor() if database is not None else None
+    try:
+        rows = gather_sequences(config, tenant, mode, pointers, history, events if mode == "lsn" else None, con=con)
+    finally:
+        if con is not None:
+            con.close()
+    actual = checksum_bytes(fold_checksums(_referenced_lanes(rows, tenant), rows.take, rows.offsets))
+    actual_length = pa.array(rows.lengths.astype(np.int32))
+    expected_length = pointers["length"].combine_chunks()
+    expected = pointers["checksum"].combine_chunks().cast(pa.binary())
+    length_ok = pc.equal(actual_length, expected_length)
+    ok = pc.and_(length_ok, pc.equal(actual, expected))
     seq = sequence_table_schema(tenant)
     columns = {name: pointers[name] for name in REQUEST_COLUMNS}
-    for name in tenant.model_columns:
-        values = flat[name].combine_chunks()
-        columns[f"{SEQUENCE}{name}"] = pa.ListArray.from_arrays(offsets, values)
+    for name, values in rows.lists(tenant.model_columns).items():
+        columns[f"{SEQUENCE}{name}"] = values
     assembled = pa.table(columns).cast(seq)
-    ok = pc.is_null(verdict["reason"])
-    failed = pa.table(
-        {**{n: pointers[n] for n in ("request_id", "user_id")}, **{n: verdict[n] for n in verdict.column_names}}
-    ).filter(pc.invert(ok))
+    failed = pc.invert(ok)
+    reason = pc.if_else(
+        length_ok,
+        pa.scalar("checksum mismatch"),
+        pc.binary_join_element_wise(
+            "length ", actual_length.cast(pa.string()), " != captured ", expected_length.cast(pa.string()), ""
+        ),
+    )
     quarantined = pa.table(
         {
-            "tenant": pa.repeat(pa.scalar(tenant.name), failed.num_rows),
-            "request_id": failed["request_id"],
-            "user_id": failed["user_id"],
-            "engine": pa.repeat(pa.scalar(f"arrow/{mode}"), failed.num_rows),
-            **{name: failed[name] for name in QUARANTINE_SCHEMA.names[4:]},
+            "tenant": pa.repeat(pa.scalar(tenant.name), len(ok)),
+            "request_id": pointers["request_id"],
+            "user_id": pointers["user_id"],
+            "engine": pa.repeat(pa.scalar(f"arrow/{mode}"), len(ok)),
+            "reason": reason,
+            "expected_checksum": hex_strings(expected),
+            "actual_checksum": hex_strings(actual),
+            "expected_length": expected_length,
+            "actual_length": actual_length,
         }
-    ).cast(QUARANTINE_SCHEMA)
+    ).filter(failed)
+    quarantined = quarantined.cast(QUARANTINE_SCHEMA)
     # A batch that verifies in full (the usual case) is returned as is, not copied by a filter.
-    samples = assembled if failed.num_rows == 0 else assembled.filter(ok)
+    samples = assembled if quarantined.num_rows == 0 else assembled.filter(ok)
     return SampleBatch(samples, quarantined, assembled)
 
 
-def gather_sequences(
-    con,
-    plan: BatchPlan,
-    tenant: Tenant,
-    mode: Mode,
-    pointers: pa.Table,
-    history: pa.Table,
-    events: pa.Table | None,
-    keep: tuple[str, ...] | None = None,
-) -> tuple[pa.Table, pa.Array, np.ndarray]:
-    """The plan's two queries over a batch: every sequence's rows in order, flat (the model columns,
-    `keep` (default: the row digest's pieces) and `_pos`, the pointer's position), the list offsets
-    and each sequence's row count."""
-    keep = PIECES if keep is None else keep
-    positions = pa.array(np.arange(pointers.num_rows, dtype=np.int64))
-    con.register("_pointers", pointers.append_column("_pos", positions))
-    con.register("_history", history)
-    if mode == "lsn":
-        con.register("_events", events)
-    payload = con.execute(plan.payload_sql).to_arrow_table()
-    payload = payload.combine_chunks().append_column("_pid", pa.array(np.arange(payload.num_rows, dtype=np.int64)))
-    con.register("_payload", payload)
-    order = con.execute(plan.order_sql).to_arrow_table()
-    flat = payload.select([*tenant.model_columns, *keep]).take(order["_pid"].combine_chunks())
-    flat = flat.append_column("_pos", order["_pos"])
-    counts = np.bincount(flat["_pos"].to_numpy(), minlength=pointers.num_rows).astype(np.int32)
-    offsets = pa.array(np.concatenate([[0], np.cumsum(counts, dtype=np.int64)]).astype(np.int32))
-    return flat, offsets, counts
+def _referenced_lanes(rows: SequenceRows, tenant: Tenant) -> np.ndarray:
+    """Row digests (4, n) of the source rows the sequences hold (others are left at zero): the
+    users' rows outside every range are not digested."""
+    held = np.zeros(rows.rows.num_rows, bool)
+    held[rows.take] = True
+    index = np.flatnonzero(held)
+    if len(index) > 0.8 * len(held):
+        return row_lanes(rows.rows, tenant.schema)
+    lanes = np.zeros((4, len(held)), np.int64)
+    lanes[:, index] = row_lanes(rows.rows.take(pa.array(index)), tenant.schema)
+    return lanes
 
 
-def _verdict_sql() -> str:
-    """Each sequence's checksum from its rows' digest pieces, compared with the captured one."""
-    actual = pieces_checksum_sql(list(PIECES), "duckdb")
-    reason = reason_sql("actual_length", "length", "_actual_checksum", "checksum")
-    return (
-        f"SELECT {reason} AS reason, lower(hex(checksum)) AS expected_checksum, "
-        "lower(hex(_actual_checksum)) AS actual_checksum, length AS expected_length, actual_length "
-        f"FROM (SELECT *, {actual} AS _actual_checksum FROM _checked)"
-    )
-
-
-def stack_users(per_user: dict[int, pa.Table], reader: HistoryReader, tenant: Tenant) -> pa.Table:
-    """One table of the users' history rows with a `user_id` column (what the plan joins on)."""
-    columns = list(tenant.read_columns())
-    parts = [
-        rows.select(columns).append_column("user_id", pa.array(np.full(rows.num_rows, user, dtype=np.int64)))
-        for user, rows in per_user.items()
-        if rows.num_rows
-    ]
-    if not parts:
-        schema = reader.arrow_schema()
-        return pa.schema([schema.field(c) for c in columns] + [pa.field("user_id", pa.int64())]).empty_table()
-    return pa.concat_tables(parts, promote_options="permissive")
-
-
-@dataclass(frozen=True)
-class BatchPlan:
-    """The two queries of a batch (see `rebuild_batch`), planned once per tenant and mode."""
-
-    payload_sql: str
-    order_sql: str
-
-    @classmethod
-    def of(
-        cls, config: Config, tenant: Tenant, mode: Mode, *, cut_to_length: bool = False, with_digest: bool = True
-    ) -> BatchPlan:
-        """`cut_to_length`: time mode keeps only the newest `length` rows too (backfills);
-        `with_digest=False`: no row digests, for sequences nothing verifies."""
-        return cls(payload_sql(config, tenant, mode, with_digest), order_sql(tenant, mode, cut_to_length))
-
-
-# Payload kinds: a published history row, an open-window row rebuilt for one request, a fragment row.
-HISTORY, REBUILT, FRAGMENT_ROW = 0, 1, 2
-# A payload row's digest, as the four 16-bit pieces the checksum's lanes fold.
-PIECES = ("_p0", "_p1", "_p2", "_p3")
-
-
-def payload_sql(config: Config, tenant: Tenant, mode: Mode, with_digest: bool = True) -> str:
-    """Every row a batch's sequences may hold, once, with its row digest's pieces (PIECES; left out
-    with `with_digest=False`) and `_kind`:
-    the tenant's history rows (a user's requests share most of them: their text is computed once),
-    in LSN mode the open window rebuilt from detail as of each request's bound (`_pos` set), and
-    each request's fragment rows (`_pos` and `_ord`, their order in the fragment, set).
-
-    Inputs: `_pointers` (training rows plus `_pos`), `_history` (the users' history rows),
-    `_events` (LSN mode: the open windows' detail events)."""
-    model = tenant.model_columns
-    groups = ", ".join(sql_literal(g) for g in tenant.feature_groups)
-    keys = ", ".join(dict.fromkeys([*model, *ORDER_KEYS]))
-    text = row_text_sql(tenant.schema, model, "duckdb") if with_digest else "CAST(NULL AS VARCHAR)"
-    parts = [
-        f"SELECT {HISTORY} AS _kind, user_id, window_id, {keys}, {text} AS _text "
-        f"FROM _history WHERE feature_group IN ({groups})"
-    ]
-    if mode == "lsn":
-        rebuilt = aggregation_sql(config, "_visible_events", "duckdb", group_by_extra=("_pos",))
-        parts.append(
-            f"SELECT {REBUILT} AS _kind, _pos, {keys}, {text} AS _text FROM ({rebuilt}) "
-            f"WHERE feature_group IN ({groups})"
-        )
-    unnested = ", ".join(f"unnest({FRAGMENT}{c}) AS {c}" for c in model)
-    fragment = f"SELECT _pos, unnest(range(len({FRAGMENT}event_ts))) AS _ord, {unnested} FROM _pointers"
-    parts.append(f"SELECT {FRAGMENT_ROW} AS _kind, _pos, _ord, {', '.join(model)}, {text} AS _text FROM ({fragment})")
-    ctes = ""
-    if mode == "lsn":
-        ctes = (
-            f"WITH {_BOUNDS}, _visible_events AS (SELECT b._pos, e.* FROM _events AS e JOIN _bounds AS b "
-            "ON e.user_id = b.user_id AND e.window_id = b.window_id "
-            "AND e.source_partition = b.source_partition AND e.lsn <= b.lsn_bound) "
-        )
-    pieces = ", ".join(f"{piece_sql('_digest', k, 'duckdb')} AS {p}" for k, p in enumerate(PIECES))
-    rows = " UNION ALL BY NAME ".join(parts)
-    if not with_digest:
-        return f"{ctes}SELECT * EXCLUDE (_text) FROM ({rows})"
-    digested = f"SELECT * EXCLUDE (_text), {row_digest_sql('_text', 'duckdb')} AS _digest FROM ({rows})"
-    return f"{ctes}SELECT * EXCLUDE (_digest), {pieces} FROM ({digested})"
-
-
-_BOUNDS = (
-    "_bounds AS (SELECT _pos, user_id, open_window AS window_id, "
-    "unnest(map_keys(lsn_bound)) AS source_partition, unnest(map_values(lsn_bound)) AS lsn_bound "
-    "FROM _pointers)"
-)
-
-
-def order_sql(tenant: Tenant, mode: Mode, cut_to_length: bool = False) -> str:
-    """Narrow keys only: for each request (`_pos`), the payload rows (`_pid`) of its sequence in
-    order. Candidates (history visible under the bound outside the open window, and the request's
-    rebuilt open window in LSN mode) in the request's range and before its fragment; the newest
-    `length - W` kept by rank; then the fragment.
-
-    Inputs: `_pointers`, `_payload` (what `payload_sql` returned, plus `_pid`)."""
-    groups = ", ".join(sql_literal(g) for g in tenant.feature_groups)
-    ctes = []
-    if mode == "lsn":
-        ctes.append(_BOUNDS)
-        ctes.append(
-            "_candidates AS (SELECT b._pos, h._pid, h.feature_group, h.event_ts, h.lsn, h.source_partition "
-            "FROM _payload AS h JOIN _bounds AS b ON h.user_id = b.user_id AND h.source_partition = b.source_partition "
-            f"WHERE h._kind = {HISTORY} AND h.window_id <> b.window_id AND h.lsn <= b.lsn_bound "
-            "UNION ALL SELECT _pos, _pid, feature_group, event_ts, lsn, source_partition FROM _payload "
-            f"WHERE _kind = {REBUILT})"
-        )
-        older = (
-            "(c.event_ts < p.fragment_start_ts OR (c.event_ts = p.fragment_start_ts AND (c.lsn < p.fragment_start_lsn "
-            "OR (c.lsn = p.fragment_start_lsn AND c.source_partition < p.fragment_start_partition))))"
-        )
-        keep = "QUALIFY _rank <= p._need"
-    else:
-        ctes.append(
-            "_candidates AS (SELECT p._pos, h._pid, h.feature_group, h.event_ts, h.lsn, h.source_partition "
-            f"FROM _payload AS h JOIN _pointers AS p USING (user_id) WHERE h._kind = {HISTORY})"
-        )
-        older = "c.event_ts < p.fragment_start_ts"
-        keep = "QUALIFY _rank <= p._need" if cut_to_length else ""
-    ctes.append(
-        "_needs AS (SELECT _pos, range_start, range_end, fragment_start_ts, fragment_start_lsn, "
-        f"fragment_start_partition, length - len({FRAGMENT}event_ts) AS _need FROM _pointers)"
-    )
-    ctes.append(
-        f"_kept AS (SELECT c._pos, c._pid, row_number() OVER (PARTITION BY c._pos ORDER BY {_newest_first()}) "
-        "AS _rank FROM _candidates AS c JOIN _needs AS p USING (_pos) "
-        f"WHERE c.feature_group IN ({groups}) AND c.event_ts BETWEEN p.range_start AND p.range_end "
-        f"AND (p.fragment_start_ts IS NULL OR {older}) {keep})"
-    )
-    return (
-        f"WITH {', '.join(ctes)} SELECT _pos, _pid FROM (SELECT _pos, 0 AS _part, -_rank AS _ord, _pid FROM _kept "
-        f"UNION ALL SELECT _pos, 1, _ord, _pid FROM _payload WHERE _kind = {FRAGMENT_ROW}) ORDER BY _pos, _part, _ord"
-    )
-
-
-def _newest_first() -> str:
-    return ", ".join(f"c.{k} DESC" for k in ORDER_KEYS)
+def hex_strings(values: pa.Array) -> pa.Array:
+    """Lowercase hex of binary values (non-null), vectorized over the values' bytes."""
+    values = values.cast(pa.binary())
+    n = len(values)
+    offsets = np.frombuffer(values.buffers()[1], np.int32)[values.offset : values.offset + n + 1]
+    data = values.buffers()[2]
+    raw = np.frombuffer(data, np.uint8)[offsets[0] : offsets[-1]] if data is not None and n else np.zeros(0, np.uint8)
+    digits = np.frombuffer(b"0123456789abcdef", np.uint8)
+    text = np.empty(2 * len(raw), np.uint8)
+    text[0::2], text[1::2] = digits[raw >> 4], digits[raw & 15]
+    spans = ((offsets - offsets[0]) * 2).astype(np.int32)
+    return pa.StringArray.from_buffers(n, pa.py_buffer(spans.tobytes()), pa.py_buffer(text.tobytes()))
 
 
 def sample_batches(reconstruction: Reconstruction, prefetch: int = 1) -> PrefetchingIterator:

@@ -21,8 +21,8 @@ The leakage report counts, under event-time semantics, the label rows whose sequ
 that arrived after `ts` (a row with `lsn > F_p(ts)`: at least one of its events arrived later),
 and how many such rows.
 
-The plan is the samples job's (`arrow_reconstruct.BatchPlan`): label rows become pointers (no
-fragment, no checksum), read bucket by bucket in batches, one DuckDB plan per batch.
+The plan is the samples job's (`gather.gather_sequences`): label rows become pointers (no
+fragment, no checksum), read bucket by bucket in batches, one set-based plan per batch.
 """
 
 from __future__ import annotations
@@ -40,7 +40,8 @@ import pyarrow.compute as pc
 from pyiceberg.table import Table
 
 from pipelines.landing import landing_paths
-from pipelines.training.arrow_reconstruct import BatchPlan, Reconstruction, gather_sequences
+from pipelines.training.arrow_reconstruct import Reconstruction
+from pipelines.training.gather import SequenceRows, bound_lookup, gather_sequences
 from pipelines.training.sequence import Tenant, list_schema
 from pipelines.training.tables import FRAGMENT, SEQUENCE, create_bucketed_table, training_schema
 from seqlake.catalog import load_existing_table, open_catalog, table_identifier
@@ -90,22 +91,6 @@ class BackfillResult:
     leakage: LeakageReport = field(default_factory=LeakageReport)
 
 
-@dataclass(frozen=True)
-class BackfillPlans:
-    """The samples job's plans, run on label pointers: event time (always: the leakage report) and,
-    for arrival semantics, the versioned plan."""
-
-    event_time: BatchPlan
-    arrival: BatchPlan
-
-    @classmethod
-    def of(cls, config: Config, tenant: Tenant) -> BackfillPlans:
-        return cls(
-            BatchPlan.of(config, tenant, "time", cut_to_length=True, with_digest=False),
-            BatchPlan.of(config, tenant, "lsn", with_digest=False),
-        )
-
-
 def label_pointers(tenant: Tenant, labels: pa.Table, as_of: AsOf) -> pa.Table:
     """Pointers (the training table's pointer and fragment columns) for label rows carrying
     `user_id`, `_ts`, `lsn_bound` and `open_window`: no fragment, the tenant's length, and the
@@ -149,42 +134,34 @@ def backfill_batch(
     labels: pa.Table,
     history: pa.Table,
     events: pa.Table | None,
-    plans: BackfillPlans | None = None,
+    con=None,
 ) -> BackfillBatch:
     """The sequences of a batch of label rows (`user_id`, `_ts`, `lsn_bound`, `open_window`) from
     their users' history rows and, for arrival semantics, the open windows' detail events."""
-    plans = plans or BackfillPlans.of(config, tenant)
-    with connect(extensions=()) as con:
-        pointers = label_pointers(tenant, labels, "event-time")
-        flat, offsets, _ = gather_sequences(
-            con, plans.event_time, tenant, "time", pointers, history, None, keep=("lsn", "source_partition")
-        )
-        leaked = _leaked(con, flat, labels["lsn_bound"])
-        if as_of == "arrival":
-            pointers = label_pointers(tenant, labels, "arrival")
-            flat, offsets, _ = gather_sequences(con, plans.arrival, tenant, "lsn", pointers, history, events, keep=())
+    pointers = label_pointers(tenant, labels, "event-time")
+    rows = gather_sequences(
+        config, tenant, "time", pointers, history, None, cut_to_length=True, extra=("lsn", "source_partition")
+    )
+    leaked = _leaked(rows, pointers)
+    if as_of == "arrival":
+        pointers = label_pointers(tenant, labels, "arrival")
+        rows = gather_sequences(config, tenant, "lsn", pointers, history, events, con=con)
     sequences = {
-        f"{SEQUENCE}{f.name}": pa.ListArray.from_arrays(offsets, flat[f.name].combine_chunks().cast(f.type))
-        for f in tenant.schema
+        f"{SEQUENCE}{name}": values.cast(pa.list_(tenant.schema.field(name).type))
+        for name, values in rows.lists(tenant.model_columns).items()
     }
     return BackfillBatch(sequences, leaked)
 
 
-def _leaked(con, flat: pa.Table, bounds: pa.ChunkedArray | pa.Array) -> np.ndarray:
+def _leaked(rows: SequenceRows, pointers: pa.Table) -> np.ndarray:
     """Per label: sequence rows above their partition's frontier (a partition with no frontier had
     delivered nothing by ts)."""
-    n = len(bounds)
-    con.register("_flat", flat.select(["_pos", "lsn", "source_partition"]))
-    con.register("_label_bounds", pa.table({"_pos": pa.array(np.arange(n, dtype=np.int64)), "lsn_bound": bounds}))
-    rows = con.execute(
-        "WITH b AS (SELECT _pos, unnest(map_keys(lsn_bound)) AS source_partition, "
-        "unnest(map_values(lsn_bound)) AS bound FROM _label_bounds) "
-        "SELECT f._pos, count(*) AS n FROM _flat AS f LEFT JOIN b USING (_pos, source_partition) "
-        "WHERE f.lsn > coalesce(b.bound, -1) GROUP BY f._pos"
-    ).to_arrow_table()
-    leaked = np.zeros(n, dtype=np.int64)
-    leaked[rows["_pos"].to_numpy()] = rows["n"].to_numpy()
-    return leaked
+    owner = np.repeat(np.arange(pointers.num_rows, dtype=np.int64), rows.lengths)
+    lsn = rows.rows["lsn"].combine_chunks().fill_null(0).to_numpy(zero_copy_only=False)[rows.take]
+    partition = rows.rows["source_partition"].combine_chunks().fill_null(0).to_numpy(zero_copy_only=False)
+    matrix, column = bound_lookup(pointers, partition[rows.take].astype(np.int64))
+    late = lsn > matrix[owner, column]
+    return np.bincount(owner, weights=late, minlength=pointers.num_rows).astype(np.int64)
 
 
 # -- frontiers at a time --------------------------------------------------------------------------
@@ -355,7 +332,6 @@ class Backfill:
         self.columns = load_labels(self.con, config, labels, ts_column)
         self.frontiers = ArrivalFrontiers(self.con, lake_arrivals_sql(self.con, config, self.history))
         self.reconstruction = Reconstruction(config, tenant, None, self.history, self.detail)  # type: ignore[arg-type]
-        self.plans = BackfillPlans.of(config, tenant)
         self.leakage = LeakageReport()
 
     def schema(self, labels: pa.Schema) -> pa.Schema:
@@ -382,9 +358,9 @@ class Backfill:
         )
         pointers = label_pointers(self.tenant, keys, self.as_of)
         reconstruction = self.reconstruction
-        history = _stack(reconstruction, pointers)
+        history = reconstruction.history_rows(pointers)
         events = reconstruction._open_window_events(pointers) if self.as_of == "arrival" else None
-        found = backfill_batch(self.config, self.tenant, self.as_of, keys, history, events, self.plans)
+        found = backfill_batch(self.config, self.tenant, self.as_of, keys, history, events)
         self.leakage.add(found.leaked)
         out = labels.select(self.columns)
         for name, values in found.sequences.items():
@@ -393,12 +369,6 @@ class Backfill:
 
     def close(self) -> None:
         self.con.close()
-
-
-def _stack(reconstruction: Reconstruction, pointers: pa.Table) -> pa.Table:
-    from pipelines.training.arrow_reconstruct import stack_users
-
-    return stack_users(reconstruction._history_rows(pointers), reconstruction.reader, reconstruction.tenant)
 
 
 def write_backfill(

@@ -1,7 +1,8 @@
 """Training-sample jobs: rebuild a tenant's samples, write them, measure them against fat rows.
 
-`write_arrow_samples` streams the Arrow path into `samples_<tenant>` (one atomic replacement: a
-killed job leaves the previous samples) and its failures into the quarantine table. The time-only
+`write_arrow_samples` streams the Arrow path into `samples_<tenant>` (a data file per batch, one
+atomic replacement at the end: a killed job leaves the previous samples) and its failures into the
+quarantine table. The time-only
 mode writes nothing: its sequences go to scratch Parquet only to be compared with the fat rows.
 `fatrow_match` compares rebuilt sequences with the fat-row reference column by column in DuckDB.
 """
@@ -11,16 +12,17 @@ from __future__ import annotations
 import tempfile
 import time
 import warnings
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-from pyiceberg.expressions import AlwaysTrue, And, BooleanExpression, EqualTo
-from pyiceberg.table import Table, Transaction
+from pyiceberg.expressions import AlwaysTrue, And, EqualTo
 
 from pipelines.compaction import history_tables
 from pipelines.training.arrow_reconstruct import Reconstruction
+from pipelines.training.bucket_files import BucketFiles
 from pipelines.training.prefetch import PrefetchingIterator
 from pipelines.training.reconstruct import Mode
 from pipelines.training.sequence import Tenant
@@ -30,6 +32,7 @@ from pipelines.training.tables import (
     SEQUENCE,
     create_bucketed_table,
     fatrow_table_name,
+    may_hold,
     samples_table_name,
     sequence_table_schema,
     training_table_name,
@@ -38,8 +41,6 @@ from seqlake.catalog import load_existing_table
 from seqlake.config import Config
 from seqlake.duckdb_session import connect, sql_literal
 from tableformat.io import CountingFileSystem
-
-APPEND_BYTES = 128 * 2**20  # samples held in memory before they are written (bounds memory)
 
 
 @dataclass(frozen=True)
@@ -67,25 +68,21 @@ def write_arrow_samples(
     config: Config, tenant: Tenant, mode: Mode = "lsn", compare: bool = True
 ) -> ReconstructionResult:
     """Rebuild the tenant's samples in-process. LSN mode replaces samples_<tenant> and this tenant's
-    Arrow rows of the quarantine table, each in one commit (batches are written as they come, the
-    commit at the end); time-only mode writes no table. `compare=False` skips the comparison with the
-    fat rows (`matched` is then 0): a benchmark times the job alone."""
+    Arrow rows of the quarantine table, each in one commit (each batch's verified samples are written
+    as one data file of its bucket while the next batch is rebuilt; the commit at the end); time-only
+    mode writes no table. `compare=False` skips the comparison with the fat rows (`matched` is then
+    0): a benchmark times the job alone."""
     fs = CountingFileSystem()
     reconstruction = _reconstruction(config, tenant, mode, fs)
     engine = f"arrow/{mode}"
     requests = samples = quarantined = 0
     with tempfile.TemporaryDirectory(prefix="seqlake-replay-") as scratch:
-        samples_out = quarantine_out = None
+        samples_out = failures = None
         if mode == "lsn":
-            samples_out = _replacing(
-                create_bucketed_table(config, samples_table_name(tenant), sequence_table_schema(tenant)), AlwaysTrue()
-            )
-            quarantine_out = _replacing(
-                create_bucketed_table(config, QUARANTINE, QUARANTINE_SCHEMA),
-                And(EqualTo("tenant", tenant.name), EqualTo("engine", engine)),
-            )
-        pending = _Pending(samples_out)
-        with PrefetchingIterator(reconstruction.batches()) as batches:
+            table = create_bucketed_table(config, samples_table_name(tenant), sequence_table_schema(tenant))
+            samples_out = BucketFiles(table, config.layout.bucket_count)
+            failures = []
+        with PrefetchingIterator(reconstruction.batches()) as batches, samples_out or nullcontext():
             for n, batch in enumerate(batches):
                 requests += batch.assembled.num_rows
                 samples += batch.samples.num_rows
@@ -93,49 +90,35 @@ def write_arrow_samples(
                 if mode == "time":
                     pq.write_table(batch.assembled, Path(scratch) / f"part-{n:06d}.parquet")
                     continue
-                pending.add(batch.samples)
+                samples_out.write(batch.samples)
                 if batch.quarantined.num_rows:
-                    quarantine_out.append(batch.quarantined)
+                    failures.append(batch.quarantined)
+            if mode == "lsn":
+                samples_out.commit(replacing=AlwaysTrue())
         if mode == "lsn":
-            pending.flush()
-            samples_out.commit_transaction()
-            quarantine_out.commit_transaction()
+            _replace_quarantine(config, tenant.name, engine, failures)
             matched = fatrow_match(config, tenant, samples_table=samples_table_name(tenant)) if compare else 0
         else:
             matched = fatrow_match(config, tenant, parquet_glob=f"{scratch}/*.parquet") if requests else 0
     return ReconstructionResult(tenant.name, mode, requests, samples, quarantined, matched, fs.stats.bytes_read)
 
 
-class _Pending:
-    """Samples gathered up to APPEND_BYTES before one append: each append in a transaction copies
-    the transaction's metadata, so many small appends cost more than the data they write."""
-
-    def __init__(self, transaction: Transaction | None) -> None:
-        self.transaction = transaction
-        self.parts: list[pa.Table] = []
-        self.bytes = 0
-
-    def add(self, samples: pa.Table) -> None:
-        if samples.num_rows:
-            self.parts.append(samples)
-            self.bytes += samples.nbytes
-        if self.bytes >= APPEND_BYTES:
-            self.flush()
-
-    def flush(self) -> None:
-        if self.parts:
-            self.transaction.append(pa.concat_tables(self.parts))
-        self.parts, self.bytes = [], 0
-
-
-def _replacing(table: Table, rows: BooleanExpression) -> Transaction:
-    """A transaction that starts by deleting `rows` of `table` (what the job's output replaces)."""
+def _replace_quarantine(config: Config, tenant: str, engine: str, failures: list[pa.Table]) -> None:
+    """This tenant's and engine's rows of the quarantine table become `failures`, in one commit; no
+    commit when there is nothing to remove or add."""
+    table = create_bucketed_table(config, QUARANTINE, QUARANTINE_SCHEMA)
+    rows = And(EqualTo("tenant", tenant), EqualTo("engine", engine))
+    holds = may_hold(table, rows)
+    if not failures and not holds:
+        return
     transaction = table.transaction()
-    if table.current_snapshot() is not None:
-        with warnings.catch_warnings():  # pyiceberg warns when nothing matches yet
+    if holds:
+        with warnings.catch_warnings():  # pyiceberg warns when nothing matches
             warnings.simplefilter("ignore", UserWarning)
             transaction.delete(rows)
-    return transaction
+    if failures:
+        transaction.append(pa.concat_tables(failures))
+    transaction.commit_transaction()
 
 
 def fatrow_match(

@@ -25,7 +25,7 @@ from pipelines.compaction import published_frontier, published_windows
 from pipelines.landing import LandingPaths
 from pipelines.parse import landing_schema
 from seqlake.config import Config
-from seqlake.duckdb_session import connect, sql_literal
+from seqlake.duckdb_session import lake_cursor, sql_literal
 from tableformat.io import engine_location
 from tableformat.schema import history_arrow_schema
 from tableformat.writer import open_output
@@ -40,7 +40,7 @@ class ViewSnapshot:
         self.config = config
         self.history = history
         self.frontier = published_frontier(history)
-        self._con = connect()
+        self._con = lake_cursor()
         self._detail_location = detail.metadata_location if detail.current_snapshot() else None
         self._load_landing(paths)
         bounds = self._con.execute(f"SELECT source_partition, max(lsn) FROM {_ABOVE} GROUP BY 1").fetchall()

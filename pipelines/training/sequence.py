@@ -12,7 +12,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from pipelines.training.sequence_digest import sequence_checksums as sequence_checksums_of_lists
+from pipelines.training.sequence_digest import sequence_checksums_of
 from seqlake.config import Config
 from seqlake.errors import ConfigError
 from seqlake.events import ARROW_TYPES
@@ -79,8 +79,10 @@ def newest(rows: pa.Table, k: int | None) -> pa.Table:
 
 def sequence_checksums(sequences: list[pa.Table], tenant: Tenant) -> list[bytes]:
     """The checksum of each sequence (model columns, in order), all in one vectorized pass."""
-    lists = pa.table(lists_of(sequences, tenant, SEQUENCE_PREFIX))
-    return sequence_checksums_of_lists(lists, tenant.schema, SEQUENCE_PREFIX).to_pylist()
+    columns = lists_of(sequences, tenant, SEQUENCE_PREFIX)
+    rows = pa.table({f.name: columns[f"{SEQUENCE_PREFIX}{f.name}"].values for f in tenant.schema})
+    lengths = np.array([s.num_rows for s in sequences], np.int64)
+    return sequence_checksums_of(rows, tenant.schema, lengths).to_pylist()
 
 
 def sequence_checksum(sequence: pa.Table, tenant: Tenant) -> bytes:

@@ -23,7 +23,7 @@ from pipelines.compaction import (
 )
 from pipelines.ingest import IngestResult, ingest_source
 from pipelines.landing import LandingPaths
-from pipelines.training.capture import capture_requests, fat_rows, training_rows
+from pipelines.training.capture import capture_batch, request_table
 from pipelines.training.online_view import ViewSnapshot
 from pipelines.training.requests import RequestSimulator
 from pipelines.training.sequence import tenants
@@ -77,6 +77,7 @@ def serve_and_capture(
     training = {t.name: create_bucketed_table(config, training_table_name(t), training_schema(t)) for t in profiles}
     fatrow = {t.name: create_bucketed_table(config, fatrow_table_name(t), sequence_table_schema(t)) for t in profiles}
     since = None
+    reader = None
     while True:
         step = ingest_source(spark, config, source, paths, max_snapshots=1)
         if step.batches == 0:
@@ -86,20 +87,24 @@ def serve_and_capture(
         result.ingest.landed += step.landed
         result.ingest.quarantined.update(step.quarantined)
         history, detail = history_tables(config)
+        # The reader (its lookup index, footers and open files) outlives the snapshots, as a serving
+        # process's does: a new snapshot of history updates its index instead of rebuilding it.
+        reader = reader or HistoryReader(history)
+        reader.table = history
         with ViewSnapshot(config, history, detail, paths) as view:
             users = view.active_users(since) if view.now is not None else []
             since = view.now or since
             requests = simulator.requests(users, view.now, result.capture_points) if users else []
             landing = view.landing_rows(sorted({r.user_id for r in requests}))
             closed = view.closed_windows()
-            reader = HistoryReader(history)
+            batch = request_table(requests)
             for tenant in profiles:
                 if not requests:
                     break
-                captures = capture_requests(view, reader, tenant, requests, config.training.fragment_events, landing)
-                training[tenant.name].append(training_rows(captures, tenant))
-                fatrow[tenant.name].append(fat_rows(captures, tenant))
-                result.captures[tenant.name] += len(captures)
+                captured = capture_batch(view, reader, tenant, batch, config.training.fragment_events, landing)
+                training[tenant.name].append(captured.training)
+                fatrow[tenant.name].append(captured.fat_rows)
+                result.captures[tenant.name] += captured.training.num_rows
         result.capture_points += 1
         result.requests += len(requests)
         _compact(spark, config, paths, closed, result)

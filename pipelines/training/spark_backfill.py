@@ -18,10 +18,10 @@ from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_type
 
-from pipelines.compaction import HISTORY, spark_name
+from pipelines.compaction import spark_name
 from pipelines.training.backfill import AsOf, Backfill, LeakageReport
 from pipelines.training.sequence import ORDER_KEYS, Tenant
-from pipelines.training.spark_reconstruct import open_window_as_of_bounds
+from pipelines.training.spark_reconstruct import history_frame, open_window_as_of_bounds
 from pipelines.training.tables import SEQUENCE, create_bucketed_table, drop_tables
 from seqlake.config import Config
 
@@ -68,7 +68,7 @@ def label_candidates(spark: SparkSession, config: Config, tenant: Tenant, pointe
         "user_id", "_row", "_ts", F.col("_lsn_bound").alias("lsn_bound"), F.col("_open_window").alias("open_window")
     )
     history = (
-        spark.table(spark_name(config, HISTORY))
+        history_frame(spark, config)
         .where(F.col("feature_group").isin(list(tenant.feature_groups)))
         .select("user_id", *tenant.read_columns())
     )

@@ -6,8 +6,10 @@ plan is checked in tests/test_late_materialization.py). Visibility, the captured
 fragment's first key are filters on the joined rows; the open window's rows are rebuilt from the
 detail table's events up to each bound with the same aggregation SQL as compaction. A window
 function keeps the newest `length - W` candidates, the fragment's rows are exploded from the
-training row, and one grouped aggregation builds the list columns; the checksum is Spark SQL over
-those lists. DataFrame operations and built-in functions only: no Python runs per group or row.
+training row, and one grouped aggregation builds the list columns. Each source row's digest (its
+four lane values, tableformat/SPEC.md) is computed once, on history before the join, and carried
+into the lists, so a sequence's checksum folds integers instead of hashing its rows again.
+DataFrame operations and built-in functions only: no Python runs per group or row.
 """
 
 from __future__ import annotations
@@ -21,12 +23,19 @@ from pipelines.aggregation import aggregation_sql
 from pipelines.compaction import DETAIL, HISTORY, spark_name
 from pipelines.training.reconstruct import Mode, fragment_columns, reason_sql
 from pipelines.training.sequence import ORDER_KEYS, Tenant
-from pipelines.training.sequence_digest import digests_checksum_sql, row_digests_sql
+from pipelines.training.sequence_digest import (
+    lanes_checksum_sql,
+    lanes_of_pieces_sql,
+    row_pieces_sql,
+    string_digest_sql,
+)
 from pipelines.training.tables import (
     FRAGMENT,
     QUARANTINE,
     QUARANTINE_SCHEMA,
     SEQUENCE,
+    create_bucketed_table,
+    may_hold,
     samples_table_name,
     sequence_table_schema,
     training_table_name,
@@ -43,6 +52,7 @@ RESULT_FIELDS = [
 ]
 # Pointer columns each candidate row carries into the filters and the rank.
 KEY_COLUMNS = ("user_id", "request_id")
+LANES = ("_l0", "_l1", "_l2", "_l3")  # a row's digest, the four lane values of its pieces
 
 
 def result_schema(tenant: Tenant) -> pa.Schema:
@@ -51,6 +61,24 @@ def result_schema(tenant: Tenant) -> pa.Schema:
 
 def candidate_columns(tenant: Tenant) -> list[str]:
     return list(dict.fromkeys([*tenant.model_columns, *ORDER_KEYS]))
+
+
+def history_frame(spark: SparkSession, config: Config) -> DataFrame:
+    """The history table in Spark, read by Iceberg's (vectorized) reader."""
+    return spark.read.table(spark_name(config, HISTORY))
+
+
+def with_row_lanes(frame: DataFrame, tenant: Tenant) -> DataFrame:
+    """`frame` (holding the model columns) with each row's digest in LANES: strings hashed once,
+    then the pieces, then the lanes (each step a projection: nothing is computed twice)."""
+    strings = [f.name for f in tenant.schema if pa.types.is_string(f.type)]
+    digests = {c: f"_h_{c}" for c in strings}
+    hashed = frame.select("*", *(F.expr(string_digest_sql(c, "spark")).alias(d) for c, d in digests.items()))
+    pieces = row_pieces_sql(tenant.schema, tenant.model_columns, "spark", digests)
+    names = [f"_x{j}" for j in range(len(pieces))]
+    laid = hashed.select("*", *(F.expr(p).alias(n) for p, n in zip(pieces, names, strict=True)))
+    lanes = laid.select("*", *(F.expr(e).alias(n) for e, n in zip(lanes_of_pieces_sql(names), LANES, strict=True)))
+    return lanes.drop(*digests.values(), *names)
 
 
 def _bound_of_row() -> Column:
@@ -86,21 +114,27 @@ def _pointer_keys(spark: SparkSession, config: Config, tenant: Tenant) -> DataFr
     )
 
 
-def pointer_history_join(spark: SparkSession, config: Config, tenant: Tenant, mode: Mode) -> DataFrame:
+def pointer_history_join(
+    spark: SparkSession, config: Config, tenant: Tenant, mode: Mode, lanes: bool = False
+) -> DataFrame:
     """Each request's candidate history rows (open window excluded in LSN mode), from a storage-
-    partitioned join of the training table with history on user_id."""
+    partitioned join of the training table with history on user_id; `lanes`: with each history
+    row's digest (LANES), computed before the join."""
     pointers = _pointer_keys(spark, config, tenant)
     history = (
-        spark.table(spark_name(config, HISTORY))
+        history_frame(spark, config)
         .where(F.col("feature_group").isin(list(tenant.feature_groups)))
         .select("user_id", *tenant.read_columns())
     )
+    if lanes:
+        history = with_row_lanes(history, tenant)
     # A sort-merge join over the shared buckets (never a broadcast of the pointers).
     joined = pointers.hint("merge").join(history, "user_id")
     visible = _in_range(mode)
     if mode == "lsn":
         visible &= (F.col("window_id") != F.col("open_window")) & (F.col("lsn") <= _bound_of_row())
-    return joined.where(visible).select(*KEY_COLUMNS, "_history_rows", *candidate_columns(tenant))
+    carried = LANES if lanes else ()
+    return joined.where(visible).select(*KEY_COLUMNS, "_history_rows", *candidate_columns(tenant), *carried)
 
 
 def open_window_as_of_bounds(
@@ -128,20 +162,21 @@ def rebuilt_open_window(spark: SparkSession, config: Config, tenant: Tenant) -> 
     pointers = _pointer_keys(spark, config, tenant)
     rows = open_window_as_of_bounds(spark, config, tenant, pointers, "request_id")
     rows = rows.select(*KEY_COLUMNS, *candidate_columns(tenant)).join(pointers, list(KEY_COLUMNS))
-    return rows.where(_in_range("lsn")).select(*KEY_COLUMNS, "_history_rows", *candidate_columns(tenant))
+    rows = rows.where(_in_range("lsn")).select(*KEY_COLUMNS, "_history_rows", *candidate_columns(tenant))
+    return with_row_lanes(rows, tenant)
 
 
 def reconstruct_with_spark(spark: SparkSession, config: Config, tenant: Tenant, mode: Mode = "lsn") -> DataFrame:
     """One row per request: the rebuilt sequence as list columns and its verification."""
     model = tenant.model_columns
-    candidates = pointer_history_join(spark, config, tenant, mode)
+    candidates = pointer_history_join(spark, config, tenant, mode, lanes=True)
     if mode == "lsn":
         candidates = candidates.unionByName(rebuilt_open_window(spark, config, tenant))
     newest_first = Window.partitionBy(*KEY_COLUMNS).orderBy(*(F.col(k).desc() for k in ORDER_KEYS))
     history = candidates.withColumn("_rank", F.row_number().over(newest_first))
     if mode == "lsn":
         history = history.where(F.col("_rank") <= F.col("_history_rows"))
-    history = history.select(*KEY_COLUMNS, F.lit(0).alias("_part"), (-F.col("_rank")).alias("_ord"), *model)
+    history = history.select(*KEY_COLUMNS, F.lit(0).alias("_part"), (-F.col("_rank")).alias("_ord"), *model, *LANES)
     pointers = spark.table(spark_name(config, training_table_name(tenant)))
     fragment = pointers.select(*KEY_COLUMNS, F.posexplode(F.arrays_zip(*fragment_columns(tenant)))).select(
         *KEY_COLUMNS,
@@ -149,14 +184,20 @@ def reconstruct_with_spark(spark: SparkSession, config: Config, tenant: Tenant, 
         F.col("pos").alias("_ord"),
         *(F.col("col")[f"{FRAGMENT}{c}"].alias(c) for c in model),
     )
+    fragment = with_row_lanes(fragment, tenant)
     # Sorting structs orders by their first fields: part (history, then fragment), then position.
     rows = (
         history.unionByName(fragment)
         .groupBy(*KEY_COLUMNS)
-        .agg(F.array_sort(F.collect_list(F.struct("_part", "_ord", *model))).alias("_rows"))
+        .agg(F.array_sort(F.collect_list(F.struct("_part", "_ord", *model, *LANES))).alias("_rows"))
     )
     seq = [f"{SEQUENCE}{c}" for c in model]
-    lists = rows.select(*KEY_COLUMNS, *(F.col("_rows")[c].alias(s) for c, s in zip(model, seq, strict=True)))
+    lane_lists = [f"_rows_{lane}" for lane in LANES]
+    lists = rows.select(
+        *KEY_COLUMNS,
+        *(F.col("_rows")[c].alias(s) for c, s in zip(model, seq, strict=True)),
+        *(F.col("_rows")[lane].alias(name) for lane, name in zip(LANES, lane_lists, strict=True)),
+    )
     request_fields = [f for f in sequence_table_schema(tenant) if not f.name.startswith(SEQUENCE)]
     sequences = pointers.select(*(f.name for f in request_fields), "checksum", "length").join(
         lists, list(KEY_COLUMNS), "left"
@@ -164,11 +205,11 @@ def reconstruct_with_spark(spark: SparkSession, config: Config, tenant: Tenant, 
     for field, name in zip(tenant.schema, seq, strict=True):
         empty = F.array().cast(from_arrow_type(pa.list_(field.type)))
         sequences = sequences.withColumn(name, F.coalesce(F.col(name), empty))
-    # Row digests first (one SHA-256 per row), then the checksum's four lanes fold them.
-    checked = (
-        sequences.withColumn("_digests", F.expr(row_digests_sql(tenant.schema, seq, "spark")))
-        .withColumn("_actual", F.expr(digests_checksum_sql("_digests", "spark")))
-        .withColumn("actual_length", F.size(seq[0]))
+    for name in lane_lists:
+        sequences = sequences.withColumn(name, F.coalesce(F.col(name), F.array().cast("array<bigint>")))
+    # The rows' digests came along in the lists: the checksum folds them lane by lane.
+    checked = sequences.withColumn("_actual", F.expr(lanes_checksum_sql(lane_lists, "spark"))).withColumn(
+        "actual_length", F.size(seq[0])
     )
     reason = F.expr(reason_sql("actual_length", "length", "_actual", "checksum"))
     return checked.select(
@@ -185,10 +226,12 @@ def reconstruct_with_spark(spark: SparkSession, config: Config, tenant: Tenant, 
 
 def write_spark_samples(spark: SparkSession, config: Config, tenant: Tenant) -> tuple[int, int]:
     """Rebuild the tenant's samples on Spark (LSN mode); replace samples_<tenant> with the verified
-    ones and this tenant's Spark rows of the quarantine table with the failed ones. Returns
-    (samples, quarantined)."""
+    ones and this tenant's Spark rows of the quarantine table with the failed ones (no commit there
+    when it has none of them and none failed). Returns (samples, quarantined)."""
     results = reconstruct_with_spark(spark, config, tenant, "lsn").persist()
     try:
+        counts = {r["ok"]: r["count"] for r in results.groupBy("ok").count().collect()}
+        create_bucketed_table(config, samples_table_name(tenant), sequence_table_schema(tenant))  # if new
         names = sequence_table_schema(tenant).names
         results.where("ok").select(*names).writeTo(spark_name(config, samples_table_name(tenant))).overwrite(
             F.lit(True)
@@ -205,10 +248,18 @@ def write_spark_samples(spark: SparkSession, config: Config, tenant: Tenant) -> 
             "expected_length",
             "actual_length",
         )
-        failed.select(*QUARANTINE_SCHEMA.names).writeTo(spark_name(config, QUARANTINE)).overwrite(
-            (F.col("tenant") == tenant.name) & (F.col("engine") == engine)
-        )
-        counts = {r["ok"]: r["count"] for r in results.groupBy("ok").count().collect()}
+        if counts.get(False, 0) or _quarantine_holds(config, tenant.name, engine):
+            failed.select(*QUARANTINE_SCHEMA.names).writeTo(spark_name(config, QUARANTINE)).overwrite(
+                (F.col("tenant") == tenant.name) & (F.col("engine") == engine)
+            )
     finally:
         results.unpersist()
     return counts.get(True, 0), counts.get(False, 0)
+
+
+def _quarantine_holds(config: Config, tenant: str, engine: str) -> bool:
+    """Whether the quarantine table may hold rows of this tenant and engine."""
+    from pyiceberg.expressions import And, EqualTo
+
+    table = create_bucketed_table(config, QUARANTINE, QUARANTINE_SCHEMA)
+    return may_hold(table, And(EqualTo("tenant", tenant), EqualTo("engine", engine)))

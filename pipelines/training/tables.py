@@ -145,3 +145,8 @@ def table_bytes(table: Table) -> int:
     if snapshot is None:
         return 0
     return sum(task.file.file_size_in_bytes for task in table.scan().plan_files())
+
+
+def may_hold(table: Table, rows) -> bool:
+    """Whether `table` may hold rows matching the expression `rows`, by its files' statistics alone."""
+    return table.current_snapshot() is not None and any(True for _ in table.scan(row_filter=rows).plan_files())
