@@ -14,6 +14,7 @@ one publishes and the other finds it published.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import signal
@@ -36,6 +37,7 @@ from pipelines.parse import landing_schema
 from seqlake.catalog import open_catalog, spark_name, table_identifier
 from seqlake.config import Config
 from seqlake.errors import SeqlakeError
+from tableformat.evolution import by_projection, select_list
 from tableformat.registry import (
     RunRecord,
     RunsChanged,
@@ -48,7 +50,7 @@ from tableformat.registry import (
     published_frontier,
     published_windows,
 )
-from tableformat.schema import history_arrow_schema, with_field_ids
+from tableformat.schema import history_arrow_schema, history_read_schema, with_field_ids
 from tableformat.writer import open_output
 
 if TYPE_CHECKING:
@@ -391,10 +393,16 @@ def merge_runs_if_needed(spark: SparkSession, config: Config) -> str | None:
     history, runs, windows, run_id = todo
     paths = [f.file_path for f in files_of_runs(history, set(runs))]
     names = history_arrow_schema(config).names
+    target, loose = history_read_schema(history)
+    # Files of one schema are read together, each as the current schema (tableformat.evolution).
+    parts = [
+        spark.read.parquet(*uris).selectExpr(*select_list(found, names))
+        for found, uris in by_projection(paths, target, loose)
+    ]
     rows = (
-        spark.read.parquet(*paths).select(*names)
-        if paths
-        else spark.createDataFrame([], spark.table(spark_name(config, HISTORY)).schema)
+        functools.reduce(lambda a, b: a.unionByName(b), parts)
+        if parts
+        else spark.createDataFrame([], spark.table(spark_name(config, HISTORY)).select(*names).schema)
     )
     files = write_run_with_spark(rows, history, config, run_id)
     return commit_merge(history, list(runs), windows, run_id, files)

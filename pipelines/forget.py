@@ -35,9 +35,10 @@ from pipelines.maintenance import StepReport, user_tables
 from pipelines.publication_check import is_delta_table
 from seqlake.config import Config
 from seqlake.errors import SeqlakeError
+from tableformat.evolution import projection
 from tableformat.registry import RunsChanged, commit_file_rewrite, history_file_uri, live_runs, run_id_of_path
 from tableformat.run_writer import write_run
-from tableformat.schema import history_arrow_schema
+from tableformat.schema import history_arrow_schema, history_read_schema
 from tableformat.writer import open_output
 
 FORGET_STEP = "forget"
@@ -68,23 +69,26 @@ def _rows_of(parquet: pq.ParquetFile, users: pa.Array) -> int:
     return pc.sum(pc.is_in(ids, value_set=users)).as_py() or 0
 
 
-def _kept_batches(parquet: pq.ParquetFile, users: pa.Array, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
-    """The file's rows without the users', in their stored order, with the table's current columns (a
-    column the file predates reads as null)."""
-    for batch in parquet.iter_batches(batch_size=READ_ROWS):
-        kept = batch.filter(pc.invert(pc.is_in(batch.column("user_id"), value_set=users)))
-        columns = [
-            kept.column(f.name).cast(f.type) if f.name in kept.schema.names else pa.nulls(kept.num_rows, f.type)
-            for f in schema
-        ]
-        yield pa.RecordBatch.from_arrays(columns, schema=schema)
+def _kept_batches(
+    parquet: pq.ParquetFile, users: pa.Array, schema: pa.Schema, history: Table
+) -> Iterator[pa.RecordBatch]:
+    """The file's rows without the users', in their stored order, with the table's current columns
+    (a column the file predates reads as null, a widened one cast: `tableformat.evolution`)."""
+    target, loose = history_read_schema(history)
+    found = projection(parquet.schema_arrow, target, loose)
+    columns = found.file_columns(schema.names)
+    for batch in parquet.iter_batches(batch_size=READ_ROWS, columns=columns):
+        kept = pa.Table.from_batches([batch.filter(pc.invert(pc.is_in(batch.column("user_id"), value_set=users)))])
+        rows = found.apply(kept, schema.names)
+        arrays = [rows.column(f.name).combine_chunks().cast(f.type) for f in schema]
+        yield pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
 def forget_history(history: Table, config: Config, users: Sequence[int]) -> StepReport:
     """Rewrite every live history file that holds one of the users without their rows, in one commit."""
     report = StepReport(FORGET_STEP, history.name()[-1], unit="rows")
     wanted = pa.array(_users(users), pa.int64())
-    schema = history_arrow_schema(config)
+    schema = history_arrow_schema(config, history.schema())
     for _ in range(COMMIT_ATTEMPTS):
         history.refresh()
         runs = live_runs(history)
@@ -102,7 +106,7 @@ def forget_history(history: Table, config: Config, users: Sequence[int]) -> Step
                     replaced.append(data_file)
                     removed += found
                     written += write_run(
-                        _kept_batches(parquet, wanted, schema),
+                        _kept_batches(parquet, wanted, schema, history),
                         file_uri=lambda b, run=run_id, tag=attempt: history_file_uri(history.location(), run, b, tag),
                         schema=schema,
                         run_id=run_id,

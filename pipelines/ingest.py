@@ -13,10 +13,10 @@ from dataclasses import dataclass, field
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.pandas.types import from_arrow_schema
+from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 
 from pipelines.compaction import HISTORY
-from pipelines.landing import LandingPaths, append_idempotent, last_applied_version
+from pipelines.landing import LandingPaths, append_idempotent, delta_exists, last_applied_version
 from pipelines.parse import QUARANTINE_SCHEMA, landing_schema, parse_batch, parsed_schema
 from seqlake.catalog import load_existing_table, open_catalog, spark_name, table_identifier
 from seqlake.config import Config
@@ -67,6 +67,14 @@ def redirect_published(spark: SparkSession, parsed: DataFrame, homes: dict[int, 
     )
 
 
+def _check_landing(spark: SparkSession, paths: LandingPaths, config: Config) -> None:
+    """The landing tier holds the configured columns (a feature-group column added or widened in the
+    configuration is `seqlake migrate`d first), or one line says what differs."""
+    from pipelines.migrate import check_landing  # the migration knows every table: imported late
+
+    check_landing(to_arrow_schema(spark.read.format("delta").load(paths.events).schema), config)
+
+
 def ingest_source(
     spark: SparkSession,
     config: Config,
@@ -82,6 +90,8 @@ def ingest_source(
     done = last_applied_version(spark, paths.events, app_id)
     snapshots = sorted(table.snapshots(), key=lambda s: s.sequence_number)
     result = IngestResult()
+    if snapshots and snapshots[-1].sequence_number > done and delta_exists(spark, paths.events):
+        _check_landing(spark, paths, config)
     parsed_spark_schema = from_arrow_schema(parsed_schema(config))
     landing_columns = landing_schema(config).names
 

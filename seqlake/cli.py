@@ -56,6 +56,7 @@ COMMANDS: dict[str, tuple[Callable[[list[str]], int], str]] = {
     "sql": (_job("jobs.sql"), "DuckDB SQL over the warehouse with seqlake's views and macros loaded (sql/)"),
     "maintain": (_job("jobs.maintain"), "expire snapshots, remove orphan files, vacuum landing, drop old detail"),
     "forget": (_job("jobs.forget"), "remove every row of some users from every table, one commit per table"),
+    "migrate": (_job("jobs.migrate"), "apply the configuration's columns (added, widened, retired) to the tables"),
     "fsck": (_job("jobs.fsck"), "check every invariant of the history table's files and runs"),
     "drop-run": (_job("jobs.drop_run"), "remove a damaged run from a history table so its windows can be rebuilt"),
     "bench-layout": (_job("jobs.bench_layout"), "measure candidate file layouts side by side (ratios to the default)"),

@@ -34,6 +34,7 @@ from pyiceberg.expressions import (
 from pyiceberg.table import Table
 
 from seqlake.errors import SchemaError
+from tableformat.evolution import Projection, projection
 from tableformat.io import (
     FooterCache,
     OpenFiles,
@@ -44,6 +45,7 @@ from tableformat.io import (
     read_row_groups,
 )
 from tableformat.lookup_index import FileEntry, LookupIndex, ReadGroups, Segments, micros, select_segments, snapshot_key
+from tableformat.schema import history_read_schema
 from tableformat.verified import DAMAGE, CorruptFileError, describe, table_of
 
 SEQUENCE_ORDER = ("event_ts", "lsn")
@@ -80,6 +82,7 @@ class HistoryReader:
         self.groups = table.metadata.properties.get("seqlake.feature-groups", "").split(",")
         self._column_set, self._group_set = frozenset(self.columns), frozenset(self.groups)
         self._schema: tuple[tuple, pa.Schema] | None = None
+        self._projections: tuple[tuple | None, tuple, dict[str, Projection]] = (None, (), {})
         self._index: LookupIndex | None = None
         self._empties: dict[tuple, pa.Table] = {}
         self._index_lock = threading.Lock()
@@ -117,24 +120,47 @@ class HistoryReader:
     def footer(self, uri: str) -> pq.FileMetaData:
         return load_footer(self.fs, self.footers, uri)
 
+    def projection(self, uri: str) -> Projection:
+        """How the file's columns read as the table's current ones (`tableformat.evolution`): as
+        stored, unless the file predates a column added or widened since."""
+        key = (self.table.metadata.table_uuid, self.table.metadata.current_schema_id)
+        if self._projections[0] != key:
+            self._projections = (key, history_read_schema(self.table), {})
+        found = self._projections[2].get(uri)
+        if found is None:
+            target, loose = self._projections[1]
+            found = self._projections[2][uri] = projection(self.footer(uri).schema.to_arrow_schema(), target, loose)
+        return found
+
     def read_groups(self, uri: str, groups: list[int], columns: list[str]) -> pa.Table:
         """The rows of `groups` (ascending) with `columns` (the step subclasses change, e.g. to cache)."""
-        return read_row_groups(self.fs, uri, self.footer(uri), groups, columns, self.files)
+        found, meta = self.projection(uri), self.footer(uri)
+        if found.identity:
+            return read_row_groups(self.fs, uri, meta, groups, columns, self.files)
+        read = read_row_groups(self.fs, uri, meta, groups, found.file_columns(columns), self.files)
+        return found.apply(read, columns, sum(meta.row_group(g).num_rows for g in groups))
 
     def read_rows(self, uri: str, rg: int, low: int, high: int, columns: list[str]) -> pa.Table | None:
         """Rows [low, high) of one row group, decoded from the pages that hold them (page index)."""
         entry = self.lookup_index().entry(uri)
+        found = self.projection(uri)
+        stored = columns if found.identity else found.file_columns(columns)
+        if not stored:
+            return None  # only columns the file predates: read_groups gives their nulls
 
         def read(ranges: list[tuple[int, int]]) -> list[bytes]:
             return read_byte_ranges(self.fs, uri, ranges, entry.meta, self.files)
 
         try:
-            rows = entry.paged().read_rows(rg, low, high, columns, read, decode_parquet)
+            rows = entry.paged().read_rows(rg, low, high, stored, read, decode_parquet)
         except CorruptFileError:
             raise
         except DAMAGE as error:  # a page whose checksum or encoding fails: the file is damaged
             raise CorruptFileError(table_of(uri), uri, describe(error)) from error
-        return None if rows is None else rows.replace_schema_metadata(entry.schema.metadata)
+        if rows is None:
+            return None
+        rows = rows.replace_schema_metadata(entry.schema.metadata)
+        return rows if found.identity else found.apply(rows, columns, high - low)
 
     def read_user(
         self, user_id: int, columns: Sequence[str] | None = None, selection: Selection | None = None

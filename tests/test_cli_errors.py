@@ -106,6 +106,15 @@ CASES = {
     "storage: no bucket": (["storage", "list"], "the following arguments are required: bucket"),
     "forget: no user": (["forget", "--skip-landing"], "the following arguments are required: --user"),
     "forget: a user id that is not a number": (["forget", "--user", "ann"], "--user: invalid int value: 'ann'"),
+    "migrate: a narrowed column": (
+        [
+            "migrate",
+            "--config",
+            "{bad:feature_groups.purchase={item_column: item_id, columns: {item_id: {type: int64}, "
+            "price_cents: {type: int32}}}}",
+        ],
+        "seqlake cannot migrate this",
+    ),
     "maintain: a negative retention": (["maintain", "--snapshot-retention-hours", "-3"], "-3 is negative"),
     "bench-merge: too few windows": (["bench-merge", "--windows", "0"], "--windows: must be an integer >= 2"),
     "init: a folder that cannot exist": (["init", "/proc/nope/x"], "cannot write the starter configuration"),

@@ -34,6 +34,7 @@ from seqlake.config import Config
 from seqlake.duckdb_session import connect, sql_literal
 from seqlake.errors import SeqlakeError
 from tableformat.cache import CachedHistoryReader
+from tableformat.evolution import projection, with_ids_from
 from tableformat.io import PlainFileSystem
 from tableformat.multi_reader import histories
 from tableformat.reader import HistoryReader, Selection, stats_overlap
@@ -85,14 +86,17 @@ def detail_events(
     items = {config.feature_groups[g].item_column for g in tenant.feature_groups}
     needed = [n for n in schema.names if n in {*REBUILD_KEYS, *items, *tenant.columns}]
     condition = And(In("window_id", set(windows)), In("user_id", set(user_ids)))
+    current = with_ids_from(schema, detail.schema())  # files of older schemas read as the current one
     parts = []
     for task in detail.scan(row_filter=condition).plan_files():
         with fs.open_input_file(task.file.file_path) as handle:
             parquet = pq.ParquetFile(handle)
+            found = projection(parquet.schema_arrow, current)
             groups = _groups_holding(parquet.metadata, min(user_ids), max(user_ids))
-            rows = parquet.read_row_groups(groups, columns=needed) if groups else None
-        if rows is None:
-            continue
+            if not groups:
+                continue
+            rows = parquet.read_row_groups(groups, columns=found.file_columns(needed))
+            rows = found.apply(rows, needed)
         mask = pc.and_(
             pc.is_in(rows["user_id"], pa.array(user_ids, pa.int64())),
             pc.is_in(rows["feature_group"], pa.array(tenant.feature_groups)),
@@ -100,8 +104,8 @@ def detail_events(
         parts.append(rows.filter(pc.and_(mask, pc.is_in(rows["window_id"], pa.array(windows, pa.int64())))))
     if not parts:
         return schema.empty_table()
-    found = pa.concat_tables(parts)
-    columns = {f.name: found[f.name] if f.name in needed else pa.nulls(found.num_rows, f.type) for f in schema}
+    events = pa.concat_tables(parts)
+    columns = {f.name: events[f.name] if f.name in needed else pa.nulls(events.num_rows, f.type) for f in schema}
     return pa.table(columns).cast(schema)
 
 
