@@ -37,7 +37,7 @@ from pipelines.parse import landing_schema
 from seqlake.catalog import open_catalog, spark_name, table_identifier
 from seqlake.config import Config
 from seqlake.errors import SeqlakeError
-from tableformat.evolution import by_projection, select_list
+from tableformat.evolution import by_projection, known_field_ids, select_list
 from tableformat.registry import (
     RunRecord,
     RunsChanged,
@@ -397,7 +397,7 @@ def merge_runs_if_needed(spark: SparkSession, config: Config) -> str | None:
     # Files of one schema are read together, each as the current schema (tableformat.evolution).
     parts = [
         spark.read.parquet(*uris).selectExpr(*select_list(found, names))
-        for found, uris in by_projection(paths, target, loose)
+        for found, uris in by_projection(paths, target, loose, known_field_ids(history))
     ]
     rows = (
         functools.reduce(lambda a, b: a.unionByName(b), parts)

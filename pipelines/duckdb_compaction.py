@@ -34,7 +34,7 @@ from pipelines.publication_check import is_delta_table
 from seqlake.config import Config
 from seqlake.duckdb_session import connect, sql_literal
 from tableformat.bucketing import bucket_of
-from tableformat.evolution import by_projection, select_list
+from tableformat.evolution import by_projection, known_field_ids, select_list
 from tableformat.io import engine_location
 from tableformat.registry import files_of_runs, history_file_uri
 from tableformat.run_writer import write_run
@@ -155,7 +155,7 @@ def _merged_buckets(con, by_bucket: dict[int, list[str]], names: list[str], hist
     order = ", ".join(STORAGE_ORDER)
     target, loose = history_read_schema(history)
     for bucket in sorted(by_bucket):
-        groups = by_projection(by_bucket[bucket], target, loose)
+        groups = by_projection(by_bucket[bucket], target, loose, known_field_ids(history))
         selects = [f"SELECT {', '.join(select_list(found, names))} FROM read_parquet(?)" for found, _ in groups]
         reader = con.execute(
             f"{' UNION ALL BY NAME '.join(selects)} ORDER BY {order}",

@@ -35,7 +35,7 @@ from pipelines.maintenance import StepReport, user_tables
 from pipelines.publication_check import is_delta_table
 from seqlake.config import Config
 from seqlake.errors import SeqlakeError
-from tableformat.evolution import projection
+from tableformat.evolution import known_field_ids, projection
 from tableformat.registry import RunsChanged, commit_file_rewrite, history_file_uri, live_runs, run_id_of_path
 from tableformat.run_writer import write_run
 from tableformat.schema import history_arrow_schema, history_read_schema
@@ -75,7 +75,7 @@ def _kept_batches(
     """The file's rows without the users', in their stored order, with the table's current columns
     (a column the file predates reads as null, a widened one cast: `tableformat.evolution`)."""
     target, loose = history_read_schema(history)
-    found = projection(parquet.schema_arrow, target, loose)
+    found = projection(parquet.schema_arrow, target, loose, known_field_ids(history))
     columns = found.file_columns(schema.names)
     for batch in parquet.iter_batches(batch_size=READ_ROWS, columns=columns):
         kept = pa.Table.from_batches([batch.filter(pc.invert(pc.is_in(batch.column("user_id"), value_set=users)))])

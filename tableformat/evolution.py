@@ -30,7 +30,7 @@ from pyiceberg.types import (
     MapType,
 )
 
-from seqlake.errors import SchemaError
+from seqlake.errors import SchemaError, SeqlakeError
 
 FIELD_ID = b"PARQUET:field_id"
 # The declared (Arrow) type of each feature-group column of a history table, a JSON object. Iceberg
@@ -243,11 +243,33 @@ class Projection:
         return pa.Table.from_arrays(arrays, schema=pa.schema(fields, metadata=read.schema.metadata))
 
 
-def projection(file_schema: pa.Schema, target: pa.Schema, loose: frozenset[str] = frozenset()) -> Projection:
+class UnknownFieldId(SeqlakeError):
+    """A file's column carries a field id that the table never gave a column of that name."""
+
+
+def known_field_ids(table) -> frozenset[tuple[str, int]]:
+    """Every (column name, field id) pair of any schema the table ever had (top-level columns)."""
+    return frozenset((f.name, f.field_id) for schema in table.metadata.schemas for f in schema.fields)
+
+
+def projection(
+    file_schema: pa.Schema,
+    target: pa.Schema,
+    loose: frozenset[str] = frozenset(),
+    known: frozenset[tuple[str, int]] | None = None,
+) -> Projection:
     """The projection of a file (its Arrow schema with field ids) onto `target` (the current columns
     with their ids and types). Columns match by field id, or by name where either lacks ids. A `loose`
     column keeps the file's type when it maps to the same Iceberg type as the target's (the declared
-    width is unknown: tables from before `seqlake.column-types`)."""
+    width is unknown: tables from before `seqlake.column-types`).
+
+    Field ids decide which column is which, and the footer's checksums do not cover them: with
+    `known` (`known_field_ids`), a file column whose (name, id) the table never had is refused
+    (UnknownFieldId), so a damaged id is an error, never a column read as null."""
+    if known is not None:
+        strange = [f"{f.name}={field_id(f)}" for f in file_schema if (f.name, field_id(f)) not in known]
+        if strange and all(field_id(f) is not None for f in file_schema):
+            raise UnknownFieldId(f"field ids {strange} were never the table's for those columns")
     by_id = {field_id(f): f for f in file_schema if field_id(f) is not None}
     sources: dict[str, str | None] = {}
     fields: dict[str, pa.Field] = {}
@@ -325,12 +347,12 @@ def file_schema(uri: str) -> pa.Schema:
 
 
 def by_projection(
-    uris: list[str], target: pa.Schema, loose: frozenset[str] = frozenset()
+    uris: list[str], target: pa.Schema, loose: frozenset[str] = frozenset(), known=None
 ) -> list[tuple[Projection, list[str]]]:
     """The files grouped by how they project onto `target` (files of one schema read together)."""
     groups: dict[tuple, tuple[Projection, list[str]]] = {}
     for uri in uris:
-        found = projection(file_schema(uri), target, loose)
+        found = projection(file_schema(uri), target, loose, known)
         key = (found.identity, tuple(found.sources.items()), tuple((n, str(f.type)) for n, f in found.fields.items()))
         groups.setdefault(key, (found, []))[1].append(uri)
     return list(groups.values())

@@ -34,7 +34,7 @@ from pyiceberg.expressions import (
 from pyiceberg.table import Table
 
 from seqlake.errors import SchemaError
-from tableformat.evolution import Projection, projection
+from tableformat.evolution import Projection, UnknownFieldId, known_field_ids, projection
 from tableformat.io import (
     FooterCache,
     OpenFiles,
@@ -125,11 +125,15 @@ class HistoryReader:
         stored, unless the file predates a column added or widened since."""
         key = (self.table.metadata.table_uuid, self.table.metadata.current_schema_id)
         if self._projections[0] != key:
-            self._projections = (key, history_read_schema(self.table), {})
+            self._projections = (key, (*history_read_schema(self.table), known_field_ids(self.table)), {})
         found = self._projections[2].get(uri)
         if found is None:
-            target, loose = self._projections[1]
-            found = self._projections[2][uri] = projection(self.footer(uri).schema.to_arrow_schema(), target, loose)
+            target, loose, known = self._projections[1]
+            try:
+                found = projection(self.footer(uri).schema.to_arrow_schema(), target, loose, known)
+            except UnknownFieldId as error:
+                raise CorruptFileError(table_of(uri), uri, str(error)) from None
+            self._projections[2][uri] = found
         return found
 
     def read_groups(self, uri: str, groups: list[int], columns: list[str]) -> pa.Table:

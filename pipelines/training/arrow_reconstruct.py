@@ -34,7 +34,7 @@ from seqlake.config import Config
 from seqlake.duckdb_session import connect, sql_literal
 from seqlake.errors import SeqlakeError
 from tableformat.cache import CachedHistoryReader
-from tableformat.evolution import projection, with_ids_from
+from tableformat.evolution import known_field_ids, projection, with_ids_from
 from tableformat.io import PlainFileSystem
 from tableformat.multi_reader import histories
 from tableformat.reader import HistoryReader, Selection, stats_overlap
@@ -87,11 +87,12 @@ def detail_events(
     needed = [n for n in schema.names if n in {*REBUILD_KEYS, *items, *tenant.columns}]
     condition = And(In("window_id", set(windows)), In("user_id", set(user_ids)))
     current = with_ids_from(schema, detail.schema())  # files of older schemas read as the current one
+    known = known_field_ids(detail)
     parts = []
     for task in detail.scan(row_filter=condition).plan_files():
         with fs.open_input_file(task.file.file_path) as handle:
             parquet = pq.ParquetFile(handle)
-            found = projection(parquet.schema_arrow, current)
+            found = projection(parquet.schema_arrow, current, known=known)
             groups = _groups_holding(parquet.metadata, min(user_ids), max(user_ids))
             if not groups:
                 continue
