@@ -137,7 +137,9 @@ def compact_batch_duckdb(
     files = write_history_run(history, config, run_id, rows)
     _crash("after_write", fail_at)
     # Replace the windows' partitions, never append (a re-run replaces the same events).
-    detail_rows = events.cast(detail.schema().as_arrow()) if len(events) else events
+    # In the table's column order: after a migration, added columns come last there.
+    stored = detail.schema().as_arrow()
+    detail_rows = events.select(stored.names).cast(stored)
     detail.refresh().overwrite(
         detail_rows,
         overwrite_filter=In("window_id", todo),
