@@ -18,7 +18,6 @@ import json
 from dataclasses import dataclass, field, replace
 
 import pyarrow as pa
-from pyiceberg.io.pyarrow import pyarrow_to_schema
 from pyiceberg.schema import Schema
 from pyiceberg.types import (
     DoubleType,
@@ -286,7 +285,7 @@ def projection(
             identity = False
             continue
         sources[wanted.name] = found.name
-        same = found.type == wanted.type or (wanted.name in loose and _iceberg_type(found) == _iceberg_type(wanted))
+        same = found.type == wanted.type or (wanted.name in loose and _family(found.type) == _family(wanted.type))
         fields[wanted.name] = found.with_name(wanted.name) if same else wanted
         if not same:
             casts.add(wanted.name)
@@ -303,8 +302,22 @@ def project_table(read: pa.Table, target: pa.Schema, by_name: bool = False) -> p
     return projection(schema, target).apply(read, target.names)
 
 
-def _iceberg_type(f: pa.Field) -> IcebergType:
-    return pyarrow_to_schema(pa.schema([f.with_metadata({FIELD_ID: b"1"})])).find_field(1).field_type
+def _family(kind: pa.DataType) -> object:
+    """The Iceberg type an Arrow type is stored as, by shape: int8..int32 are all `int`, string and
+    large_string one `string`, lists and maps by their elements (field names and nullability aside)."""
+    if pa.types.is_list(kind) or pa.types.is_large_list(kind):
+        return ("list", _family(kind.value_type))
+    if pa.types.is_map(kind):
+        return ("map", _family(kind.key_type), _family(kind.item_type))
+    if pa.types.is_integer(kind):
+        return "long" if kind.bit_width == 64 else "int"
+    if pa.types.is_string(kind) or pa.types.is_large_string(kind):
+        return "string"
+    if pa.types.is_binary(kind) or pa.types.is_large_binary(kind):
+        return "binary"
+    if pa.types.is_timestamp(kind):
+        return ("timestamp", kind.unit, kind.tz is not None)
+    return str(kind)
 
 
 # Casts in SQL, for the engines that read files themselves (DuckDB and Spark merges). Both accept

@@ -22,7 +22,9 @@ from pyiceberg.types import (
     FloatType,
     IcebergType,
     IntegerType,
+    ListType,
     LongType,
+    MapType,
     StringType,
     TimestamptzType,
 )
@@ -94,8 +96,23 @@ def history_read_schema(table: Table) -> tuple[pa.Schema, frozenset[str]]:
     return pa.schema(fields), frozenset(f.name for f in table.schema().fields if f.name not in declared)
 
 
+def table_arrow_schema(schema: Schema) -> tuple[pa.Schema, frozenset[str]]:
+    """A table's current columns in Arrow with their field ids, every column `loose` (a file's own
+    type is kept where it is the same Iceberg type): for tables written by pyiceberg and Spark."""
+    fields = [
+        pa.field(f.name, arrow_type(f.field_type), not f.required, {FIELD_ID: str(f.field_id).encode()})
+        for f in schema.fields
+    ]
+    return pa.schema(fields), frozenset(f.name for f in schema.fields)
+
+
 def arrow_type(kind: IcebergType) -> pa.DataType:
-    """The Arrow type seqlake writes for an Iceberg primitive type (plain strings, microseconds)."""
+    """The Arrow type seqlake writes for an Iceberg type (plain strings, microseconds; lists and maps
+    of those)."""
+    if isinstance(kind, ListType):
+        return pa.list_(arrow_type(kind.element_type))
+    if isinstance(kind, MapType):
+        return pa.map_(arrow_type(kind.key_type), arrow_type(kind.value_type))
     for iceberg, arrow in ICEBERG_TO_ARROW:
         if isinstance(kind, iceberg):
             return arrow

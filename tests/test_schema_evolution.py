@@ -10,6 +10,7 @@ keeps every row; fsck passes throughout."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
@@ -32,6 +33,7 @@ from tableformat.reader import HistoryReader, Selection
 from tableformat.registry import files_of_runs, live_runs
 from tableformat.schema import KEY_COLUMNS, history_arrow_schema
 
+BIG_WATCH = 2**40
 HEAVY = 1_000_003  # one long history in one old run (a Top-K reads it by pages); no other run holds it
 
 
@@ -214,3 +216,67 @@ def test_changes_no_migration_can_make_are_refused_before_anything_changes(tmp_p
             history_tables(config)
     # Nothing was applied, not even the column the narrowed configuration also adds.
     assert history.refresh().metadata_location == before
+
+
+def dummy_row(schema: pa.Schema) -> dict:
+    """One row of a training-table schema with every required value set (what it holds is not read)."""
+    values = {pa.string(): "r", pa.int64(): 1, pa.int32(): 1, pa.bool_(): False, pa.binary(): b"x"}
+    row = {}
+    for f in schema:
+        if pa.types.is_list(f.type):
+            row[f.name] = [] if f.name != "feature_groups" else ["engagement"]
+        elif pa.types.is_map(f.type):
+            row[f.name] = [(0, 1)]
+        elif pa.types.is_timestamp(f.type):
+            row[f.name] = datetime(2026, 1, 5, tzinfo=UTC)
+        else:
+            row[f.name] = values.get(f.type)
+    return row
+
+
+def test_a_tenant_widens_with_its_column_but_a_new_column_set_is_a_new_tenant(tmp_path: Path) -> None:
+    from pipelines.training.sequence import Tenant
+    from pipelines.training.tables import create_bucketed_table, training_schema, training_table_name
+
+    warehouse = tmp_path / "warehouse"
+    v1, v2 = config_of(warehouse, 1), config_of(warehouse, 2)
+    history_tables(v1)
+    for name in ("retrieval", "ranking"):
+        tenant = Tenant(v1, name)
+        schema = training_schema(tenant)
+        create_bucketed_table(v1, training_table_name(tenant), schema).append(
+            pa.Table.from_pylist([dummy_row(schema)], schema=schema)
+        )
+    # Ranking reads every column: version 2 changes its column set while it holds captures.
+    with pytest.raises(SchemaError, match="training_ranking: adds recent_rating .*holds captures") as refused:
+        migrate(v2)
+    assert "seqlake cannot migrate this" in str(refused.value)
+    with pytest.raises(SchemaError, match="training_ranking: adds recent_rating"):
+        create_bucketed_table(v2, "training_ranking", training_schema(Tenant(v2, "ranking")))
+
+    # Ranking keeps its old columns (listed); retrieval's watch_time_ms widens with history's.
+    data = v2.model_dump()
+    data["tenants"]["ranking"]["columns"] = list(Tenant(v1, "ranking").columns)
+    del data["tenants"]["ranking"]["columns"][data["tenants"]["ranking"]["columns"].index("session_id")]
+    kept = Config.model_validate(data)
+    # Retiring session_id still changes ranking's columns: refused as well.
+    with pytest.raises(SchemaError, match="training_ranking: .*retires recent_session_id.*holds captures"):
+        migrate(kept)
+    data["tenants"].pop("ranking")
+    only_retrieval = Config.model_validate(data)
+    changed = {d.table.rsplit(".", 1)[-1]: d for d in migrate(only_retrieval)}
+    assert changed["training_retrieval"].widened == ("recent_watch_time_ms list<int> -> list<long>",)
+    retrieval = Tenant(only_retrieval, "retrieval")
+    table = create_bucketed_table(only_retrieval, "training_retrieval", training_schema(retrieval))
+    assert table.scan().to_arrow().num_rows == 1
+    assert str(table.schema().find_field("recent_watch_time_ms").field_type) == "list<long>"
+    # A training row captured after the widening, beside the old one: the samples job reads both.
+    from pipelines.training.arrow_reconstruct import pointer_batches
+    from tableformat.io import PlainFileSystem
+
+    schema = training_schema(retrieval)
+    row = dummy_row(schema) | {"recent_watch_time_ms": [BIG_WATCH]}
+    table.append(pa.Table.from_pylist([row], schema=schema))
+    [batch] = list(pointer_batches(table.refresh(), PlainFileSystem(), 1000))
+    assert batch.schema.field("recent_watch_time_ms").type == pa.list_(pa.int64())
+    assert sorted(batch["recent_watch_time_ms"].to_pylist()) == [[], [BIG_WATCH]]

@@ -38,6 +38,7 @@ from tableformat.evolution import known_field_ids, projection, with_ids_from
 from tableformat.io import PlainFileSystem
 from tableformat.multi_reader import histories
 from tableformat.reader import HistoryReader, Selection, stats_overlap
+from tableformat.schema import table_arrow_schema
 
 ONE_MICROSECOND = timedelta(microseconds=1)
 # Landing columns a rebuild groups or orders by, besides items and the tenant's columns (detail events
@@ -61,12 +62,18 @@ def pointer_batches(training: Table, fs, batch_rows: int) -> Iterator[pa.Table]:
     by_bucket: dict[int, list[str]] = {}
     for task in tasks:
         by_bucket.setdefault(task.file.partition[0], []).append(task.file.file_path)
+    target, loose = table_arrow_schema(training.schema())  # files of older schemas read as the current one
+    known = known_field_ids(training)
     for bucket in sorted(by_bucket):
         pending: list[pa.RecordBatch] = []
         rows = 0
         for path in sorted(by_bucket[bucket]):
             with fs.open_input_file(path) as handle:
-                for batch in pq.ParquetFile(handle).iter_batches(batch_size=batch_rows):
+                parquet = pq.ParquetFile(handle)
+                found = projection(parquet.schema_arrow, target, loose, known)
+                for batch in parquet.iter_batches(batch_size=batch_rows, columns=found.file_columns(target.names)):
+                    if not found.identity:
+                        batch = found.apply(pa.Table.from_batches([batch]), target.names).to_batches()[0]
                     pending.append(batch)
                     rows += batch.num_rows
                     if rows >= batch_rows:
