@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import functools
 import json
-import os
-import signal
 from contextlib import suppress
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
@@ -31,6 +29,7 @@ from pyiceberg.transforms import IdentityTransform
 
 from pipelines.aggregation import first_arrivals_sql
 from pipelines.compaction_quarantine import split_batch_spark
+from pipelines.faults import kill_point
 from pipelines.landing import LandingPaths, delta_exists
 from pipelines.merge_policy import policy_of, runs_to_merge
 from pipelines.parse import landing_schema
@@ -63,10 +62,6 @@ HISTORY = "history"
 DETAIL = "history_detail"
 CRASH_POINTS = ("before_write", "after_write", "after_detail", "after_commit")
 COMMIT_ATTEMPTS = 5  # a publication that loses a race re-decides on the new snapshot this many times
-
-
-KILL_AT_ENV = "SEQLAKE_KILL_AT"
-_passages: dict[str, int] = {}  # fault-injection points passed in this process
 
 
 class SimulatedCrash(SeqlakeError):
@@ -135,11 +130,7 @@ def _crash(point: str, fail_at: str | None) -> None:
     """Fault injection for the tests: a simulated crash (an exception) at `fail_at`, or a real one, the
     process killed with SIGKILL, where the environment names the point: `SEQLAKE_KILL_AT=after_detail`
     (its first passage) or `after_detail#2` (its second: inside the second batch)."""
-    wanted, _, nth = os.environ.get(KILL_AT_ENV, "").partition("#")
-    if wanted == point:
-        _passages[point] = _passages.get(point, 0) + 1
-        if _passages[point] == int(nth or 1):
-            os.kill(os.getpid(), signal.SIGKILL)
+    kill_point(point)
     if fail_at == point:
         raise SimulatedCrash(f"simulated crash at {point}")
 
@@ -412,11 +403,13 @@ def commit_merge(history: Table, replaced: list[str], windows: list[int], run_id
     """Commit a written merge run (any engine) in place of `replaced`; None, with its files removed,
     when another job published or merged first (the rewrite is stale; the next compaction decides)."""
     record = RunRecord(run_id, "merge", windows, len(files), sum(f.facts.row_count for f in files))
+    kill_point("merge_written")
     try:
         commit_runs(history, [(record, files)], replaces=replaced)
     except (RunsChanged, WindowsAlreadyPublished):
         delete_files([f.uri for f in files])
         return None
+    kill_point("merge_committed")
     return run_id
 
 

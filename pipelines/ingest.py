@@ -16,6 +16,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 
 from pipelines.compaction import HISTORY
+from pipelines.faults import kill_point
 from pipelines.landing import LandingPaths, append_idempotent, delta_exists, last_applied_version
 from pipelines.parse import QUARANTINE_SCHEMA, landing_schema, parse_batch, parsed_schema
 from seqlake.catalog import load_existing_table, open_catalog, spark_name, table_identifier
@@ -121,7 +122,9 @@ def ingest_source(
             # Quarantine first: a crash between the two appends replays the batch, and both
             # appends skip what they already hold.
             append_idempotent(bad, paths.quarantine, app_id, snapshot.sequence_number)
+            kill_point("ingest_quarantined")
             append_idempotent(valid, paths.events, app_id, snapshot.sequence_number)
+            kill_point("ingest_landed")
         finally:
             parsed.unpersist()
         landed = counts.pop(None, 0)

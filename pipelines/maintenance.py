@@ -7,6 +7,8 @@
   state is in table properties (`tableformat/registry.py`), so no state goes with them.
 - `remove_orphan_files`: files under a table's location that no live snapshot or metadata file
   references, and never one younger than the safety interval (a job may be writing it now).
+- `rewrite_small_files`: the many small files that per-step appends leave in the training and fat-row
+  tables, rewritten into one file per bucket (`maintenance.small_file_bytes`).
 - `vacuum_landing`: Delta's VACUUM of the landing and quarantine tables (files their log no longer
   references, and leftovers of killed writes), on Spark.
 
@@ -19,16 +21,23 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
+import pyarrow as pa
 import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+from pyiceberg.exceptions import CommitFailedException, ValidationException
 from pyiceberg.expressions import LessThan
 from pyiceberg.table import Table
 
 from pipelines.compaction import history_tables
+from pipelines.faults import kill_point
 from pipelines.landing import LandingPaths
 from pipelines.publication_check import is_delta_table
 from seqlake.catalog import open_catalog
 from seqlake.config import Config
+from tableformat.evolution import known_field_ids, projection
+from tableformat.io import resolve_uri
 from tableformat.registry import published_windows
+from tableformat.schema import table_arrow_schema
 
 
 @dataclass
@@ -180,6 +189,66 @@ def remove_orphan_files(table: Table, safety: timedelta, *, now: datetime | None
     return report
 
 
+# -- small files -------------------------------------------------------------------------------------
+
+SMALL_FILE_TABLES = ("training_", "fatrow_")  # tables that grow by many small appends (one per capture step)
+
+
+def rewrite_small_files(table: Table, small_bytes: int, min_files: int = 2) -> StepReport:
+    """Rewrite the small data files of each partition (bucket) into one, where a partition holds at
+    least `min_files` files under `small_bytes`: one commit per partition that deletes those files
+    and appends their rows (pyiceberg validates that no concurrent commit removed them first). Memory
+    holds one partition's small files at a time. The replaced files go once their snapshots expire."""
+    report = StepReport("rewrite-small-files", table.name()[-1])
+    table.refresh()
+    if table.current_snapshot() is None:
+        return report
+    tasks = list(table.scan().plan_files())
+    if any(task.delete_files for task in tasks):
+        report.notes.append("row-level deletes: left as they are")
+        return report
+    by_partition: dict[tuple, list] = {}
+    for task in tasks:
+        if task.file.file_size_in_bytes < small_bytes:
+            key = (task.file.spec_id, tuple(task.file.partition))
+            by_partition.setdefault(key, []).append(task.file)
+    target, loose = table_arrow_schema(table.schema())
+    known = known_field_ids(table)
+    written = 0
+    for files in by_partition.values():
+        if len(files) < min_files:
+            continue
+        parts = []
+        for data_file in files:
+            fs, path = resolve_uri(data_file.file_path)
+            with fs.open_input_file(path) as handle:
+                parquet = pq.ParquetFile(handle)
+                found = projection(parquet.schema_arrow, target, loose, known)
+                parts.append(found.apply(parquet.read(columns=found.file_columns(target.names)), target.names))
+        stored = table.schema().as_arrow()
+        rows = pa.concat_tables([p.select(stored.names).cast(stored) for p in parts])
+        tagged = {"seqlake.operation": "rewrite-small-files"}
+        try:
+            with table.transaction() as tx:
+                with tx.update_snapshot(snapshot_properties=tagged).overwrite() as replaced:
+                    for data_file in files:
+                        replaced.delete_data_file(data_file)
+                tx.append(rows, snapshot_properties=tagged)
+        except (CommitFailedException, ValidationException):
+            # A concurrent commit (a forget, another rewrite) changed these files: never write rows
+            # it removed back in. The next maintenance plans again.
+            report.notes.append("a partition changed while rewriting it: left for the next run")
+            table.refresh()
+            continue
+        kill_point("maintain_rewrote")
+        report.removed += len(files)
+        report.bytes += sum(f.file_size_in_bytes for f in files)
+        written += 1
+    if written:
+        report.notes.append(f"{report.removed} files rewritten as {written}")
+    return report
+
+
 # -- landing -----------------------------------------------------------------------------------------
 
 
@@ -233,10 +302,19 @@ def run_maintenance(
     tables = maintained_tables(config)
     history, detail, training = tables[0], tables[1], tables[2:]
     reports = [drop_detail_windows(detail, detail_keep_from(config, history, training))]
+    kill_point("maintain_step")
+    for table in tables:
+        if table.name()[-1].startswith(SMALL_FILE_TABLES):
+            reports.append(rewrite_small_files(table, spec.small_file_bytes))
+            kill_point("maintain_step")
     older_than = now - timedelta(hours=spec.snapshot_retention_hours)
-    reports += [expire_snapshots(table, older_than, spec.keep_snapshots) for table in tables]
+    for table in tables:
+        reports.append(expire_snapshots(table, older_than, spec.keep_snapshots))
+        kill_point("maintain_step")
     safety = timedelta(hours=spec.orphan_safety_hours)
-    reports += [remove_orphan_files(table, safety, now=now) for table in tables]
+    for table in tables:
+        reports.append(remove_orphan_files(table, safety, now=now))
+        kill_point("maintain_step")
     if spark is not None and paths is not None:
         reports += vacuum_landing(spark, paths, timedelta(hours=spec.landing_retention_hours))
     return reports

@@ -18,8 +18,9 @@ import pytest
 import yaml
 
 import seqlake
-from pipelines.compaction import KILL_AT_ENV, history_tables
+from pipelines.compaction import history_tables
 from pipelines.compaction_quarantine import compaction_quarantine_schema, compaction_quarantine_table
+from pipelines.faults import KILL_AT_ENV
 from pipelines.forget import forget_users, tables_with_users, user_rows
 from pipelines.maintenance import run_maintenance, vacuum_landing
 from pipelines.training.capture import Request, capture_requests, fat_rows, training_rows

@@ -20,6 +20,7 @@ from pyiceberg.expressions import AlwaysTrue, And, BooleanExpression, EqualTo
 from pyiceberg.table import Table, Transaction
 
 from pipelines.compaction import history_tables
+from pipelines.faults import kill_point
 from pipelines.training.arrow_reconstruct import Reconstruction
 from pipelines.training.prefetch import PrefetchingIterator
 from pipelines.training.reconstruct import Mode
@@ -98,7 +99,9 @@ def write_arrow_samples(
                     quarantine_out.append(batch.quarantined)
         if mode == "lsn":
             pending.flush()
+            kill_point("samples_written")
             samples_out.commit_transaction()
+            kill_point("samples_committed")
             quarantine_out.commit_transaction()
             matched = fatrow_match(config, tenant, samples_table=samples_table_name(tenant)) if compare else 0
         else:
