@@ -25,10 +25,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--config", help="configuration YAML (default: conf/seqlake.yaml)")
     parser.add_argument("--dry-run", action="store_true", help="print what would change, change nothing")
+    parser.add_argument(
+        "--skip-landing", action="store_true", help="leave the landing tier (Delta, needs Spark) as it is"
+    )
     args = parser.parse_args(argv)
 
     config = load_config(args.config)
-    paths = landing_paths(config)
+    paths = None if args.skip_landing else landing_paths(config)
     plans = migrate(config, paths=paths, dry_run=True)  # refusals are raised here, before any JVM starts
     spark = None
     if not args.dry_run and any(p.table == LANDING for p in plans):

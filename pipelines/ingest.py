@@ -32,6 +32,7 @@ class IngestResult:
     records: int = 0
     landed: int = 0
     quarantined: Counter = field(default_factory=Counter)
+    last_version: int = 0  # sequence number of the last source snapshot ingested in this call
 
 
 def ingest_app_id(config: Config, source: str) -> str:
@@ -129,6 +130,7 @@ def ingest_source(
             parsed.unpersist()
         landed = counts.pop(None, 0)
         result.batches += 1
+        result.last_version = snapshot.sequence_number
         result.landed += landed
         result.quarantined.update(counts)
         result.records += landed + sum(counts.values())

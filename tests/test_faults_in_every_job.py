@@ -1,0 +1,194 @@
+"""Every job killed (SIGKILL, a real process kill) at each of its commit points, then run again, ends
+where a run never killed ends: every table's content (Iceberg and the Delta landing tier) equals the
+fault-free run's, the history passes fsck, and `maintain` then leaves no file that nothing references
+(what the killed attempt left is removed).
+
+One small warehouse is built once (an import, one `seqlake ingest`, some windows published on DuckDB,
+two capture steps, the samples of one tenant, a second import not yet ingested) and copied back
+before each case. Jobs run as a user runs them, in subprocesses on the in-process engine: compaction
+with merges, samples, maintain, forget, a capture step, import and migrate; ingest, Spark-only, once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from pipelines.compaction import history_tables
+from pipelines.duckdb_compaction import compact_batch_duckdb
+from pipelines.faults import KILL_AT_ENV
+from pipelines.landing import landing_paths
+from pipelines.maintenance import maintained_tables, referenced_files, run_maintenance
+from pipelines.training.materialize import write_arrow_samples
+from pipelines.training.sequence import Tenant
+from seqlake.catalog import open_catalog
+from seqlake.config import Config, load_config
+from seqlake.duckdb_session import connect
+from tableformat.fsck import fsck_table
+from tests.capture_step import capture_step
+from tests.test_no_event_lost import H0, import_lines, make_warehouse, ratings, seqlake
+
+pytestmark = pytest.mark.spark  # building the warehouse ingests once (the landing tier is Delta)
+
+HOURS = 6
+PUBLISHED = 3  # windows published when the warehouse is built; the rest wait for `compact`
+
+
+class Warehouse:
+    """A built warehouse and its pristine copy; `reset` puts the copy back (same paths: the catalog
+    and the table metadata hold absolute locations)."""
+
+    def __init__(self, root: Path, config_path: Path) -> None:
+        self.root, self.config_path = root, config_path
+        self.folder = load_config(str(config_path)).warehouse_path()
+        self.pristine = root / "pristine"
+        shutil.copytree(self.folder, self.pristine, symlinks=True)
+        self.clean: dict[str, dict[str, str]] = {}
+
+    @property
+    def config(self) -> Config:
+        return load_config(str(self.config_path))
+
+    def reset(self) -> None:
+        shutil.rmtree(self.folder)
+        shutil.copytree(self.pristine, self.folder, symlinks=True)
+
+
+@pytest.fixture(scope="module")
+def warehouse(tmp_path_factory) -> Warehouse:
+    root = tmp_path_factory.mktemp("faults")
+    config_path = make_warehouse(root, max_runs=2, compaction_engine="duckdb", detail_retention_windows=2)
+    import_lines(config_path, root, "first", ratings(list(range(HOURS))))
+    config = load_config(str(config_path))
+    paths = landing_paths(config)
+    for hour in range(PUBLISHED):  # one run each, not merged yet: the next compaction merges
+        compact_batch_duckdb(config, paths, [H0 + hour])
+    for step in (1, 2):  # two capture steps: small training files for maintain to rewrite
+        assert capture_step(str(config_path), step) > 0
+    write_arrow_samples(config, Tenant(config, "retrieval"), compare=False)
+    # A second file imported but not ingested: for the ingest case.
+    second = root / "second.dat"
+    second.write_text("\n".join(ratings([HOURS], salt=1)) + "\n")
+    seqlake(config_path, "import", "--mapping", "movietweetings", "--input", str(second))
+    return Warehouse(root, config_path)
+
+
+def contents(config: Config) -> dict[str, str]:
+    """A digest of every table's rows, in any order: each Iceberg table of the namespace, and the
+    landing tier's events and quarantine."""
+    found = {}
+    catalog = open_catalog(config)
+    for identifier in sorted(catalog.list_tables(config.warehouse.namespace)):
+        rows = catalog.load_table(identifier).scan().to_arrow()
+        found[identifier[-1]] = hashlib.sha256("\n".join(sorted(map(repr, rows.to_pylist()))).encode()).hexdigest()
+    paths = landing_paths(config)
+    with connect(extensions=("delta",)) as con:
+        for name, uri in (("landing/events", paths.events), ("landing/quarantine", paths.quarantine)):
+            rows = con.execute("SELECT * FROM delta_scan(?)", [uri.removeprefix("file://")]).to_arrow_table()
+            found[name] = hashlib.sha256("\n".join(sorted(map(repr, rows.to_pylist()))).encode()).hexdigest()
+    return found
+
+
+def unreferenced(config: Config) -> list[str]:
+    """Files under the maintained tables' locations that no snapshot or metadata file references."""
+    left = []
+    for table in maintained_tables(config):
+        root = Path(table.location().removeprefix("file://"))
+        keep = referenced_files(table)
+        left += [str(p) for p in root.rglob("*") if p.is_file() and str(p) not in keep]
+    return left
+
+
+def migrated_config(warehouse: Warehouse) -> Path:
+    """The warehouse's configuration with a column added to a feature group (for `migrate`)."""
+    data = yaml.safe_load(warehouse.config_path.read_text())
+    data["feature_groups"]["engagement"]["columns"]["rating"] = {"type": "int32", "merge": "max"}
+    data["tenants"]["ranking"]["columns"] = list(Tenant(warehouse.config, "ranking").columns)
+    path = warehouse.root / "migrated.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+JOBS = {
+    "compact and merge": ["compact", "--end-of-stream", "--engine", "duckdb"],
+    "samples": ["samples", "--tenant", "ranking"],
+    "maintain": ["maintain", "--skip-landing", "--snapshot-retention-hours", "0", "--orphan-safety-hours", "0"],
+    "forget": ["forget", "--skip-landing", "--user", "1000000001", "--user", "1000000002"],
+    "capture": None,  # python -m tests.capture_step CONFIG 3
+    "migrate": ["migrate", "--skip-landing"],
+}
+CASES = [
+    ("compact and merge", "after_detail"),
+    ("compact and merge", "merge_written"),
+    ("compact and merge", "merge_committed"),
+    ("samples", "samples_written"),
+    ("samples", "samples_committed"),
+    ("maintain", "maintain_rewrote"),
+    ("maintain", "maintain_step#5"),
+    ("forget", "forget_committed#3"),
+    ("capture", "capture_appended"),
+    ("capture", "capture_appended#3"),
+    ("migrate", "migrate_committed"),
+]
+
+
+def run(warehouse: Warehouse, job: str, expect: int = 0, kill_at: str | None = None) -> None:
+    env = {KILL_AT_ENV: kill_at} if kill_at else {}
+    if job == "capture":
+        import os
+
+        command = [sys.executable, "-m", "tests.capture_step", str(warehouse.config_path), "3"]
+        base = {k: v for k, v in os.environ.items() if not k.startswith("SEQLAKE_")}
+        done = subprocess.run(command, capture_output=True, text=True, env=base | env)
+        assert done.returncode == expect, done.stderr
+        return
+    config = migrated_config(warehouse) if job == "migrate" else warehouse.config_path
+    seqlake(config, *JOBS[job], expect=expect, env_extra=env)
+
+
+def clean_contents(warehouse: Warehouse, job: str) -> dict[str, str]:
+    """What the job leaves when nothing kills it (once per job)."""
+    if job not in warehouse.clean:
+        warehouse.reset()
+        run(warehouse, job)
+        warehouse.clean[job] = contents(warehouse.config)
+    return warehouse.clean[job]
+
+
+@pytest.mark.parametrize(("job", "point"), CASES, ids=[f"{job}@{point}" for job, point in CASES])
+def test_a_job_killed_at_a_commit_point_reruns_to_the_fault_free_content(warehouse, job, point) -> None:
+    expected = clean_contents(warehouse, job)
+    warehouse.reset()
+    before = contents(warehouse.config)
+    run(warehouse, job, expect=-9, kill_at=point)
+    run(warehouse, job)
+    config = load_config(str(migrated_config(warehouse) if job == "migrate" else warehouse.config_path))
+    assert contents(config) == expected
+    assert expected != before or job == "maintain"  # the job changed something: the test could fail
+    history, _ = history_tables(config)
+    fsck_table(history.refresh())
+    # Then maintenance, with every snapshot but the newest expired (detail rows kept: here it only
+    # removes files): no file that nothing references is left, and every row is.
+    spec = config.maintenance.model_copy(update={"snapshot_retention_hours": 0, "orphan_safety_hours": 0})
+    layout = config.layout.model_copy(update={"detail_retention_windows": 10**6})
+    run_maintenance(config.model_copy(update={"maintenance": spec, "layout": layout}))
+    assert unreferenced(config) == []
+    assert contents(config) == expected
+
+
+def test_ingest_killed_between_its_two_appends_lands_each_record_once(warehouse) -> None:
+    warehouse.reset()
+    seqlake(warehouse.config_path, "ingest", expect=-9, env_extra={KILL_AT_ENV: "ingest_quarantined"})
+    seqlake(warehouse.config_path, "ingest")
+    with connect(extensions=("delta",)) as con:
+        events = con.execute(
+            "SELECT count(*), count(DISTINCT event_id) FROM delta_scan(?) WHERE window_id = ?",
+            [landing_paths(warehouse.config).events.removeprefix("file://"), H0 + HOURS],
+        ).fetchone()
+    assert events[0] == events[1] == len(ratings([HOURS], salt=1))
