@@ -1,7 +1,8 @@
 """Forget users: remove every row of the given users from the landing tier, the history table and
 every table that holds a `user_id` (detail, quarantines, each tenant's training, fat-row and samples
 tables), one commit per table that holds them; print the rows removed per table, then check that
-none is left.
+none is left. Each request is recorded in the `forget_audit` table: who asked (--by), which users,
+when, and the rows each table held of them (a killed forget, run again, completes the same record).
 
 The replaced files stay on disk while older snapshots reference them: the bytes are gone once
 `seqlake maintain` has expired those snapshots and removed the orphan files (right away with
@@ -31,6 +32,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--skip-landing", action="store_true", help="leave the landing tier (Delta, needs Spark) as it is"
     )
+    parser.add_argument("--by", help="who asks, for the audit (default: $SEQLAKE_ACTOR, else the OS user)")
     args = parser.parse_args(argv)
 
     config = load_config(args.config)
@@ -40,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
         from seqlake.spark_session import spark_session
 
         spark = spark_session(config, "seqlake-forget")
-    reports = forget_users(config, args.user, spark=spark, paths=landing_paths(config))
+    reports = forget_users(config, args.user, spark=spark, paths=landing_paths(config), requested_by=args.by)
     for report in reports:
         print(report.line())
     total = sum(r.removed for r in reports)

@@ -29,7 +29,9 @@ import pyarrow.parquet as pq
 from pyiceberg.expressions import In
 from pyiceberg.table import Table
 
+from pipelines import forget_audit
 from pipelines.compaction import COMMIT_ATTEMPTS, HISTORY, _crash, delete_files, history_tables
+from pipelines.faults import kill_point
 from pipelines.landing import LandingPaths
 from pipelines.maintenance import StepReport, user_tables
 from pipelines.publication_check import is_delta_table
@@ -213,19 +215,27 @@ def forget_users(
     *,
     spark=None,
     paths: LandingPaths | None = None,
+    requested_by: str | None = None,
 ) -> list[StepReport]:
     """Remove the users from the landing tier (with a Spark session), the history table and every
     other table holding a `user_id`; then check that none of their rows is left in any of them.
+    The request is audited (`pipelines.forget_audit`): who, which users, when, the rows each table
+    held of them; the last report says which request it was.
 
     Upstream first: once the landing tier no longer holds their events, no compaction running
     meanwhile can publish them again. Raises UsersRemain if a table still holds a row of theirs."""
     chosen = _users(users)
+    history, _ = history_tables(config)
+    held = {table.name()[-1]: user_rows(table, chosen) for table in [history, *tables_with_users(config)]}
+    if spark is not None and paths is not None:
+        held["landing"] = landing_rows(spark, paths, chosen)
+    request = forget_audit.begin(config, chosen, {name: rows for name, rows in held.items() if rows}, requested_by)
+    kill_point("forget_audited")
     reports: list[StepReport] = []
     if spark is not None and paths is not None:
         for report in forget_landing(spark, paths, chosen):
             reports.append(report)
             _crash("forget_committed", None)
-    history, _ = history_tables(config)
     reports.append(forget_history(history, config, chosen))
     _crash("forget_committed", None)
     for table in tables_with_users(config):
@@ -237,4 +247,11 @@ def forget_users(
     remaining = {name: rows for name, rows in left.items() if rows}
     if remaining:
         raise UsersRemain(f"rows of the forgotten users remain: {remaining}")
-    return reports
+    forget_audit.finish(config, request)
+    audit = StepReport(FORGET_STEP, forget_audit.AUDIT, unit="rows")
+    resumed = ", resumed after a killed run" if request.resumed else ""
+    audit.notes.append(
+        f"request {request.forget_id} by {request.requested_by}{resumed}: "
+        f"{sum(request.rows.values()):,} rows of {len(chosen)} user(s) recorded as removed"
+    )
+    return [*reports, audit]

@@ -36,6 +36,7 @@ from tests.test_no_event_lost import H0, import_lines, make_warehouse, ratings, 
 
 pytestmark = pytest.mark.spark  # building the warehouse ingests once (the landing tier is Delta)
 
+VOLATILE = ("forget_id", "recorded_at")  # an audit record's id and time differ from run to run
 HOURS = 6
 PUBLISHED = 3  # windows published when the warehouse is built; the rest wait for `compact`
 
@@ -87,6 +88,7 @@ def contents(config: Config) -> dict[str, str]:
     catalog = open_catalog(config)
     for identifier in sorted(catalog.list_tables(config.warehouse.namespace)):
         rows = catalog.load_table(identifier).scan().to_arrow()
+        rows = rows.drop_columns([c for c in VOLATILE if c in rows.column_names])
         found[identifier[-1]] = hashlib.sha256("\n".join(sorted(map(repr, rows.to_pylist()))).encode()).hexdigest()
     paths = landing_paths(config)
     with connect(extensions=("delta",)) as con:
@@ -120,7 +122,7 @@ JOBS = {
     "compact and merge": ["compact", "--end-of-stream", "--engine", "duckdb"],
     "samples": ["samples", "--tenant", "ranking"],
     "maintain": ["maintain", "--skip-landing", "--snapshot-retention-hours", "0", "--orphan-safety-hours", "0"],
-    "forget": ["forget", "--skip-landing", "--user", "1000000001", "--user", "1000000002"],
+    "forget": ["forget", "--skip-landing", "--user", "1000000001", "--user", "1000000002", "--by", "dpo"],
     "capture": None,  # python -m tests.capture_step CONFIG 3
     "migrate": ["migrate", "--skip-landing"],
 }
@@ -190,3 +192,30 @@ def test_ingest_killed_between_its_two_appends_lands_each_record_once(warehouse)
             [landing_paths(warehouse.config).events.removeprefix("file://"), H0 + HOURS],
         ).fetchone()
     assert events[0] == events[1] == len(ratings([HOURS], salt=1))
+
+
+def test_forget_is_audited_once_with_who_what_when_and_the_rows_of_each_table_even_when_killed(warehouse) -> None:
+    from pipelines.forget import tables_with_users, user_rows
+    from pipelines.forget_audit import AUDIT
+
+    warehouse.reset()
+    config = warehouse.config
+    users = [1000000001, 1000000002]
+    history, _ = history_tables(config)
+    held = {t.name()[-1]: user_rows(t, users) for t in [history, *tables_with_users(config)]}
+    held = {name: rows for name, rows in held.items() if rows}
+    assert len(held) >= 4  # history, detail, training and fat-row tables hold them
+    run(warehouse, "forget", expect=-9, kill_at="forget_committed#2")
+    run(warehouse, "forget")
+    audit = open_catalog(config).load_table(f"{config.warehouse.namespace}.{AUDIT}").scan().to_arrow().to_pylist()
+    assert {r["forget_id"] for r in audit} == {audit[0]["forget_id"]}  # one request, resumed, not two
+    started = {r["table_name"]: r["rows_removed"] for r in audit if r["status"] == "started"}
+    [done] = [r for r in audit if r["status"] == "done"]
+    assert started == held and done["rows_removed"] == sum(held.values())
+    assert all(r["requested_by"] == "dpo" and r["users"] == users for r in audit)
+    assert done["recorded_at"] >= max(r["recorded_at"] for r in audit if r["status"] == "started")
+    # A second request for the same users finds nothing left, and is recorded as such.
+    run(warehouse, "forget")
+    audit = open_catalog(config).load_table(f"{config.warehouse.namespace}.{AUDIT}").scan().to_arrow().to_pylist()
+    assert len({r["forget_id"] for r in audit}) == 2
+    assert sum(r["rows_removed"] for r in audit if r["status"] == "done") == sum(held.values())
