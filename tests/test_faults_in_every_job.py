@@ -6,17 +6,20 @@ fault-free run's, the history passes fsck, and `maintain` then leaves no file th
 One small warehouse is built once (an import, one `seqlake ingest`, some windows published on DuckDB,
 two capture steps, the samples of one tenant, a second import not yet ingested) and copied back
 before each case. Jobs run as a user runs them, in subprocesses on the in-process engine: compaction
-with merges, samples, maintain, forget, a capture step, import and migrate; ingest, Spark-only, once.
+with merges, samples, maintain, forget, a capture step and migrate; ingest, Spark-only, once. A soak
+then interleaves them with kills (`SEQLAKE_SOAK_STEPS` steps, 10 by default).
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
+import pyarrow.compute as pc
 import pytest
 import yaml
 
@@ -31,6 +34,8 @@ from seqlake.catalog import open_catalog
 from seqlake.config import Config, load_config
 from seqlake.duckdb_session import connect
 from tableformat.fsck import fsck_table
+from tableformat.reader import HistoryReader
+from tableformat.registry import live_runs
 from tests.capture_step import capture_step
 from tests.test_no_event_lost import H0, import_lines, make_warehouse, ratings, seqlake
 
@@ -142,8 +147,6 @@ CASES = [
 def run(warehouse: Warehouse, job: str, expect: int = 0, kill_at: str | None = None) -> None:
     env = {KILL_AT_ENV: kill_at} if kill_at else {}
     if job == "capture":
-        import os
-
         command = [sys.executable, "-m", "tests.capture_step", str(warehouse.config_path), "3"]
         base = {k: v for k, v in os.environ.items() if not k.startswith("SEQLAKE_")}
         done = subprocess.run(command, capture_output=True, text=True, env=base | env)
@@ -219,3 +222,102 @@ def test_forget_is_audited_once_with_who_what_when_and_the_rows_of_each_table_ev
     audit = open_catalog(config).load_table(f"{config.warehouse.namespace}.{AUDIT}").scan().to_arrow().to_pylist()
     assert len({r["forget_id"] for r in audit}) == 2
     assert sum(r["rows_removed"] for r in audit if r["status"] == "done") == sum(held.values())
+
+
+# -- soak -------------------------------------------------------------------------------------------
+
+SOAK_STEPS = int(os.environ.get("SEQLAKE_SOAK_STEPS", "10"))  # set higher for the long soak
+OPERATIONS = {
+    "compact": ("before_write", "after_write", "after_detail", "after_commit", "merge_written", "merge_committed"),
+    "capture": ("capture_appended", "capture_appended#2", "capture_appended#4"),
+    "samples": ("samples_written", "samples_committed"),
+    "maintain": ("maintain_step", "maintain_rewrote", "maintain_step#6"),
+    "forget": ("forget_audited", "forget_written", "forget_committed#2"),
+}
+
+
+def _operate(config_path: str, operation: str, argument: int, kill_at: str | None) -> None:
+    """One job of the soak, in a forked process (what a SIGKILL there kills)."""
+    if kill_at:
+        os.environ[KILL_AT_ENV] = kill_at
+    config = load_config(config_path)
+    if operation == "compact":
+        from pipelines.duckdb_compaction import merge_runs_if_needed_duckdb
+        from pipelines.publication_check import landing_windows
+
+        history, _ = history_tables(config)
+        done = {w for r in live_runs(history).values() for w in r.windows}
+        todo = [w for w in landing_windows(landing_paths(config)).closed(True) if w not in done]
+        if todo:
+            compact_batch_duckdb(config, landing_paths(config), todo[:1])
+        merge_runs_if_needed_duckdb(config)
+    elif operation == "capture":
+        capture_step(config_path, argument)
+    elif operation == "samples":
+        write_arrow_samples(config, Tenant(config, ("retrieval", "ranking")[argument % 2]), compare=False)
+    elif operation == "maintain":
+        spec = config.maintenance.model_copy(update={"snapshot_retention_hours": 0, "orphan_safety_hours": 0})
+        run_maintenance(config.model_copy(update={"maintenance": spec}))
+    elif operation == "forget":
+        from pipelines.forget import forget_users
+
+        forget_users(config, [1_000_000_000 + argument])
+
+
+def soak_plan(seed: int, steps: int) -> list[tuple[str, int, str | None]]:
+    """(operation, argument, kill point or None) for each step: jobs in a random order, a third of
+    them killed at one of their commit points and run again."""
+    import random
+
+    rng = random.Random(seed)
+    plan, capture = [], 2
+    for _ in range(steps):
+        operation = rng.choice(sorted(OPERATIONS))
+        if operation == "capture":
+            capture += 1
+        argument = capture if operation == "capture" else rng.randint(1, 12)
+        kill = rng.choice(OPERATIONS[operation]) if rng.random() < 0.4 else None
+        plan.append((operation, argument, kill))
+    return plan
+
+
+def test_soak_interleaving_every_job_with_kills_ends_as_a_run_without_them(warehouse) -> None:
+    """Compaction and merges, captures, samples, maintenance and forget in a random order, some killed
+    at a commit point and run again, the history read back after each step: at the end every table
+    holds what the same steps without kills leave, and storage holds live files only."""
+    import multiprocessing
+
+    from pipelines.forget import tables_with_users
+
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(["tests.test_faults_in_every_job"])
+    plan = soak_plan(seed=13, steps=SOAK_STEPS)
+    assert any(kill for _, _, kill in plan) and len({op for op, _, _ in plan}) >= 4
+
+    def execute(kills: bool) -> dict[str, str]:
+        warehouse.reset()
+        for operation, argument, kill in plan:
+            for kill_at in ([kill] if kills and kill else []) + [None]:
+                child = context.Process(
+                    target=_operate, args=(str(warehouse.config_path), operation, argument, kill_at)
+                )
+                child.start()
+                child.join()
+                assert child.exitcode in ((-9, 0) if kill_at else (0,)), (operation, kill_at, child.exitcode)
+            # Readers see complete snapshots: every live row once, through seqlake's reader.
+            config = warehouse.config
+            history, _ = history_tables(config)
+            stored = history.refresh().scan().to_arrow()
+            users = pc.unique(stored["user_id"]).to_pylist()
+            read = sum(t.num_rows for t in HistoryReader(history).read_users(users).values())
+            assert read == stored.num_rows
+        config = warehouse.config
+        fsck_table(history_tables(config)[0].refresh())
+        spec = config.maintenance.model_copy(update={"snapshot_retention_hours": 0, "orphan_safety_hours": 0})
+        layout = config.layout.model_copy(update={"detail_retention_windows": 10**6})
+        run_maintenance(config.model_copy(update={"maintenance": spec, "layout": layout}))
+        assert unreferenced(config) == []  # storage: live files only
+        assert tables_with_users(config)
+        return contents(config)
+
+    assert execute(kills=True) == execute(kills=False)
