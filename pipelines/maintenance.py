@@ -225,8 +225,8 @@ def rewrite_small_files(table: Table, small_bytes: int, min_files: int = 2) -> S
                 parquet = pq.ParquetFile(handle)
                 found = projection(parquet.schema_arrow, target, loose, known)
                 parts.append(found.apply(parquet.read(columns=found.file_columns(target.names)), target.names))
-        stored = table.schema().as_arrow()
-        rows = pa.concat_tables([p.select(stored.names).cast(stored) for p in parts])
+        # As the files hold them (plain, not large, strings and lists): rewritten files read alike.
+        rows = pa.concat_tables([p.cast(parts[0].schema) for p in parts])
         tagged = {"seqlake.operation": "rewrite-small-files"}
         try:
             with table.transaction() as tx:

@@ -35,7 +35,6 @@ from seqlake.config import Config, load_config
 from seqlake.duckdb_session import connect
 from tableformat.fsck import fsck_table
 from tableformat.reader import HistoryReader
-from tableformat.registry import live_runs
 from tests.capture_step import capture_step
 from tests.test_no_event_lost import H0, import_lines, make_warehouse, ratings, seqlake
 
@@ -241,15 +240,10 @@ def _operate(config_path: str, operation: str, argument: int, kill_at: str | Non
     if kill_at:
         os.environ[KILL_AT_ENV] = kill_at
     config = load_config(config_path)
-    if operation == "compact":
+    if operation == "compact":  # window `argument` (a no-op once published), then the merge policy
         from pipelines.duckdb_compaction import merge_runs_if_needed_duckdb
-        from pipelines.publication_check import landing_windows
 
-        history, _ = history_tables(config)
-        done = {w for r in live_runs(history).values() for w in r.windows}
-        todo = [w for w in landing_windows(landing_paths(config)).closed(True) if w not in done]
-        if todo:
-            compact_batch_duckdb(config, landing_paths(config), todo[:1])
+        compact_batch_duckdb(config, landing_paths(config), [argument])
         merge_runs_if_needed_duckdb(config)
     elif operation == "capture":
         capture_step(config_path, argument)
@@ -265,18 +259,22 @@ def _operate(config_path: str, operation: str, argument: int, kill_at: str | Non
 
 
 def soak_plan(seed: int, steps: int) -> list[tuple[str, int, str | None]]:
-    """(operation, argument, kill point or None) for each step: jobs in a random order, a third of
-    them killed at one of their commit points and run again."""
+    """(operation, argument, kill point or None) for each step: every job once per round of five, in a
+    random order, every other step killed at one of the job's commit points and run again."""
     import random
 
     rng = random.Random(seed)
-    plan, capture = [], 2
-    for _ in range(steps):
-        operation = rng.choice(sorted(OPERATIONS))
+    plan, capture, window = [], 2, H0 + PUBLISHED - 1
+    operations = []
+    while len(operations) < steps:
+        operations += rng.sample(sorted(OPERATIONS), len(OPERATIONS))
+    for step, operation in enumerate(operations[:steps]):
         if operation == "capture":
             capture += 1
-        argument = capture if operation == "capture" else rng.randint(1, 12)
-        kill = rng.choice(OPERATIONS[operation]) if rng.random() < 0.4 else None
+        if operation == "compact":
+            window = min(window + 1, H0 + HOURS - 1)  # the windows left to publish, in order
+        argument = {"capture": capture, "compact": window}.get(operation, rng.randint(1, 12))
+        kill = rng.choice(OPERATIONS[operation]) if step % 2 == 0 else None
         plan.append((operation, argument, kill))
     return plan
 
@@ -292,7 +290,7 @@ def test_soak_interleaving_every_job_with_kills_ends_as_a_run_without_them(wareh
     context = multiprocessing.get_context("forkserver")
     context.set_forkserver_preload(["tests.test_faults_in_every_job"])
     plan = soak_plan(seed=13, steps=SOAK_STEPS)
-    assert any(kill for _, _, kill in plan) and len({op for op, _, _ in plan}) >= 4
+    assert any(kill for _, _, kill in plan) and {op for op, _, _ in plan} == set(OPERATIONS)
 
     def execute(kills: bool) -> dict[str, str]:
         warehouse.reset()

@@ -64,6 +64,7 @@ def pointer_batches(training: Table, fs, batch_rows: int) -> Iterator[pa.Table]:
         by_bucket.setdefault(task.file.partition[0], []).append(task.file.file_path)
     target, loose = table_arrow_schema(training.schema())  # files of older schemas read as the current one
     known = known_field_ids(training)
+    first: pa.Schema | None = None  # writers differ in Arrow flavour (large strings): one schema for all
     for bucket in sorted(by_bucket):
         pending: list[pa.RecordBatch] = []
         rows = 0
@@ -74,6 +75,9 @@ def pointer_batches(training: Table, fs, batch_rows: int) -> Iterator[pa.Table]:
                 for batch in parquet.iter_batches(batch_size=batch_rows, columns=found.file_columns(target.names)):
                     if not found.identity:
                         batch = found.apply(pa.Table.from_batches([batch]), target.names).to_batches()[0]
+                    first = first or batch.schema
+                    if batch.schema != first:
+                        batch = batch.cast(first)
                     pending.append(batch)
                     rows += batch.num_rows
                     if rows >= batch_rows:
