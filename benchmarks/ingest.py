@@ -41,15 +41,14 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pyspark.sql import SparkSession
 
-from benchmarks.synthetic import column_values
+from benchmarks.synthetic import column_values, pick_groups, synthetic_rows
 from pipelines.ingest import ingest_source
 from pipelines.landing import LandingPaths
 from pipelines.parse import landing_schema
 from seqlake.catalog import open_catalog, table_identifier
 from seqlake.config import Config, GeneratorSpec
 from seqlake.events import RAW_SCHEMA
-from seqlake.generator import USER_ID_BASE, EventGenerator, group_weights
-from tableformat.bucketing import bucket_of
+from seqlake.generator import USER_ID_BASE, EventGenerator
 from tableformat.checksum import table_checksum
 from tableformat.registry import RunRecord, commit_runs, create_history_table, history_file_uri
 from tableformat.run_writer import write_run
@@ -222,38 +221,23 @@ def synthetic_run(
     """History rows of one published window (one event each), ordered as a sorted run is stored:
     by (bucket, user_id, feature_group, event_ts, lsn)."""
     rng = np.random.default_rng(seed)
-    schema = history_arrow_schema(config)
-    groups = list(config.feature_groups)
     n = len(users) * rows_per_user
     user = np.repeat(users.astype(np.int64), rows_per_user)
-    group = rng.choice(len(groups), n, p=group_weights(len(groups)))
     window_us = config.layout.window_seconds * 1_000_000
-    ts = window_id * window_us + rng.integers(0, window_us, n)
-    lsn = window_id * 10 * len(users) * rows_per_user + np.arange(n, dtype=np.int64)  # unique, per window
-    bucket = bucket_of(pa.array(user), config.layout.bucket_count)
-    rank = np.argsort(np.argsort(groups))[group]  # the key orders feature groups by name
-    order = np.lexsort((lsn, ts, rank, user, bucket))
-    user, group, ts, lsn = user[order], group[order], ts[order], lsn[order]
-    names = np.array(groups, dtype=object)[group]
-    columns = {
-        "user_id": pa.array(user),
-        "feature_group": pa.array(names, pa.string()),
-        "event_ts": pa.array(ts, pa.timestamp("us", tz="UTC")),
-        "lsn": pa.array(lsn),
-        "min_lsn": pa.array(lsn),
-        "source_partition": pa.array((user % partitions).astype(np.int32)),
-        "event_count": pa.array(np.ones(n, dtype=np.int32)),
-        "window_id": pa.array(np.full(n, window_id, dtype=np.int64)),
-    }
-    specs = {}
-    for spec in config.feature_groups.values():
-        for name, column in spec.columns.items():
-            specs.setdefault(name, column)
-    for name, kind in config.column_types().items():
-        owners = [i for i, spec in enumerate(config.feature_groups.values()) if name in spec.columns]
-        values = column_values(kind, n, rng, specs[name].max_length)
-        columns[name] = pc.if_else(pa.array(~np.isin(group, owners)), pa.nulls(n, values.type), values)
-    return pa.table(columns).cast(schema)
+    # A column shared by several groups takes the first group's declaration, as the schema does.
+    groups = reversed(list(config.feature_groups.values()))
+    specs = {name: column for spec in groups for name, column in spec.columns.items()}
+    return synthetic_rows(
+        config,
+        user_id=user,
+        feature_group=pick_groups(config, n, rng),
+        event_ts_us=window_id * window_us + rng.integers(0, window_us, n),
+        lsn=window_id * 10 * len(users) * rows_per_user + np.arange(n, dtype=np.int64),  # unique, per window
+        source_partition=user % partitions,
+        window_id=np.full(n, window_id, np.int64),
+        values=lambda name, kind, size, generator: column_values(kind, size, generator, specs[name].max_length),
+        rng=rng,
+    )
 
 
 def _publish_history(side: Side, rows_per_user: int, runs: int, first_window: int, seed: int) -> None:

@@ -8,11 +8,15 @@ so machine noise and drift hit every variant alike. Never read the absolute time
 Variants change one dimension of the default (tableformat.layout.DEFAULT_POLICY, key-only
 statistics, 64 KiB pages):
   control      the default again (A/A)       its time ratios are the run's noise floor
-  codec        zstd-1/9, lz4, snappy, none   writer options; row groups copied from the default file
+  codec        zstd-1/3/9, snappy, none      LayoutPolicy.compression (floats, strings, user_id)
+               integers under zstd           LayoutPolicy.packed_compression
+  encoding     plain integers, all zstd      writer options (the layout before delta-packed integers);
+                                             row groups copied from the default file
   row groups   dedicated x packed grid       LayoutPolicy through HistoryFileWriter
                no user alignment             fixed 128K-row row groups, same writer options
   statistics   all columns                   writer options; row groups copied from the default file
-  page size    8 KiB, 1 MiB                  LayoutPolicy through HistoryFileWriter
+  page size    8 KiB, 1 MiB, 4,096 rows,     LayoutPolicy through HistoryFileWriter
+               no row limit
 """
 
 from __future__ import annotations
@@ -30,11 +34,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from benchmarks.synthetic import history_lengths, increasing_per_user, pick_groups, skewed_values, synthetic_rows
 from seqlake.config import Config, load_config
 from tableformat.io import CountingFileSystem, FooterCache, PlainFileSystem, read_footer
 from tableformat.layout import DEFAULT_POLICY, LayoutPolicy, parquet_writer_options
 from tableformat.reader import read_user_from_file
-from tableformat.schema import history_arrow_schema
 from tableformat.writer import HistoryFileWriter
 
 LOOKUP_COLUMNS = ["event_ts", "item_id"]
@@ -59,6 +63,13 @@ METRICS = [
 ]
 
 _DROP = object()  # an option override that removes the option
+PLAIN_INTEGERS_VARIANT = "plain integers, all zstd"
+PLAIN_INTEGERS = {
+    "compression": "zstd",
+    "compression_level": 3,
+    "column_encoding": {name: "DELTA_BINARY_PACKED" for name in ("event_ts", "lsn", "min_lsn")},
+    "max_rows_per_page": _DROP,
+}
 
 
 @dataclass(frozen=True)
@@ -77,10 +88,14 @@ def variants() -> list[Variant]:
     """The candidate layouts: each differs from the default in one dimension."""
     # The control: the default layout once more. Its time ratios show the run's noise floor.
     out = [Variant(DEFAULT_VARIANT, "default"), Variant(CONTROL_VARIANT, "control")]
-    for level in (1, 9):
-        out.append(Variant(f"zstd-{level}", "codec", options={"compression_level": level}))
-    for codec in ("lz4", "snappy", "none"):
-        out.append(Variant(codec, "codec", options={"compression": codec, "compression_level": _DROP}))
+    for level in (1, 3, 9):
+        policy = replace(DEFAULT_POLICY, compression="zstd", compression_level=level)
+        out.append(Variant(f"zstd-{level}", "codec", policy))
+    for codec in ("snappy", "none"):
+        out.append(Variant(codec, "codec", replace(DEFAULT_POLICY, compression=codec)))
+    out.append(Variant("integers under zstd", "codec", replace(DEFAULT_POLICY, packed_compression="zstd")))
+    # The layout before integers were delta-packed: plain integers and floats, every column under zstd.
+    out.append(Variant(PLAIN_INTEGERS_VARIANT, "encoding", options=PLAIN_INTEGERS))
     for dedicated in (256, 1024, 4096):
         for packed in (4096, 16_384, 65_536):
             policy = replace(DEFAULT_POLICY, dedicated_user_rows=dedicated, packed_row_group_rows=packed)
@@ -90,72 +105,43 @@ def variants() -> list[Variant]:
     out.append(Variant("stats: all columns", "statistics", options={"write_statistics": True}))
     for size, label in ((8 * 1024, "8 KiB"), (1024 * 1024, "1 MiB")):
         out.append(Variant(f"pages {label}", "page size", replace(DEFAULT_POLICY, data_page_size=size)))
+    out.append(Variant("pages of at most 4,096 rows", "page size", replace(DEFAULT_POLICY, max_rows_per_page=4096)))
+    out.append(Variant("no page row limit", "page size", replace(DEFAULT_POLICY, max_rows_per_page=None)))
     return out
 
 
 # -- data ----------------------------------------------------------------------------------------
 
 
-def _attribute(name: str, kind: str, n: int, rng: np.random.Generator, items: int) -> np.ndarray:
-    if kind == "string":
-        vocab = np.array([f"{name[:3]}{i}" for i in range(8)])
-        weights = 1.0 / np.arange(1, 9)
-        return vocab[rng.choice(8, n, p=weights / weights.sum())]
-    if kind == "bool":
-        return rng.random(n) < 0.3
-    if kind.startswith("float"):
-        return rng.random(n).astype(kind)
-    if name.endswith("_id"):  # identifiers: Zipf popularity over a domain
-        domain = items if name == "item_id" else 1_000_000
-        return ((rng.zipf(1.3, n) - 1) % domain).astype(kind)
-    if kind in ("int8", "int16"):
-        return rng.integers(0, 100 if kind == "int8" else 1000, n).astype(kind)
-    return np.minimum(rng.lognormal(5, 2, n), np.iinfo(np.int32).max).astype(kind)  # durations, counts
-
-
 def history_rows(config: Config, users: int, heavy_users: int, heavy_rows: int, seed: int) -> pa.Table:
     """One bucket's history rows, ordered by (user_id, feature_group, event_ts, lsn): Pareto lengths
-    (the configured tail index) capped at `heavy_rows`, and `heavy_users` users at exactly that."""
-    if not 0 <= heavy_users <= users:
-        raise ValueError(f"need 0 <= heavy_users <= users, got {heavy_users} and {users}")
+    (the configured tail index) capped at `heavy_rows`, and `heavy_users` users at exactly that;
+    attribute values as skewed as real ones (`benchmarks.synthetic.skewed_values`), since the layout
+    is chosen on how they compress."""
     rng = np.random.default_rng(seed)
     gen = config.generator
-    lengths = np.floor(gen.min_events * (1 + rng.pareto(gen.length_alpha, users)))
-    lengths = np.minimum(lengths, heavy_rows).astype(np.int64)
-    lengths[rng.choice(users, heavy_users, replace=False)] = heavy_rows
+    lengths = history_lengths(users, heavy_users, heavy_rows, gen.min_events, gen.length_alpha, rng)
     user_ids = 1_000_000 + np.cumsum(rng.integers(1, 50, users))
     n = int(lengths.sum())
-    starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
-
-    groups = list(config.feature_groups)
-    share = [0.8] + [0.2 / (len(groups) - 1)] * (len(groups) - 1) if len(groups) > 1 else [1.0]
-    group = np.array(groups)[rng.choice(len(groups), n, p=share)]
-    # Per user, event times advance 1-60 s per row; LSNs follow arrival (time) with jitter.
-    step = rng.integers(1_000_000, 60_000_000, n)
-    elapsed = np.cumsum(step)
-    elapsed -= np.repeat(elapsed[starts] - step[starts], lengths)
+    # Per user, event times advance 1-60 s per row from a start within the first day; LSNs follow
+    # arrival (time) with jitter; rows aggregate a few events each.
+    elapsed = increasing_per_user(lengths, rng, 1_000_000, 60_000_000)
     elapsed += np.repeat(rng.integers(0, 86_400_000_000, users), lengths)
-    start_us = int(gen.start_ts.timestamp()) * 1_000_000
     lsn = elapsed // 1000 + rng.integers(0, 1000, n)
-    event_count = np.minimum(rng.geometric(0.6, n), 50).astype(np.int32)
-    user = np.repeat(user_ids, lengths)
-    columns = {
-        "user_id": user,
-        "feature_group": group,
-        "event_ts": pa.array(start_us + elapsed, pa.int64()).cast(pa.timestamp("us", tz="UTC")),
-        "lsn": lsn,
-        "min_lsn": lsn - (event_count - 1) * rng.integers(1, 200, n),
-        "source_partition": (user % gen.source_partitions).astype(np.int32),
-        "event_count": event_count,
-        "window_id": elapsed // (config.layout.window_seconds * 1_000_000),
-    }
-    for name, kind in config.column_types().items():
-        owners = [g for g, spec in config.feature_groups.items() if name in spec.columns]
-        columns[name] = pa.array(_attribute(name, kind, n, rng, gen.items), mask=~np.isin(group, owners))
-    # Feature groups sort by name, as the writer's key order does.
-    order = np.lexsort((lsn, elapsed, np.searchsorted(sorted(groups), group), user))
-    table = pa.table({k: pa.array(v) if isinstance(v, np.ndarray) else v for k, v in columns.items()})
-    return table.take(pa.array(order)).cast(history_arrow_schema(config))
+    event_count = np.minimum(rng.geometric(0.6, n), 50)
+    return synthetic_rows(
+        config,
+        user_id=np.repeat(user_ids, lengths),
+        feature_group=pick_groups(config, n, rng),
+        event_ts_us=int(gen.start_ts.timestamp()) * 1_000_000 + elapsed,
+        lsn=lsn,
+        min_lsn=lsn - (event_count - 1) * rng.integers(1, 200, n),
+        event_count=event_count,
+        window_id=elapsed // (config.layout.window_seconds * 1_000_000),
+        values=lambda name, kind, size, generator: skewed_values(name, kind, size, generator, gen.items),
+        rng=rng,
+        bucketed=False,
+    )
 
 
 # -- writing -------------------------------------------------------------------------------------
@@ -395,7 +381,10 @@ def format_table(rows: list[dict]) -> str:
 
 def _describe_default() -> str:
     p = DEFAULT_POLICY
+    rows = f" of at most {p.max_rows_per_page:,} rows" if p.max_rows_per_page else ""
+    codec = f"{p.compression}-{p.compression_level}" if p.compression == "zstd" else p.compression
     return (
-        f"{p.compression}-{p.compression_level}, dedicated {p.dedicated_user_rows}, packed {p.packed_row_group_rows}, "
-        f"key-only statistics, {p.data_page_size // 1024} KiB pages"
+        f"integers delta-packed ({p.packed_compression}), floats, strings and user_id {codec}, "
+        f"dedicated {p.dedicated_user_rows}, packed {p.packed_row_group_rows}, "
+        f"key-only statistics, {p.data_page_size // 1024} KiB pages{rows}"
     )

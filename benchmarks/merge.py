@@ -18,18 +18,16 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
-from benchmarks.synthetic import column_values
+from benchmarks.synthetic import pick_groups, synthetic_rows
 from pipelines.compaction import DETAIL, HISTORY, history_tables
 from pipelines.duckdb_compaction import merge_runs_if_needed_duckdb, write_history_run
 from pipelines.merge_policy import policy_of
 from seqlake.catalog import purge_tables
 from seqlake.config import Config
-from tableformat.bucketing import bucket_of
 from tableformat.lookup_index import FileIndex
 from tableformat.registry import RunRecord, commit_runs, live_runs
-from tableformat.schema import KEY_COLUMNS, history_arrow_schema
+from tableformat.schema import KEY_COLUMNS
 
 HOUR_US = 3_600_000_000
 BASE_WINDOW = 491_000  # an hour of 2026, so event times look like the generator's
@@ -82,29 +80,16 @@ def capacity_merge_config(config: Config, max_runs: int = OLD_MAX_RUNS) -> Confi
 
 def window_rows(config: Config, window: int, rows: int, users: int, rng: np.random.Generator) -> pa.Table:
     """`rows` history rows of one processing window for `users` users, in the writer's order."""
-    user = 1_000_000 + rng.integers(0, users, rows).astype(np.int64) * 7
-    groups = list(config.feature_groups)
-    group = np.array(groups)[rng.integers(0, len(groups), rows)]
     ts = (BASE_WINDOW + window) * HOUR_US + rng.integers(0, HOUR_US, rows)
-    lsn = (BASE_WINDOW + window) * 10_000_000 + np.arange(rows, dtype=np.int64)
-    columns: dict[str, pa.Array] = {
-        "user_id": pa.array(user),
-        "feature_group": pa.array(group),
-        "event_ts": pa.array(ts, pa.int64()).cast(pa.timestamp("us", tz="UTC")),
-        "lsn": pa.array(lsn),
-        "min_lsn": pa.array(lsn),
-        "source_partition": pa.array((user % config.generator.source_partitions).astype(np.int32)),
-        "event_count": pa.array(np.ones(rows, np.int32)),
-        "window_id": pa.array(np.full(rows, BASE_WINDOW + window, np.int64)),
-    }
-    for name, kind in config.column_types().items():
-        owners = [g for g, spec in config.feature_groups.items() if name in spec.columns]
-        values = column_values(kind, rows, rng)
-        columns[name] = pc.if_else(pa.array(~np.isin(group, owners)), pa.nulls(rows, values.type), values)
-    table = pa.table(columns)
-    table = table.append_column("_bucket", pa.array(bucket_of(table["user_id"], config.layout.bucket_count)))
-    table = table.sort_by([("_bucket", "ascending")] + [(k, "ascending") for k in KEY_COLUMNS])
-    return table.drop_columns(["_bucket"]).cast(history_arrow_schema(config))
+    return synthetic_rows(
+        config,
+        user_id=1_000_000 + rng.integers(0, users, rows).astype(np.int64) * 7,
+        feature_group=pick_groups(config, rows, rng),
+        event_ts_us=ts,
+        lsn=(BASE_WINDOW + window) * 10_000_000 + np.arange(rows, dtype=np.int64),
+        window_id=np.full(rows, BASE_WINDOW + window, np.int64),
+        rng=rng,
+    )
 
 
 def publish_window(history, config: Config, window: int, rows: pa.Table) -> None:

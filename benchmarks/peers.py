@@ -38,12 +38,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from benchmarks.synthetic import column_values
+from benchmarks.synthetic import increasing_per_user, synthetic_rows
 from seqlake.catalog import open_catalog, table_identifier
 from seqlake.config import Config, load_config
 from seqlake.duckdb_session import connect
 from tableformat.aggregates import history_stats
-from tableformat.bucketing import bucket_of
 from tableformat.cache import CachedHistoryReader, HistoryCache
 from tableformat.io import CountingFileSystem, FooterCache
 from tableformat.multi_reader import histories
@@ -79,33 +78,20 @@ SYSTEMS = (
 def engagement_rows(config: Config, lengths: dict[int, int], seed: int) -> pa.Table:
     """History rows of the engagement group only, ordered by (bucket, key)."""
     rng = np.random.default_rng(seed)
-    users = np.fromiter(lengths, np.int64)
     counts = np.fromiter(lengths.values(), np.int64)
     n = int(counts.sum())
-    user = np.repeat(users, counts)
-    starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
-    step = rng.integers(1_000_000, 60_000_000, n)
-    elapsed = np.cumsum(step)
-    elapsed -= np.repeat(elapsed[starts] - step[starts], counts)
-    ts = int(config.generator.start_ts.timestamp()) * 1_000_000 + elapsed
+    elapsed = increasing_per_user(counts, rng, 1_000_000, 60_000_000)
     lsn = elapsed // 1000 + rng.integers(0, 1000, n)  # realistic LSN steps: not a few units a row
-    columns = {
-        "user_id": user,
-        "feature_group": pa.array(np.full(n, GROUP)),
-        "event_ts": pa.array(ts, pa.int64()).cast(pa.timestamp("us", tz="UTC")),
-        "lsn": lsn,
-        "min_lsn": lsn - rng.integers(0, 50, n),
-        "source_partition": (user % config.generator.source_partitions).astype(np.int32),
-        "event_count": rng.integers(1, 4, n).astype(np.int32),
-        "window_id": ts // (config.layout.window_seconds * 1_000_000),
-    }
-    owned = config.feature_groups[GROUP].columns
-    for name, kind in config.column_types().items():
-        values = column_values(kind, n, rng)
-        columns[name] = values if name in owned else pa.nulls(n, values.type)
-    table = pa.table({k: pa.array(v) if isinstance(v, np.ndarray) else v for k, v in columns.items()})
-    order = np.lexsort((lsn, ts, user, bucket_of(user, config.layout.bucket_count)))
-    return table.take(pa.array(order)).cast(history_arrow_schema(config))
+    return synthetic_rows(
+        config,
+        user_id=np.repeat(np.fromiter(lengths, np.int64), counts),
+        feature_group=np.full(n, GROUP),
+        event_ts_us=int(config.generator.start_ts.timestamp()) * 1_000_000 + elapsed,
+        lsn=lsn,
+        min_lsn=lsn - rng.integers(0, 50, n),
+        event_count=rng.integers(1, 4, n),
+        rng=rng,
+    )
 
 
 def write_seqlake(config: Config, data: pa.Table):
@@ -272,6 +258,15 @@ class PeersBench:
         if system not in found or peer not in found:
             return None
         return found[system].qps / found[peer].qps
+
+    def cpu_ratio(self, lookup: str, system: str, peer: str) -> float | None:
+        """The peer's CPU time per lookup over the system's (higher is better, as for QPS): steadier
+        than wall clock on a shared machine, where a longer lookup is preempted more often."""
+        found = self.lookups.get(lookup, {})
+        if system not in found or peer not in found:
+            return None
+        mine, theirs = statistics.median(found[system].cpu), statistics.median(found[peer].cpu)
+        return theirs / mine if mine > 0 else None
 
     def to_dict(self) -> dict:
         return {
@@ -456,9 +451,10 @@ def run_peers_bench(scale: str = "small", config: Config | None = None, progress
 @dataclass(frozen=True)
 class Target:
     name: str
-    ratio: float | None
+    ratio: float | None  # of QPS: what the target is met on
     bound: float
     met: bool
+    cpu_ratio: float | None = None  # of CPU time per lookup, for the same comparison
 
 
 def targets(bench: PeersBench) -> list[Target]:
@@ -466,30 +462,32 @@ def targets(bench: PeersBench) -> list[Target]:
     out = []
     long_, short_ = ("100K", "10K") if bench.scale == "medium" else ("long", "short")
 
-    def add(name: str, ratio: float | None, bound: float, at_most: bool = False) -> None:
+    def add(
+        name: str, ratio: float | None, bound: float, at_most: bool = False, cpu: tuple[str, str, str] | None = None
+    ) -> None:
         met = ratio is not None and (ratio <= bound if at_most else ratio >= bound)
-        out.append(Target(name, ratio, bound, met))
+        out.append(Target(name, ratio, bound, met, bench.cpu_ratio(*cpu) if cpu else None))
+
+    def compare(name: str, lookup: str, system: str, peer: str, bound: float) -> None:
+        add(name, bench.ratio(lookup, system, peer), bound, cpu=(lookup, system, peer))
 
     for length in (long_, short_):
         for cols in ("2 cols", "15 cols"):
             lookup = f"{length} {cols}"
             for system in ("seqlake cached", "seqlake chunk cache"):
-                add(
-                    f"{system} vs rocksdb block+cache, {lookup}",
-                    bench.ratio(lookup, system, "rocksdb block+cache"),
-                    1.0,
-                )
-                add(f"{system} vs decode-free limit, {lookup}", bench.ratio(lookup, system, "ipc mmap"), 0.5)
+                compare(f"{system} vs rocksdb block+cache, {lookup}", lookup, system, "rocksdb block+cache", 1.0)
+                compare(f"{system} vs decode-free limit, {lookup}", lookup, system, "ipc mmap", 0.5)
     for length, bound in ((long_, 2.0), (short_, 1.5)):
         for cols in ("2 cols", "15 cols"):
             lookup = f"{length} {cols}"
-            add(f"uncached vs rocksdb app-zstd, {lookup}", bench.ratio(lookup, "seqlake", "rocksdb app-zstd"), bound)
+            compare(f"uncached vs rocksdb app-zstd, {lookup}", lookup, "seqlake", "rocksdb app-zstd", bound)
     top = f"Top-{TOP_K} of long"
     for system in ("seqlake", "seqlake cached", "seqlake chunk cache"):
         for peer in ("rocksdb app-zstd", "rocksdb block+cache"):
-            add(f"{top}: {system} vs {peer}", bench.ratio(top, system, peer), 1.0)
-    add("count: index vs read+count", bench.ratio("count of long", "seqlake index", "seqlake read+count"), 10.0)
-    add("count: index vs stored count key", bench.ratio("count of long", "seqlake index", "rocksdb count key"), 0.1)
+            compare(f"{top}: {system} vs {peer}", top, system, peer, 1.0)
+    count = "count of long"
+    compare("count: index vs read+count", count, "seqlake index", "seqlake read+count", 10.0)
+    compare("count: index vs stored count key", count, "seqlake index", "rocksdb count key", 0.1)
     for name, (warm, cold, chunks) in bench.bytes_read.items():
         if name.endswith("2 cols"):
             add("bytes read, 2-column lookup, footer cached (x chunks)", warm / chunks, 1.2, at_most=True)
@@ -497,7 +495,7 @@ def targets(bench: PeersBench) -> list[Target]:
     multi = next((k for k in bench.lookups if k.startswith("multi-user")), None)
     if multi:
         for system in ("seqlake", "seqlake cached", "seqlake chunk cache"):
-            add(f"multi-user: {system} vs rocksdb multi_get", bench.ratio(multi, system, "rocksdb block+cache"), 1.0)
+            compare(f"multi-user: {system} vs rocksdb multi_get", multi, system, "rocksdb block+cache", 1.0)
     return out
 
 
@@ -527,10 +525,18 @@ def format_report(bench: PeersBench) -> str:
             f"cold {cold:,.0f} B ({cold / chunks:.2f}x)"
         )
     lines += ["", "on disk: " + ", ".join(f"{s} {b / 2**20:,.1f} MiB" for s, b in bench.disk_bytes.items())]
-    lines += ["", "| target | ratio | bound | met |", "|---|---|---|---|"]
+    lines += [
+        "",
+        "Targets are met on QPS ratios; the CPU ratio (CPU time per lookup) is the same comparison on the",
+        "steadier measure, as a shared machine preempts longer lookups more often.",
+        "",
+        "| target | ratio | bound | met | CPU ratio |",
+        "|---|---|---|---|---|",
+    ]
     for t in targets(bench):
         ratio = "n/a" if t.ratio is None else f"{t.ratio:.2f}x"
-        lines.append(f"| {t.name} | {ratio} | {t.bound}x | {'met' if t.met else 'NOT met'} |")
+        cpu = "" if t.cpu_ratio is None else f"{t.cpu_ratio:.2f}x"
+        lines.append(f"| {t.name} | {ratio} | {t.bound}x | {'met' if t.met else 'NOT met'} | {cpu} |")
     if bench.failures:
         lines += ["", "ANSWERS DIFFER:"] + [f"- {f}" for f in bench.failures]
     return "\n".join(lines)

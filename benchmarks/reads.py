@@ -29,10 +29,9 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from benchmarks.synthetic import column_values
+from benchmarks.synthetic import history_lengths, increasing_per_user, pick_groups, synthetic_rows
 from seqlake.catalog import open_catalog, table_identifier
 from seqlake.config import Config, load_config
-from tableformat.bucketing import bucket_of
 from tableformat.cache import CachedHistoryReader, HistoryCache
 from tableformat.io import CountingFileSystem, FooterCache, IOStats, PlainFileSystem, unverified_reads
 from tableformat.layout import DEFAULT_POLICY
@@ -51,14 +50,10 @@ WRITE_BATCH_ROWS = 8192
 # -- data ----------------------------------------------------------------------------------------
 
 
-def history_lengths(users: int, heavy_users: int, heavy_rows: int, min_events: int, alpha: float, seed: int):
-    """(user ids, rows per user): Pareto lengths (tail index `alpha`) capped at `heavy_rows`, and
-    `heavy_users` users at exactly that."""
-    if not 0 <= heavy_users <= users:
-        raise ValueError(f"need 0 <= heavy_users <= users, got {heavy_users} and {users}")
+def user_ids_and_lengths(users: int, heavy_users: int, heavy_rows: int, min_events: int, alpha: float, seed: int):
+    """(user ids, rows per user): Pareto lengths capped at `heavy_rows`, `heavy_users` users at that."""
     rng = np.random.default_rng(seed)
-    lengths = np.minimum(np.floor(min_events * (1 + rng.pareto(alpha, users))), heavy_rows).astype(np.int64)
-    lengths[rng.choice(users, heavy_users, replace=False)] = heavy_rows
+    lengths = history_lengths(users, heavy_users, heavy_rows, min_events, alpha, rng)
     ids = FIRST_USER + np.cumsum(rng.integers(1, 20, users))
     return ids.astype(np.int64), lengths
 
@@ -70,36 +65,20 @@ def run_rows(config: Config, user_ids: np.ndarray, lengths: np.ndarray, run: int
     user_ids, lengths = user_ids[keep], lengths[keep]
     rng = np.random.default_rng([seed, run])
     n = int(lengths.sum())
-    starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
-    groups = list(config.feature_groups)
-    share = [0.8] + [0.2 / (len(groups) - 1)] * (len(groups) - 1) if len(groups) > 1 else [1.0]
-    group = np.array(groups)[rng.choice(len(groups), n, p=share)]
     # Per user, event times advance 1-60 s a row from the run's start; LSNs follow event time.
-    step = rng.integers(1_000_000, 60_000_000, n)
-    elapsed = np.cumsum(step)
-    elapsed -= np.repeat(elapsed[starts] - step[starts], lengths)
+    elapsed = increasing_per_user(lengths, rng, 1_000_000, 60_000_000)
     run_start = int(config.generator.start_ts.timestamp()) * 1_000_000 + run * 30 * 86_400_000_000
-    ts = run_start + elapsed
     lsn = run * 10**12 + elapsed // 1000 + rng.integers(0, 1000, n)
-    user = np.repeat(user_ids, lengths)
-    columns = {
-        "user_id": user,
-        "feature_group": group,
-        "event_ts": pa.array(ts, pa.int64()).cast(pa.timestamp("us", tz="UTC")),
-        "lsn": lsn,
-        "min_lsn": lsn - rng.integers(0, 50, n),
-        "source_partition": (user % config.generator.source_partitions).astype(np.int32),
-        "event_count": rng.integers(1, 4, n).astype(np.int32),
-        "window_id": ts // (config.layout.window_seconds * 1_000_000),
-    }
-    for name, kind in config.column_types().items():
-        owners = [g for g, spec in config.feature_groups.items() if name in spec.columns]
-        values = column_values(kind, n, rng)
-        columns[name] = pa.array(values.to_numpy(zero_copy_only=False), values.type, mask=~np.isin(group, owners))
-    rank = np.searchsorted(sorted(groups), group)
-    order = np.lexsort((lsn, ts, rank, user, bucket_of(user, config.layout.bucket_count)))
-    table = pa.table({k: pa.array(v) if isinstance(v, np.ndarray) else v for k, v in columns.items()})
-    return table.take(pa.array(order)).cast(history_arrow_schema(config))
+    return synthetic_rows(
+        config,
+        user_id=np.repeat(user_ids, lengths),
+        feature_group=pick_groups(config, n, rng),
+        event_ts_us=run_start + elapsed,
+        lsn=lsn,
+        min_lsn=lsn - rng.integers(0, 50, n),
+        event_count=rng.integers(1, 4, n),
+        rng=rng,
+    )
 
 
 def build_table(
@@ -115,7 +94,7 @@ def build_table(
     every user's history, each later one a shrinking random share of the users (the active ones) with
     short increments. Returns (table, user ids, total rows per user)."""
     gen = config.generator
-    user_ids, lengths = history_lengths(users, heavy_users, heavy_rows, gen.min_events, gen.length_alpha, seed)
+    user_ids, lengths = user_ids_and_lengths(users, heavy_users, heavy_rows, gen.min_events, gen.length_alpha, seed)
     table = create_history_table(open_catalog(config), table_identifier(config, TABLE), config, replace=True)
     rng = np.random.default_rng([seed, 99])
     totals = np.zeros(len(user_ids), np.int64)

@@ -11,51 +11,67 @@ received events that arrived after their ts under event-time semantics.
 
 from __future__ import annotations
 
-import sys
 import time
 
-from pipelines.training.backfill import AS_OF, write_backfill
-from pipelines.training.sequence import Tenant
-from seqlake.cli_args import ArgumentParser, integer_at_least
-from seqlake.config import load_config
+import click
+
+from seqlake.cli import job_main, script_main
+from seqlake.cli_options import common_options, load_cli_config
+from seqlake.cli_types import IntegerAtLeast
+from seqlake.output import emit
+
+AS_OF = ("event-time", "arrival")  # pipelines.training.backfill.AS_OF
+ENGINES = ("arrow", "spark")
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = ArgumentParser(prog="seqlake backfill", description=__doc__)
-    parser.add_argument("--config", help="configuration YAML (default: conf/seqlake.yaml)")
-    parser.add_argument("--labels", required=True, help="label table: Iceberg table name, Delta folder, Parquet or CSV")
-    parser.add_argument("--tenant", required=True, help="the tenant whose sequences to build")
-    parser.add_argument("--as-of", choices=AS_OF, default="event-time", help="point-in-time rule (default: event-time)")
-    parser.add_argument("--out", help="output Iceberg table (default: backfill_<tenant>)")
-    parser.add_argument("--ts-column", default="ts", help="the label time column (default: ts)")
-    parser.add_argument("--engine", choices=("arrow", "spark"), default="arrow", help="where to run (default: arrow)")
-    parser.add_argument("--batch-rows", type=integer_at_least(1), default=2048, help="label rows per batch")
-    args = parser.parse_args(argv)
-    config = load_config(args.config)
-    tenant = Tenant(config, args.tenant)
+@click.command("backfill", help=__doc__)
+@click.option("--labels", required=True, help="Label table: an Iceberg table name, a Delta folder, Parquet or CSV.")
+@click.option("--tenant", required=True, help="The tenant whose sequences to build.")
+@click.option("--as-of", type=click.Choice(AS_OF), default="event-time", show_default=True, help="Point-in-time rule.")
+@click.option("--out", help="Output Iceberg table (default: backfill_<tenant>).")
+@click.option("--ts-column", default="ts", show_default=True, help="The label time column.")
+@click.option("--engine", type=click.Choice(ENGINES), default="arrow", show_default=True, help="Where to run.")
+@click.option("--batch-rows", type=IntegerAtLeast(1), default=2048, show_default=True, help="Label rows per batch.")
+@common_options
+def command(
+    labels: str, tenant: str, as_of: str, out: str | None, ts_column: str, engine: str, batch_rows: int
+) -> None:
+    from pipelines.training.backfill import write_backfill
+    from pipelines.training.sequence import Tenant
+
+    config = load_cli_config()
+    chosen = Tenant(config, tenant)
     started = time.perf_counter()
-    if args.engine == "arrow":
-        result = write_backfill(
-            config, args.labels, tenant, args.as_of, args.out, batch_rows=args.batch_rows, ts_column=args.ts_column
-        )
+    if engine == "arrow":
+        result = write_backfill(config, labels, chosen, as_of, out, batch_rows=batch_rows, ts_column=ts_column)
         rows, leakage, table = result.rows, result.leakage, result.table
     else:
         from pipelines.training.spark_backfill import write_spark_backfill
         from seqlake.spark_session import spark_session
 
         spark = spark_session(config, "seqlake-backfill")
-        rows, leakage = write_spark_backfill(spark, config, args.labels, tenant, args.as_of, args.out, args.ts_column)
-        table = args.out or f"backfill_{tenant.name}"
+        rows, leakage = write_spark_backfill(spark, config, labels, chosen, as_of, out, ts_column)
+        table = out or f"backfill_{chosen.name}"
     seconds = time.perf_counter() - started
     rate = rows / seconds if seconds else 0.0
     where = f"written to {table}" if table else "no label rows, nothing written"
-    print(
-        f"{tenant.name}: {rows:,} label rows backfilled ({args.as_of}, {args.engine}), {where}, "
-        f"{rate:,.0f} label rows/s"
+    document = {
+        "tenant": chosen.name,
+        "as_of": as_of,
+        "engine": engine,
+        "rows": rows,
+        "table": table,
+        "leakage": leakage,
+        "seconds": round(seconds, 3),
+    }
+    emit(
+        document,
+        f"{chosen.name}: {rows:,} label rows backfilled ({as_of}, {engine}), {where}, {rate:,.0f} label rows/s\n"
+        f"{leakage.summary()}",
     )
-    print(leakage.summary())
-    return 0
 
+
+main = job_main(command)
 
 if __name__ == "__main__":
-    sys.exit(main())
+    script_main("backfill")

@@ -8,56 +8,51 @@ did not publish every event exactly once; times are reported, never checked.
 
 from __future__ import annotations
 
-import argparse
-import json
-import sys
-from pathlib import Path
+import click
 
-from benchmarks.compaction import SCALES, format_report, run_compaction_bench
-from seqlake.cli_args import ArgumentParser, integer_at_least, namespace_name
-from seqlake.config import load_config
-from seqlake.spark_session import spark_session
+from jobs.bench import finish, json_file_option, namespace_option, seed_option, step_log
+from seqlake.cli import job_main, script_main
+from seqlake.cli_options import common_options, load_cli_config
+from seqlake.cli_types import IntegerAtLeast
+
+SCALES = ("medium", "small")  # benchmarks.compaction.SCALES
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = ArgumentParser(
-        prog="seqlake bench-compact", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--config", help="configuration YAML (default: conf/seqlake.yaml)")
-    parser.add_argument(
-        "--scale",
-        choices=sorted(SCALES),
-        default="medium",
-        help="small: 4K events, N = 1, 5, 20; medium: 100K events, N = 1, 10, 50, 200 (default)",
-    )
-    parser.add_argument("--events", type=integer_at_least(100), help="override the scale's event count")
-    parser.add_argument(
-        "--namespace",
-        type=namespace_name,
-        default="bench_compact",
-        help="catalog namespace prefix (default: bench_compact)",
-    )
-    parser.add_argument("--seed", type=integer_at_least(0), default=7, help="data seed (default: 7)")
-    parser.add_argument("--json", metavar="FILE", help="also write the facts as JSON to this file")
-    args = parser.parse_args(argv)
+@click.command("bench-compact", help=__doc__)
+@click.option(
+    "--scale",
+    type=click.Choice(SCALES),
+    default="medium",
+    show_default=True,
+    help="small: 4K events, N = 1, 5, 20; medium: 100K events, N = 1, 10, 50, 200.",
+)
+@click.option("--events", type=IntegerAtLeast(100), help="Override the scale's event count.")
+@namespace_option("bench_compact")
+@seed_option(7)
+@json_file_option
+@common_options
+def command(scale: str, events: int | None, namespace: str, seed: int, json_file: str | None) -> int:
+    from benchmarks.compaction import SCALES as sizes
+    from benchmarks.compaction import format_report, run_compaction_bench
+    from seqlake.spark_session import spark_session
 
-    config = load_config(args.config)
-    events, windows = SCALES[args.scale]
+    config = load_cli_config()
+    default_events, windows = sizes[scale]
     spark = spark_session(config, "seqlake-bench-compact")
-    bench = run_compaction_bench(
-        spark,
-        config,
-        events=args.events or events,
-        window_counts=windows,
-        namespace=args.namespace,
-        seed=args.seed,
-        log=lambda line: print(line, file=sys.stderr, flush=True),
-    )
-    print(format_report(bench))
-    if args.json:
-        Path(args.json).write_text(json.dumps(bench.to_dict(), indent=2) + "\n")
-    return 0 if bench.ok else 1
+    with step_log("bench-compact") as log:
+        bench = run_compaction_bench(
+            spark,
+            config,
+            events=events or default_events,
+            window_counts=windows,
+            namespace=namespace,
+            seed=seed,
+            log=log,
+        )
+    return finish(bench, format_report(bench), json_file)
 
+
+main = job_main(command)
 
 if __name__ == "__main__":
-    sys.exit(main())
+    script_main("bench-compact")

@@ -10,83 +10,72 @@ never checked: times are wall clock on a possibly shared machine.
 
 from __future__ import annotations
 
-import argparse
-import json
-import sys
-from pathlib import Path
+import click
 
-from benchmarks.ingest import format_report, run_ingest_bench
-from seqlake.cli_args import ArgumentParser, integer_at_least, namespace_name
-from seqlake.config import load_config
-from seqlake.spark_session import spark_session
+from jobs.bench import finish, json_file_option, namespace_option, seed_option, step_log
+from seqlake.cli import job_main, script_main
+from seqlake.cli_options import common_options, load_cli_config
+from seqlake.cli_types import IntegerAtLeast
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = ArgumentParser(
-        prog="seqlake bench-ingest",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    parser.add_argument("--config", help="configuration YAML (default: conf/seqlake.yaml)")
-    parser.add_argument("--users", type=integer_at_least(1), default=20, help="users in the batch (default: 20)")
-    parser.add_argument(
-        "--records-per-user",
-        type=integer_at_least(1),
-        default=1000,
-        help="events per user in the batch (default: 1000)",
-    )
-    parser.add_argument(
-        "--prior-events",
-        type=integer_at_least(0),
-        default=100_000,
-        help="prior events per user in setup B (default: 100000)",
-    )
-    parser.add_argument(
-        "--landing-prior",
-        type=integer_at_least(0),
-        default=1000,
-        help="of those, events still in landing (an open window); the rest is published history (default: 1000)",
-    )
-    parser.add_argument(
-        "--history-runs", type=integer_at_least(1), default=4, help="published runs of history (default: 4)"
-    )
-    parser.add_argument("--repeats", type=integer_at_least(1), default=5, help="timed ingests per setup (default: 5)")
-    parser.add_argument(
-        "--warmup", type=integer_at_least(0), default=1, help="untimed ingests per setup first (default: 1)"
-    )
-    parser.add_argument(
-        "--namespace",
-        type=namespace_name,
-        default="bench_ingest",
-        help="catalog namespace prefix (default: bench_ingest)",
-    )
-    parser.add_argument("--seed", type=integer_at_least(0), default=7, help="data seed (default: 7)")
-    parser.add_argument("--json", metavar="FILE", help="also write the facts as JSON to this file")
-    args = parser.parse_args(argv)
-    if args.landing_prior > args.prior_events:
-        parser.error(f"--landing-prior ({args.landing_prior}) exceeds --prior-events ({args.prior_events})")
+@click.command("bench-ingest", help=__doc__)
+@click.option("--users", type=IntegerAtLeast(1), default=20, show_default=True, help="Users in the batch.")
+@click.option("--records-per-user", type=IntegerAtLeast(1), default=1000, show_default=True, help="Events per user.")
+@click.option(
+    "--prior-events", type=IntegerAtLeast(0), default=100_000, show_default=True, help="Prior events per user in B."
+)
+@click.option(
+    "--landing-prior",
+    type=IntegerAtLeast(0),
+    default=1000,
+    show_default=True,
+    help="Of those, events still in landing (an open window); the rest is published history.",
+)
+@click.option("--history-runs", type=IntegerAtLeast(1), default=4, show_default=True, help="Published runs of history.")
+@click.option("--repeats", type=IntegerAtLeast(1), default=5, show_default=True, help="Timed ingests per setup.")
+@click.option("--warmup", type=IntegerAtLeast(0), default=1, show_default=True, help="Untimed ingests per setup first.")
+@namespace_option("bench_ingest")
+@seed_option(7)
+@json_file_option
+@common_options
+def command(
+    users: int,
+    records_per_user: int,
+    prior_events: int,
+    landing_prior: int,
+    history_runs: int,
+    repeats: int,
+    warmup: int,
+    namespace: str,
+    seed: int,
+    json_file: str | None,
+) -> int:
+    if landing_prior > prior_events:
+        raise click.UsageError(f"--landing-prior ({landing_prior}) exceeds --prior-events ({prior_events})")
+    from benchmarks.ingest import format_report, run_ingest_bench
+    from seqlake.spark_session import spark_session
 
-    config = load_config(args.config)
+    config = load_cli_config()
     spark = spark_session(config, "seqlake-bench-ingest")
-    bench = run_ingest_bench(
-        spark,
-        config,
-        namespace=args.namespace,
-        users=args.users,
-        records_per_user=args.records_per_user,
-        prior_events=args.prior_events,
-        landing_prior=args.landing_prior,
-        history_runs=args.history_runs,
-        repeats=args.repeats,
-        warmup=args.warmup,
-        seed=args.seed,
-        log=lambda line: print(line, file=sys.stderr, flush=True),
-    )
-    print(format_report(bench))
-    if args.json:
-        Path(args.json).write_text(json.dumps(bench.to_dict(), indent=2) + "\n")
-    return 0 if bench.ok else 1
+    with step_log("bench-ingest") as log:
+        bench = run_ingest_bench(
+            spark,
+            config,
+            namespace=namespace,
+            users=users,
+            records_per_user=records_per_user,
+            prior_events=prior_events,
+            landing_prior=landing_prior,
+            history_runs=history_runs,
+            repeats=repeats,
+            warmup=warmup,
+            seed=seed,
+            log=log,
+        )
+    return finish(bench, format_report(bench), json_file)
 
+
+main = job_main(command)
 
 if __name__ == "__main__":
-    sys.exit(main())
+    script_main("bench-ingest")

@@ -7,50 +7,47 @@ repeats on a possibly shared machine: compare the ratios, not the absolute times
 
 from __future__ import annotations
 
-import argparse
-import sys
 from pathlib import Path
 
-from benchmarks.layout import format_table, run_layout_bench
-from seqlake.cli_args import ArgumentParser, integer_at_least
-from seqlake.config import load_config
+import click
+
+from jobs.bench import seed_option
+from seqlake.cli import job_main, script_main
+from seqlake.cli_options import common_options, load_cli_config
+from seqlake.cli_types import IntegerAtLeast
+from seqlake.output import emit
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = ArgumentParser(
-        prog="seqlake bench-layout",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    parser.add_argument("--config", help="configuration YAML (default: conf/seqlake.yaml)")
-    parser.add_argument("--users", type=integer_at_least(1), default=3000, help="users in the file (default: 3000)")
-    parser.add_argument(
-        "--heavy-users", type=integer_at_least(0), default=3, help="users with exactly --heavy-rows rows (default: 3)"
-    )
-    parser.add_argument(
-        "--heavy-rows", type=integer_at_least(1), default=20_000, help="rows of a heavy user (default: 20000)"
-    )
-    parser.add_argument("--repeats", type=integer_at_least(1), default=3, help="timing repeats (default: 3)")
-    parser.add_argument("--seed", type=integer_at_least(0), default=1, help="data seed (default: 1)")
-    parser.add_argument("--out", metavar="FILE.md", help="also write the table to this file")
-    args = parser.parse_args(argv)
-    if not 0 <= args.heavy_users <= args.users:
-        parser.error(f"--heavy-users must be between 0 and --users ({args.users}), got {args.heavy_users}")
+@click.command("bench-layout", help=__doc__)
+@click.option("--users", type=IntegerAtLeast(1), default=3000, show_default=True, help="Users in the file.")
+@click.option(
+    "--heavy-users", type=IntegerAtLeast(0), default=3, show_default=True, help="Users with exactly --heavy-rows rows."
+)
+@click.option("--heavy-rows", type=IntegerAtLeast(1), default=20_000, show_default=True, help="Rows of a heavy user.")
+@click.option("--repeats", type=IntegerAtLeast(1), default=3, show_default=True, help="Timing repeats.")
+@seed_option(1)
+@click.option("--out", metavar="FILE.md", help="Also write the table to this file.")
+@common_options
+def command(users: int, heavy_users: int, heavy_rows: int, repeats: int, seed: int, out: str | None) -> None:
+    if heavy_users > users:
+        raise click.UsageError(f"--heavy-users must be between 0 and --users ({users}), got {heavy_users}")
+    from benchmarks.layout import format_table, run_layout_bench
 
     rows = run_layout_bench(
-        users=args.users,
-        heavy_users=args.heavy_users,
-        heavy_rows=args.heavy_rows,
-        seed=args.seed,
-        repeats=args.repeats,
-        config=load_config(args.config),
+        users=users,
+        heavy_users=heavy_users,
+        heavy_rows=heavy_rows,
+        seed=seed,
+        repeats=repeats,
+        config=load_cli_config(),
     )
     table = format_table(rows)
-    print(table)
-    if args.out:
-        Path(args.out).write_text(table + "\n")
-    return 0
+    if out:
+        Path(out).write_text(table + "\n")
+    emit({"layouts": rows}, table)
 
+
+main = job_main(command)
 
 if __name__ == "__main__":
-    sys.exit(main())
+    script_main("bench-layout")

@@ -9,46 +9,42 @@ policy lost, duplicated or misplaced a row or a window.
 
 from __future__ import annotations
 
-import argparse
-import json
-import sys
-from pathlib import Path
+import click
 
-from benchmarks.merge import format_report, run_merge_bench
-from seqlake.cli_args import ArgumentParser, integer_at_least
-from seqlake.config import load_config
+from jobs.bench import finish, json_file_option, namespace_option, seed_option, step_log
+from seqlake.cli import job_main, script_main
+from seqlake.cli_options import common_options, load_cli_config
+from seqlake.cli_types import IntegerAtLeast
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = ArgumentParser(
-        prog="seqlake bench-merge", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--config", help="configuration YAML (default: conf/seqlake.yaml)")
-    parser.add_argument("--windows", type=integer_at_least(2), default=120, help="windows published (default: 120)")
-    parser.add_argument(
-        "--rows-per-window", type=integer_at_least(1), default=2_000, help="history rows per window (default: 2000)"
-    )
-    parser.add_argument("--users", type=integer_at_least(1), default=500, help="distinct users (default: 500)")
-    parser.add_argument("--namespace", default="bench_merge", help="catalog namespace prefix (default: bench_merge)")
-    parser.add_argument("--seed", type=int, default=7, help="data seed (default: 7)")
-    parser.add_argument("--json", metavar="FILE", help="also write the facts as JSON to this file")
-    args = parser.parse_args(argv)
+@click.command("bench-merge", help=__doc__)
+@click.option("--windows", type=IntegerAtLeast(2), default=120, show_default=True, help="Windows published.")
+@click.option(
+    "--rows-per-window", type=IntegerAtLeast(1), default=2_000, show_default=True, help="History rows per window."
+)
+@click.option("--users", type=IntegerAtLeast(1), default=500, show_default=True, help="Distinct users.")
+@namespace_option("bench_merge")
+@seed_option(7)
+@json_file_option
+@common_options
+def command(windows: int, rows_per_window: int, users: int, namespace: str, seed: int, json_file: str | None) -> int:
+    from benchmarks.merge import format_report, run_merge_bench
 
-    config = load_config(args.config)
-    bench = run_merge_bench(
-        config,
-        windows=args.windows,
-        rows_per_window=args.rows_per_window,
-        users=args.users,
-        namespace=args.namespace,
-        seed=args.seed,
-        log=lambda line: print(line, file=sys.stderr, flush=True),
-    )
-    print(format_report(bench, config))
-    if args.json:
-        Path(args.json).write_text(json.dumps(bench.to_dict(), indent=2) + "\n")
-    return 0 if bench.ok else 1
+    config = load_cli_config()
+    with step_log("bench-merge") as log:
+        bench = run_merge_bench(
+            config,
+            windows=windows,
+            rows_per_window=rows_per_window,
+            users=users,
+            namespace=namespace,
+            seed=seed,
+            log=log,
+        )
+    return finish(bench, format_report(bench, config), json_file)
 
+
+main = job_main(command)
 
 if __name__ == "__main__":
-    sys.exit(main())
+    script_main("bench-merge")

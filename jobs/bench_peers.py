@@ -9,30 +9,36 @@ wall clock on a possibly shared machine: compare the ratios, not the absolute ti
 
 from __future__ import annotations
 
-import argparse
-import json
-import sys
 from pathlib import Path
 
-from benchmarks.peers import SCALES, format_report, plot, run_peers_bench
-from seqlake.cli_args import ArgumentParser
-from seqlake.config import load_config
+import click
+
+from jobs.bench import finish, json_file_option, step_log
+from seqlake.cli import job_main, script_main
+from seqlake.cli_options import common_options, load_cli_config
+
+SCALES = ("medium", "small")  # benchmarks.peers.SCALES
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = ArgumentParser(
-        prog="seqlake bench-peers", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--config", help="configuration YAML (default: conf/seqlake.yaml)")
-    parser.add_argument("--scale", choices=sorted(SCALES), default="small", help="data set size (default: small)")
-    parser.add_argument("--json", type=Path, help="also write the results as JSON to this file")
-    parser.add_argument("--plots", type=Path, help="write PNG plots (QPS by history length and by columns) here")
-    args = parser.parse_args(argv)
-    bench = run_peers_bench(args.scale, load_config(args.config), progress=lambda line: print(line, file=sys.stderr))
-    print(format_report(bench))
-    if args.json:
-        args.json.write_text(json.dumps(bench.to_dict(), indent=2, default=str))
-    if args.plots:
-        for path in plot(bench, args.plots):
-            print(f"plot: {path}")
-    return 0 if bench.ok else 1
+@click.command("bench-peers", help=__doc__)
+@click.option("--scale", type=click.Choice(SCALES), default="small", show_default=True, help="Data set size.")
+@json_file_option
+@click.option(
+    "--plots",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Write PNG plots (QPS by length and columns) here.",
+)
+@common_options
+def command(scale: str, json_file: str | None, plots: Path | None) -> int:
+    from benchmarks.peers import format_report, plot, run_peers_bench
+
+    with step_log("bench-peers") as log:
+        bench = run_peers_bench(scale, load_cli_config(), progress=log)
+    written = {"plot": [str(path) for path in plot(bench, plots)]} if plots else None
+    return finish(bench, format_report(bench), json_file, files=written)
+
+
+main = job_main(command)
+
+if __name__ == "__main__":
+    script_main("bench-peers")

@@ -10,82 +10,80 @@ Times are wall clock on a possibly shared machine: compare the ratios, not the a
 
 from __future__ import annotations
 
-import argparse
-import json
-import sys
-from pathlib import Path
+import click
 
-from benchmarks.reads import format_report, run_read_bench
-from seqlake.cli_args import ArgumentParser, integer_at_least, number_above
-from seqlake.config import load_config
+from jobs.bench import finish, json_file_option, seed_option, step_log
+from seqlake.cli import job_main, script_main
+from seqlake.cli_options import common_options, load_cli_config
+from seqlake.cli_types import IntegerAtLeast, NumberAbove
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = ArgumentParser(
-        prog="seqlake bench-reads",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    parser.add_argument("--config", help="configuration YAML (default: conf/seqlake.yaml)")
-    parser.add_argument("--users", type=integer_at_least(1), default=3000, help="users in the table (default: 3000)")
-    parser.add_argument("--heavy-users", type=integer_at_least(0), default=3, help="users at --heavy-rows (default: 3)")
-    parser.add_argument(
-        "--heavy-rows", type=integer_at_least(1), default=20_000, help="longest history (default: 20000)"
-    )
-    parser.add_argument("--runs", type=integer_at_least(1), default=3, help="sorted runs (default: 3)")
-    parser.add_argument(
-        "--multi-users", type=integer_at_least(1), default=256, help="users per histories() call (default: 256)"
-    )
-    parser.add_argument(
-        "--lookups", type=integer_at_least(1), default=2000, help="lookups in the cache workload (default: 2000)"
-    )
-    parser.add_argument(
-        "--zipf", type=number_above(0, strict=True), default=1.1, help="Zipf exponent of the lookups (default: 1.1)"
-    )
-    parser.add_argument(
-        "--cache-mib",
-        type=number_above(0, strict=False),
-        nargs="+",
-        default=[64.0, 4.0, 0.0],
-        help="cache bounds to measure, MiB; 0 caches nothing and shows what the file index alone gives "
-        "(default: 64 4 0)",
-    )
-    parser.add_argument(
-        "--repeats", type=integer_at_least(1), default=3, help="timed repeats of the multi-user part (default: 3)"
-    )
-    parser.add_argument("--workers", type=integer_at_least(1), default=4, help="histories() threads (default: 4)")
-    parser.add_argument("--seed", type=integer_at_least(0), default=1, help="data seed (default: 1)")
-    parser.add_argument("--out", metavar="FILE.md", help="also write the report to this file")
-    parser.add_argument("--json", metavar="FILE", help="also write the measurements as JSON to this file")
-    args = parser.parse_args(argv)
-    if args.heavy_users > args.users:
-        parser.error(f"--heavy-users ({args.heavy_users}) exceeds --users ({args.users})")
-    if args.multi_users > args.users:
-        parser.error(f"--multi-users ({args.multi_users}) exceeds --users ({args.users})")
+@click.command("bench-reads", help=__doc__)
+@click.option("--users", type=IntegerAtLeast(1), default=3000, show_default=True, help="Users in the table.")
+@click.option("--heavy-users", type=IntegerAtLeast(0), default=3, show_default=True, help="Users at --heavy-rows.")
+@click.option("--heavy-rows", type=IntegerAtLeast(1), default=20_000, show_default=True, help="Longest history.")
+@click.option("--runs", type=IntegerAtLeast(1), default=3, show_default=True, help="Sorted runs.")
+@click.option("--multi-users", type=IntegerAtLeast(1), default=256, show_default=True, help="Users per histories().")
+@click.option(
+    "--lookups", type=IntegerAtLeast(1), default=2000, show_default=True, help="Lookups of the cache workload."
+)
+@click.option(
+    "--zipf", type=NumberAbove(0, strict=True), default=1.1, show_default=True, help="Zipf exponent of lookups."
+)
+@click.option(
+    "--cache-mib",
+    type=NumberAbove(0, strict=False),
+    multiple=True,
+    help="A cache bound to measure, MiB (repeatable; default: 64, 4 and 0); 0 caches nothing and shows what "
+    "the file index alone gives.",
+)
+@click.option("--repeats", type=IntegerAtLeast(1), default=3, show_default=True, help="Timed multi-user repeats.")
+@click.option("--workers", type=IntegerAtLeast(1), default=4, show_default=True, help="histories() threads.")
+@seed_option(1)
+@click.option("--out", metavar="FILE.md", help="Also write the report to this file.")
+@json_file_option
+@common_options
+def command(
+    users: int,
+    heavy_users: int,
+    heavy_rows: int,
+    runs: int,
+    multi_users: int,
+    lookups: int,
+    zipf: float,
+    cache_mib: tuple[float, ...],
+    repeats: int,
+    workers: int,
+    seed: int,
+    out: str | None,
+    json_file: str | None,
+) -> int:
+    if heavy_users > users:
+        raise click.UsageError(f"--heavy-users ({heavy_users}) exceeds --users ({users})")
+    if multi_users > users:
+        raise click.UsageError(f"--multi-users ({multi_users}) exceeds --users ({users})")
+    from benchmarks.reads import format_report, run_read_bench
 
-    bench = run_read_bench(
-        load_config(args.config),
-        users=args.users,
-        heavy_users=args.heavy_users,
-        heavy_rows=args.heavy_rows,
-        runs=args.runs,
-        multi_users=args.multi_users,
-        lookups=args.lookups,
-        zipf_s=args.zipf,
-        cache_bytes=[int(mib * 2**20) for mib in args.cache_mib],
-        repeats=args.repeats,
-        max_workers=args.workers,
-        seed=args.seed,
-        log=lambda line: print(line, file=sys.stderr, flush=True),
-    )
-    report = format_report(bench)
-    print(report)
-    if args.out:
-        Path(args.out).write_text(report + "\n")
-    if args.json:
-        Path(args.json).write_text(json.dumps(bench.to_dict(), indent=2) + "\n")
-    return 0 if bench.ok else 1
+    with step_log("bench-reads") as log:
+        bench = run_read_bench(
+            load_cli_config(),
+            users=users,
+            heavy_users=heavy_users,
+            heavy_rows=heavy_rows,
+            runs=runs,
+            multi_users=multi_users,
+            lookups=lookups,
+            zipf_s=zipf,
+            cache_bytes=[int(mib * 2**20) for mib in cache_mib or (64.0, 4.0, 0.0)],
+            repeats=repeats,
+            max_workers=workers,
+            seed=seed,
+            log=log,
+        )
+    return finish(bench, format_report(bench), json_file, report_file=out)
 
+
+main = job_main(command)
 
 if __name__ == "__main__":
-    sys.exit(main())
+    script_main("bench-reads")

@@ -10,38 +10,35 @@ its fat row or between engines. Times are wall clock on a possibly shared machin
 
 from __future__ import annotations
 
-import argparse
-import json
-import sys
-from pathlib import Path
+import click
 
-from benchmarks.samples import SCALES, format_report, run_samples_bench
-from seqlake.cli_args import ArgumentParser, integer_at_least
-from seqlake.config import load_config
+from jobs.bench import finish, json_file_option, seed_option, step_log
+from seqlake.cli import job_main, script_main
+from seqlake.cli_options import common_options, load_cli_config
+
+SCALES = ("medium", "small")  # benchmarks.samples.SCALES
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = ArgumentParser(
-        prog="seqlake bench-samples", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--config", help="configuration YAML (default: conf/seqlake.yaml)")
-    parser.add_argument(
-        "--scale",
-        choices=sorted(SCALES),
-        default="small",
-        help="small: a minute-long check; medium: about 300 users, histories of 10^3 to 2*10^4 events",
-    )
-    parser.add_argument("--seed", type=integer_at_least(0), default=1, help="data seed (default: 1)")
-    parser.add_argument("--json", metavar="FILE", help="also write the measurements as JSON to this file")
-    args = parser.parse_args(argv)
-    bench = run_samples_bench(
-        load_config(args.config), args.scale, args.seed, log=lambda line: print(line, file=sys.stderr, flush=True)
-    )
-    print(format_report(bench))
-    if args.json:
-        Path(args.json).write_text(json.dumps(bench.to_dict(), indent=2) + "\n")
-    return 0 if bench.ok else 1
+@click.command("bench-samples", help=__doc__)
+@click.option(
+    "--scale",
+    type=click.Choice(SCALES),
+    default="small",
+    show_default=True,
+    help="small: a minute-long check; medium: about 300 users, histories of 10^3 to 2*10^4 events.",
+)
+@seed_option(1)
+@json_file_option
+@common_options
+def command(scale: str, seed: int, json_file: str | None) -> int:
+    from benchmarks.samples import format_report, run_samples_bench
 
+    with step_log("bench-samples") as log:
+        bench = run_samples_bench(load_cli_config(), scale, seed, log=log)
+    return finish(bench, format_report(bench), json_file)
+
+
+main = job_main(command)
 
 if __name__ == "__main__":
-    sys.exit(main())
+    script_main("bench-samples")

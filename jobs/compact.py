@@ -6,65 +6,86 @@ always safe. Usable as `seqlake compact` or `spark-submit jobs/compact.py`.
 
 from __future__ import annotations
 
-import sys
+from typing import TYPE_CHECKING, Any
 
-from pipelines.compaction import compact_batch, history_tables, merge_runs_if_needed, plan_batches, published_windows
-from pipelines.landing import landing_paths
-from pipelines.publication_check import landing_windows
-from pipelines.windows import LandedWindows
-from seqlake.cli_args import ArgumentParser, integer_at_least
-from seqlake.config import load_config
+import click
+
+from seqlake.cli import job_main, script_main
+from seqlake.cli_options import common_options, load_cli_config
+from seqlake.cli_types import IntegerAtLeast
 from seqlake.errors import SeqlakeError
-from seqlake.progress import Progress
-from seqlake.spark_session import spark_session
+from seqlake.output import emit
+
+if TYPE_CHECKING:
+    from pipelines.windows import LandedWindows
+
+ENGINES = ("spark", "duckdb")
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = ArgumentParser(prog="seqlake compact", description=__doc__)
-    parser.add_argument("--config", help="configuration YAML (default: conf/seqlake.yaml)")
-    parser.add_argument(
-        "--window",
-        type=integer_at_least(0),
-        action="append",
-        help="compact only this closed window id (repeatable); an open window or one without records is refused",
-    )
-    parser.add_argument(
-        "--end-of-stream", action="store_true", help="treat every landed window as closed (no more arrivals)"
-    )
-    parser.add_argument(
-        "--engine",
-        choices=("spark", "duckdb"),
-        help="spark (local mode or SEQLAKE_SPARK_MASTER) or duckdb (in-process, no JVM); same runs "
-        "(default: layout.compaction_engine of the configuration)",
-    )
-    parser.add_argument(
-        "--maintain", action="store_true", help="then run `seqlake maintain` (its configured policy) on the same tables"
-    )
-    parser.add_argument(
-        "--from-detail",
-        action="store_true",
-        help="rebuild the --window windows from the detail table (their landing rows are gone; after "
-        "seqlake drop-run removed their damaged run); in-process, no JVM",
-    )
-    args = parser.parse_args(argv)
-    config = load_config(args.config)
-    engine = args.engine or config.layout.compaction_engine
-    if args.from_detail:
-        if not args.window:
-            parser.error("--from-detail needs the windows to rebuild (--window W, repeatable)")
+@click.command("compact", help=__doc__)
+@click.option(
+    "--window",
+    "windows",
+    type=IntegerAtLeast(0),
+    multiple=True,
+    help="Compact only this closed window id (repeatable); an open window or one without records is refused.",
+)
+@click.option("--end-of-stream", is_flag=True, help="Treat every landed window as closed (no more arrivals).")
+@click.option(
+    "--engine",
+    type=click.Choice(ENGINES),
+    help="spark (local mode or SEQLAKE_SPARK_MASTER) or duckdb (in-process, no JVM); the same runs "
+    "(default: layout.compaction_engine of the configuration).",
+)
+@click.option(
+    "--maintain", is_flag=True, help="Then run `seqlake maintain` (its configured policy) on the same tables."
+)
+@click.option(
+    "--from-detail",
+    is_flag=True,
+    help="Rebuild the --window windows from the detail table (their landing rows are gone; after seqlake "
+    "drop-run removed their damaged run); in-process, no JVM.",
+)
+@common_options
+def command(
+    windows: tuple[int, ...], end_of_stream: bool, engine: str | None, maintain: bool, from_detail: bool
+) -> None:
+    if from_detail and not windows:
+        raise click.UsageError("--from-detail needs the windows to rebuild (--window W, repeatable)")
+    config = load_cli_config()
+    if from_detail:
         from pipelines.detail_rebuild import rebuild_from_detail
 
-        result = rebuild_from_detail(config, sorted(set(args.window)))
+        chosen = sorted(set(windows))
+        result = rebuild_from_detail(config, chosen)
         outcome = "published from detail" if result.published else "already published: nothing to do"
-        print(f"windows {', '.join(str(w) for w in sorted(set(args.window)))} {outcome}: {result.events:,} events")
-        return 0
+        document = {"windows": chosen, "published": result.published, "events": result.events, "run_id": result.run_id}
+        emit(document, f"windows {', '.join(str(w) for w in chosen)} {outcome}: {result.events:,} events")
+        return
+    emit(*compact_windows(config, list(windows), end_of_stream, engine or config.layout.compaction_engine, maintain))
+
+
+def compact_windows(
+    config, windows: list[int], end_of_stream: bool, engine: str, maintain: bool
+) -> tuple[dict[str, Any], str]:
+    """Publish the chosen (or every closed) window in batches, merging runs after each; the document
+    and the text of what happened."""
+    from pipelines.compaction import compact_batch, history_tables, merge_runs_if_needed, plan_batches
+    from pipelines.compaction import published_windows as published
+    from pipelines.landing import landing_paths
+    from pipelines.publication_check import landing_windows
+    from seqlake.progress import Progress
+
     paths = landing_paths(config)
     history, _ = history_tables(config)
-    done = published_windows(history)
+    done = published(history)
     state = landing_windows(paths)  # DuckDB: a refused request costs no JVM start
-    if args.window:
-        check_requested(args.window, state, args.end_of_stream)
+    if windows:
+        check_requested(windows, state, end_of_stream)
+    spark = None
     if engine == "spark":
+        from seqlake.spark_session import spark_session
+
         spark = spark_session(config, "seqlake-compact")
 
         def compact(batch: list[int]):
@@ -81,32 +102,51 @@ def main(argv: list[str] | None = None) -> int:
         def merge() -> str | None:
             return merge_runs_if_needed_duckdb(config)
 
-    windows = args.window or [w for w in state.closed(args.end_of_stream) if w not in done]
-    progress = Progress("compact", every=0, rows_unit="events", steps_unit="windows", show_bytes=False)
-    for window in sorted(set(windows) & done):
-        progress.add(note=f"window {window} already published: nothing to do")
-    todo = {w: state.rows.get(w, 0) for w in windows if w not in done}
+    chosen = windows or [w for w in state.closed(end_of_stream) if w not in done]
+    lines = [f"window {w} already published: nothing to do" for w in sorted(set(chosen) & done)]
+    todo = {w: state.rows.get(w, 0) for w in chosen if w not in done}
     batches = plan_batches(todo, config.layout.compaction_batch_rows)
+    progress = Progress("compact", total=len(todo), measure="steps", rows_unit="events", steps_unit="windows")
+    published_batches, merges = [], []
     for batch in batches:
         result = compact(batch)
         span = f"window {batch[0]}" if len(batch) == 1 else f"windows {batch[0]}..{batch[-1]} ({len(batch)})"
-        outcome = "published" if result.published else "already published"
-        note = f"{span} {outcome}: {result.events:,} events"
+        line = f"{span} {'published' if result.published else 'already published'}: {result.events:,} events"
         if result.quarantined:
-            note += f", {result.quarantined:,} quarantined (aggregate out of range; see compaction_quarantine)"
-        progress.add(rows=result.events, steps=len(batch), note=note)
+            line += f", {result.quarantined:,} quarantined (aggregate out of range; see compaction_quarantine)"
+        lines.append(line)
+        published_batches.append(
+            {
+                "windows": batch,
+                "run_id": result.run_id,
+                "published": result.published,
+                "events": result.events,
+                "quarantined": result.quarantined,
+            }
+        )
+        progress.add(rows=result.events, steps=len(batch), note=span)
         merged = merge()
         if merged:
-            progress.add(note=f"merged runs into {merged}")
+            merges.append(merged)
+            lines.append(f"merged runs into {merged}")
+    progress.done()
     summary = f"{len(todo)} windows in {len(batches)} batch(es), {engine} engine"
-    progress.done(summary if todo else "nothing to do: no closed window awaits publication")
-    if args.maintain:
+    lines.append(summary if todo else "nothing to do: no closed window awaits publication")
+    document: dict[str, Any] = {
+        "engine": engine,
+        "windows": len(todo),
+        "events": sum(b["events"] for b in published_batches),
+        "batches": published_batches,
+        "already_published": sorted(set(chosen) & done),
+        "merged_into": merges,
+    }
+    if maintain:
         from pipelines.maintenance import run_maintenance
 
-        session = spark if args.engine == "spark" else None  # DuckDB: no JVM, the landing VACUUM waits
-        for report in run_maintenance(config, spark=session, paths=paths):
-            print(report.line())
-    return 0
+        reports = run_maintenance(config, spark=spark, paths=paths)  # DuckDB: no JVM, the landing VACUUM waits
+        lines += [report.line() for report in reports]
+        document["maintenance"] = reports
+    return document, "\n".join(lines)
 
 
 def check_requested(windows: list[int], state: LandedWindows, end_of_stream: bool) -> None:
@@ -124,5 +164,7 @@ def check_requested(windows: list[int], state: LandedWindows, end_of_stream: boo
             )
 
 
+main = job_main(command)
+
 if __name__ == "__main__":
-    sys.exit(main())
+    script_main("compact")

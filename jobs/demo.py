@@ -1,60 +1,101 @@
-"""The main job, end to end on the configured warehouse: every capability seqlake has, on generated data.
+"""The main job, end to end: every capability seqlake has, on generated data.
 
 Run it as `seqlake demo` (or `spark-submit jobs/demo.py`). It prints a report and writes it as
-`report.json` in the warehouse. The demo owns its tables and recreates them on every run.
+`report.json` in the warehouse. The demo owns its tables and recreates them on every run: it purges
+them only in a warehouse it created itself (a fresh location, or one an earlier demo marked), and
+refuses any other unless `--yes`.
 """
 
 from __future__ import annotations
 
-import sys
 import time
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
-from pyarrow.fs import FileType
+import click
 
-from pipelines.compaction import DETAIL, HISTORY, history_tables, spark_name
-from pipelines.compaction_quarantine import COMPACTION_QUARANTINE
-from pipelines.landing import landing_paths
-from pipelines.raw_landing import create_raw_table, land_raw_records
-from pipelines.training.materialize import fatrow_match, read_fatrows_pyarrow, write_arrow_samples
-from pipelines.training.sequence import tenants
-from pipelines.training.serving import serve_and_capture
-from pipelines.training.spark_reconstruct import write_spark_samples
-from pipelines.training.tables import (
-    all_table_names,
-    fatrow_table_name,
-    samples_table_name,
-    table_bytes,
-    training_table_name,
-)
-from seqlake.catalog import open_catalog, table_identifier
-from seqlake.cli_args import ArgumentParser
-from seqlake.config import Config, load_config
-from seqlake.duckdb_session import connect as duckdb_connect
-from seqlake.generator import EventGenerator
-from seqlake.progress import Progress
-from seqlake.report import Report
-from seqlake.spark_session import spark_session
-from tableformat.fsck import fsck_table
-from tableformat.io import resolve_uri
-from tableformat.registry import live_runs
+from seqlake.cli import job_main, script_main
+from seqlake.cli_options import common_options, load_cli_config
+from seqlake.errors import SeqlakeError
+from seqlake.output import emit
+
+if TYPE_CHECKING:
+    from seqlake.config import Config
+    from seqlake.report import Report
 
 RAW_TABLE = "raw_events"
+# The namespace property that marks a warehouse the demo created (and may purge again).
+DEMO_PROPERTY = "seqlake.created-by"
+DEMO_MARK = "seqlake demo"
+
+
+def _landing_exists(config: Config) -> bool:
+    from pyarrow.fs import FileType
+
+    from pipelines.landing import landing_paths
+    from tableformat.io import resolve_uri
+
+    filesystem, landing = resolve_uri(landing_paths(config).root)
+    return filesystem.get_file_info(landing).type != FileType.NotFound
+
+
+def check_demo_may_reset(config: Config) -> None:
+    """A SeqlakeError unless the demo may purge its tables here: the location is new or empty, or an
+    earlier demo created it (its namespace carries the demo's mark)."""
+    from seqlake.catalog import open_catalog
+
+    if config.warehouse_uri().startswith("file://") and not config.warehouse_path().exists():
+        return  # a fresh location
+    catalog = open_catalog(config)
+    namespace = config.warehouse.namespace
+    if catalog.load_namespace_properties(namespace).get(DEMO_PROPERTY) == DEMO_MARK:
+        return
+    tables = sorted(identifier[-1] for identifier in catalog.list_tables(namespace))
+    if not tables and not _landing_exists(config):
+        return  # nothing to lose
+    held = ", ".join(tables[:5]) + (", ..." if len(tables) > 5 else "") if tables else "a landing tier"
+    raise SeqlakeError(
+        f"the warehouse {config.warehouse_uri()} was not created by seqlake demo and holds {held}: the demo "
+        "would purge its tables; pass --yes to let it, or choose another warehouse (--config, SEQLAKE_WAREHOUSE)"
+    )
 
 
 def reset_demo_tables(config: Config) -> None:
-    """The demo starts from nothing: drop its tables and landing folders."""
+    """The demo starts from nothing: drop its tables and landing folders, and mark the warehouse as the
+    demo's own."""
+    from pipelines.compaction import DETAIL, HISTORY
+    from pipelines.compaction_quarantine import COMPACTION_QUARANTINE
+    from pipelines.landing import landing_paths
+    from pipelines.training.sequence import tenants
+    from pipelines.training.tables import all_table_names
+    from seqlake.catalog import open_catalog, table_identifier
+    from tableformat.io import resolve_uri
+
     catalog = open_catalog(config)
     for name in (RAW_TABLE, HISTORY, DETAIL, COMPACTION_QUARANTINE, *all_table_names(tenants(config))):
         identifier = table_identifier(config, name)
         if catalog.table_exists(identifier):
             catalog.purge_table(identifier)
-    filesystem, landing = resolve_uri(landing_paths(config).root)
-    if filesystem.get_file_info(landing).type != FileType.NotFound:
+    if _landing_exists(config):
+        filesystem, landing = resolve_uri(landing_paths(config).root)
         filesystem.delete_dir(landing)
+    catalog.update_namespace_properties(config.warehouse.namespace, updates={DEMO_PROPERTY: DEMO_MARK})
 
 
 def run_demo(config: Config) -> Report:
+    from pipelines.compaction import history_tables, spark_name
+    from pipelines.landing import landing_paths
+    from pipelines.raw_landing import create_raw_table, land_raw_records
+    from pipelines.training.serving import serve_and_capture
+    from seqlake.catalog import open_catalog, table_identifier
+    from seqlake.duckdb_session import connect as duckdb_connect
+    from seqlake.generator import EventGenerator
+    from seqlake.progress import Progress
+    from seqlake.report import Report
+    from seqlake.spark_session import spark_session
+    from tableformat.fsck import fsck_table
+    from tableformat.registry import live_runs
+
     report = Report("seqlake demo report")
     started = time.monotonic()
     reset_demo_tables(config)
@@ -66,7 +107,9 @@ def run_demo(config: Config) -> Report:
     raw_table = create_raw_table(catalog, raw_id)
     # A commit per capture period: ingest then moves in steps between which requests are captured.
     step_seconds = config.layout.window_seconds // config.training.captures_per_window
-    landing = land_raw_records(raw_table, generator.batches(), Progress("generate"), window_seconds=step_seconds)
+    generating = Progress("generate", rows_unit="records", show_bytes=True)
+    landing = land_raw_records(raw_table, generator.batches(), generating, window_seconds=step_seconds)
+    generating.done()
     stats = generator.stats
     gen = report.section("generated")
     gen["users"] = stats.users
@@ -104,7 +147,13 @@ def run_demo(config: Config) -> Report:
     # capture the requests of active users against the online view after each step, and close
     # windows (compaction, capacity merges) as the watermark passes them.
     paths = landing_paths(config)
-    served = serve_and_capture(spark, config, RAW_TABLE, paths, Progress("serve", every=0))
+    served = serve_and_capture(
+        spark,
+        config,
+        RAW_TABLE,
+        paths,
+        Progress("serve", rows_unit="records", measure="steps", steps_unit="ingest steps"),
+    )
     ingested = served.ingest
     ingest = report.section("ingest")
     ingest["batches"] = ingested.batches
@@ -148,6 +197,14 @@ def run_demo(config: Config) -> Report:
 
 
 def late_materialization(spark, config: Config, report: Report, served) -> None:
+    from pipelines.compaction import history_tables
+    from pipelines.training.materialize import fatrow_match, read_fatrows_pyarrow, write_arrow_samples
+    from pipelines.training.sequence import tenants
+    from pipelines.training.spark_reconstruct import write_spark_samples
+    from pipelines.training.tables import fatrow_table_name, samples_table_name, table_bytes, training_table_name
+    from seqlake.catalog import open_catalog, table_identifier
+    from seqlake.progress import Progress
+
     section = report.section("late_materialization")
     section["capture_points"] = served.capture_points
     section["requests"] = served.requests
@@ -170,7 +227,7 @@ def late_materialization(spark, config: Config, report: Report, served) -> None:
     # Rebuilding values changed after a capture also needs the detail table (kept for retention).
     with_detail = ratio + table_bytes(detail) / max(sum(fat.values()), 1)
     storage["normalized_plus_history_and_detail_vs_fat_row"] = round(with_detail, 3)
-    progress = Progress("samples", every=0)
+    progress = Progress("samples", total=3 * len(profiles), measure="steps", rows_unit="samples", steps_unit="rebuilds")
     for tenant in profiles:
         started = time.monotonic()
         exact = write_arrow_samples(config, tenant, "lsn", compare=False)
@@ -207,26 +264,31 @@ def _mib(n: int) -> float:
     return round(n / 2**20, 2)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = ArgumentParser(prog="seqlake demo", description=__doc__)
-    parser.add_argument("--config", help="configuration YAML (default: conf/seqlake.yaml)")
-    parser.add_argument(
-        "--small", action="store_true", help="a tiny data set, compacted on DuckDB, no late materialization"
-    )
-    args = parser.parse_args(argv)
-    config = load_config(args.config)
-    if args.small:
+@click.command("demo", help=__doc__)
+@click.option("--small", is_flag=True, help="A tiny data set, compacted on DuckDB, no late materialization.")
+@click.option("--yes", is_flag=True, help="Purge the demo's tables even in a warehouse the demo did not create.")
+@common_options
+def command(small: bool, yes: bool) -> None:
+    config = load_cli_config()
+    if not yes:
+        check_demo_may_reset(config)
+    if small:
         from jobs.small_demo import run_small_demo
 
         report = run_small_demo(config)
     else:
         report = run_demo(config)
-    print(report.render())
     path = f"{config.warehouse_uri()}/report.json"
     report.write_json(path)
-    print(f"\nreport written to {path}")
-    return 0
 
+    def text() -> None:
+        report.print()
+        print(f"\nreport written to {path}")
+
+    emit({**report.to_dict(), "report_path": path}, text)
+
+
+main = job_main(command)
 
 if __name__ == "__main__":
-    sys.exit(main())
+    script_main("demo")

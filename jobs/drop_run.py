@@ -8,43 +8,50 @@ snapshots (time travel) until snapshots are expired. A run that is not live is r
 
 from __future__ import annotations
 
-import re
-from argparse import ArgumentTypeError
+import click
 
-from jobs.history import load_history_table
-from seqlake.cli_args import ArgumentParser, table_name
-from seqlake.config import load_config
-from seqlake.errors import SeqlakeError
-from tableformat.registry import commit_runs, files_of_runs, live_runs
-
-_RUN_ID = re.compile(r"[a-z][a-z0-9]{0,63}")
+from seqlake.cli import job_main, script_main
+from seqlake.cli_options import common_options, load_cli_config
+from seqlake.cli_types import RUN_ID, TABLE_NAME
+from seqlake.errors import UnknownRunError
+from seqlake.output import emit
 
 
-def run_id(text: str) -> str:
-    """A run id as seqlake writes them (w<window>, b<first>t<last>n<count>, m...)."""
-    if not _RUN_ID.fullmatch(text):
-        raise ArgumentTypeError(f"{text!r} is not a run id (e.g. w491000; `seqlake fsck --repair-plan` names them)")
-    return text
+@click.command("drop-run", help=__doc__)
+@click.option("--run", "run_id", required=True, type=RUN_ID, help="The run to remove (as fsck names it).")
+@click.option("--table", default="history", show_default=True, type=TABLE_NAME, help="History table name.")
+@common_options
+def command(run_id: str, table: str) -> None:
+    from seqlake.catalog import load_history_table
+    from tableformat.registry import commit_runs, files_of_runs, live_runs
 
-
-def main(argv: list[str] | None = None) -> int:
-    parser = ArgumentParser(prog="seqlake drop-run", description=__doc__)
-    parser.add_argument("--config", help="configuration YAML (default: conf/seqlake.yaml)")
-    parser.add_argument("--table", default="history", type=table_name, help="history table name (default: history)")
-    parser.add_argument("--run", required=True, type=run_id, help="the run to remove (as fsck names it)")
-    args = parser.parse_args(argv)
-    table = load_history_table(load_config(args.config), args.table)
-    runs = live_runs(table)
-    record = runs.get(args.run)
+    history = load_history_table(load_cli_config(), table)
+    runs = live_runs(history)
+    record = runs.get(run_id)
     if record is None:
         known = ", ".join(sorted(runs)) or "none"
-        raise SeqlakeError(f"run {args.run} is not a live run of {'.'.join(table.name())} (live runs: {known})")
-    files = len(files_of_runs(table, {args.run}))
-    commit_runs(table, [], replaces=[args.run], snapshot_properties={"seqlake.operation": "drop-runs"})
+        raise UnknownRunError(f"run {run_id} is not a live run of {'.'.join(history.name())} (live runs: {known})")
+    files = len(files_of_runs(history, {run_id}))
+    snapshot = commit_runs(history, [], replaces=[run_id], snapshot_properties={"seqlake.operation": "drop-runs"})
     windows = list(record.windows)
     rebuild = "seqlake compact " + " ".join(f"--window {w}" for w in windows)
-    print(
-        f"dropped run {args.run} ({record.kind}, {len(windows)} window(s) {windows[0]}..{windows[-1]}, "
-        f"{files} file(s)); rebuild its windows: {rebuild}"
+    document = {
+        "table": ".".join(history.name()),
+        "run_id": run_id,
+        "kind": record.kind,
+        "windows": windows,
+        "files": files,
+        "snapshot_id": snapshot,
+        "rebuild": rebuild,
+    }
+    emit(
+        document,
+        f"dropped run {run_id} ({record.kind}, {len(windows)} window(s) {windows[0]}..{windows[-1]}, "
+        f"{files} file(s)); rebuild its windows: {rebuild}",
     )
-    return 0
+
+
+main = job_main(command)
+
+if __name__ == "__main__":
+    script_main("drop-run")

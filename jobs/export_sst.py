@@ -6,66 +6,68 @@ once. manifest.json next to them lists the run, the key and value encodings and 
 
 from __future__ import annotations
 
-import argparse
-import sys
+import click
 
-from jobs.history import load_history_table
-from seqlake.cli_args import ArgumentParser, number_above, table_name
-from seqlake.config import load_config
-from seqlake.progress import Progress
-from tableformat.sst_export import DEFAULT_TARGET_FILE_BYTES, export_run_sst
+from seqlake.cli import job_main, script_main
+from seqlake.cli_options import common_options, load_cli_config
+from seqlake.cli_types import COMMA_LIST, RUN_ID, TABLE_NAME, NumberAbove
+from seqlake.output import emit
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = ArgumentParser(
-        prog="seqlake export-sst",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    parser.add_argument("--config", help="configuration YAML (default: conf/seqlake.yaml)")
-    parser.add_argument("--table", default="history", type=table_name, help="history table name (default: history)")
-    parser.add_argument("--run", dest="run_id", metavar="RUN_ID", help="run to export (default: newest live run)")
-    parser.add_argument("--out", required=True, metavar="DIR", help="output directory (new or empty)")
-    parser.add_argument(
-        "--columns",
-        metavar="A,B,C",
-        help="value columns, comma-separated (default: every feature-group column)",
-    )
-    parser.add_argument(
-        "--target-file-mb",
-        type=number_above(0, strict=True),
-        default=DEFAULT_TARGET_FILE_BYTES / 2**20,
-        help="close an SST file at the first user boundary past this size (default: 64)",
-    )
-    args = parser.parse_args(argv)
-    columns = None
-    if args.columns is not None:
-        columns = [c.strip() for c in args.columns.split(",") if c.strip()]
-        if not columns:
-            parser.error("--columns names no column")
+@click.command("export-sst", help=__doc__)
+@click.option("--out", required=True, metavar="DIR", help="Output directory (new or empty).")
+@click.option("--run", "run_id", type=RUN_ID, help="Run to export (default: the newest live run).")
+@click.option("--table", default="history", show_default=True, type=TABLE_NAME, help="History table name.")
+@click.option(
+    "--columns", type=COMMA_LIST, help="Value columns, comma-separated (default: every feature-group column)."
+)
+@click.option(
+    "--target-file-mb",
+    type=NumberAbove(0, strict=True),
+    help="Close an SST file at the first user boundary past this size (default: 64).",
+)
+@common_options
+def command(
+    out: str, run_id: str | None, table: str, columns: tuple[str, ...] | None, target_file_mb: float | None
+) -> None:
+    from seqlake.catalog import load_history_table
+    from seqlake.progress import Progress
+    from tableformat.sst_export import DEFAULT_TARGET_FILE_BYTES, export_run_sst
 
-    config = load_config(args.config)
-    table = load_history_table(config, args.table)
-
-    progress = Progress("export-sst")
+    history = load_history_table(load_cli_config(), table)
+    target = DEFAULT_TARGET_FILE_BYTES if target_file_mb is None else max(1, int(target_file_mb * 2**20))
+    progress = Progress("export-sst", rows_unit="keys", show_bytes=True)
     summary = export_run_sst(
-        table,
-        args.out,
-        run_id=args.run_id,
-        columns=columns,
-        target_file_bytes=max(1, int(args.target_file_mb * 2**20)),
+        history,
+        out,
+        run_id=run_id,
+        columns=list(columns) if columns else None,
+        target_file_bytes=target,
         progress=progress,
     )
     progress.done(f"-> {summary.manifest_path.parent}")
     rate = summary.keys / summary.seconds if summary.seconds > 0 else 0.0
-    print(
-        f"run {summary.run_id} of {table.name()} (snapshot {summary.snapshot_id}): "
+    document = {
+        "table": ".".join(history.name()),
+        "run_id": summary.run_id,
+        "snapshot_id": summary.snapshot_id,
+        "files": [f.name for f in summary.files],
+        "keys": summary.keys,
+        "bytes": summary.bytes,
+        "columns": list(summary.columns),
+        "seconds": round(summary.seconds, 3),
+        "manifest": str(summary.manifest_path),
+    }
+    emit(
+        document,
+        f"run {summary.run_id} of {document['table']} (snapshot {summary.snapshot_id}): "
         f"{len(summary.files):,} SST files, {summary.keys:,} keys, {summary.bytes:,} bytes, "
-        f"{len(summary.columns)} value columns, {summary.seconds:,.1f}s ({rate:,.0f} keys/s)"
+        f"{len(summary.columns)} value columns, {summary.seconds:,.1f}s ({rate:,.0f} keys/s)\n"
+        f"manifest: {summary.manifest_path}",
     )
-    print(f"manifest: {summary.manifest_path}")
-    return 0
 
+
+main = job_main(command)
 
 if __name__ == "__main__":
-    sys.exit(main())
+    script_main("export-sst")

@@ -12,45 +12,62 @@ half way, run again, ends where an unkilled one ends.
 
 from __future__ import annotations
 
-import argparse
-import sys
+import click
 
-from pipelines.compaction import HISTORY
-from pipelines.forget import forget_users
-from pipelines.landing import landing_paths
-from seqlake.catalog import load_existing_table
-from seqlake.cli_args import ArgumentParser
-from seqlake.config import load_config
+from seqlake.cli import job_main, script_main
+from seqlake.cli_options import common_options, load_cli_config
+from seqlake.cli_types import IntegerAtLeast
+from seqlake.output import emit
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = ArgumentParser(
-        prog="seqlake forget", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--config", help="configuration YAML (default: conf/seqlake.yaml)")
-    parser.add_argument("--user", type=int, action="append", required=True, help="a user id (repeat for more)")
-    parser.add_argument(
-        "--skip-landing", action="store_true", help="leave the landing tier (Delta, needs Spark) as it is"
-    )
-    parser.add_argument("--by", help="who asks, for the audit (default: $SEQLAKE_ACTOR, else the OS user)")
-    args = parser.parse_args(argv)
+@click.command("forget", help=__doc__)
+@click.option(
+    "--user",
+    "users",
+    type=IntegerAtLeast(0),
+    multiple=True,
+    required=True,
+    help="A user id (repeat for more).",
+)
+@click.option("--skip-landing", is_flag=True, help="Leave the landing tier (Delta, needs Spark) as it is.")
+@click.option("--by", "requested_by", help="Who asks, for the audit (default: $SEQLAKE_ACTOR, else the OS user).")
+@common_options
+def command(users: tuple[int, ...], skip_landing: bool, requested_by: str | None) -> None:
+    from pipelines.compaction import HISTORY
+    from pipelines.forget import forget_users
+    from pipelines.landing import landing_paths
+    from seqlake.catalog import load_existing_table
 
-    config = load_config(args.config)
+    config = load_cli_config()
     load_existing_table(config, HISTORY)  # a warehouse without history is a mistake, not a new lake
     spark = None
-    if not args.skip_landing:
+    if not skip_landing:
         from seqlake.spark_session import spark_session
 
         spark = spark_session(config, "seqlake-forget")
-    reports = forget_users(config, args.user, spark=spark, paths=landing_paths(config), requested_by=args.by)
-    for report in reports:
-        print(report.line())
-    total = sum(r.removed for r in reports)
-    print(f"forget: {total:,} rows of {len(set(args.user))} user(s) removed; none left in the tables searched")
-    if args.skip_landing:
-        print("forget: the landing tier was not searched (--skip-landing)")
-    return 0
+    from seqlake.progress import Progress
 
+    progress = Progress("forget", measure="steps", rows_unit="rows", steps_unit="tables")
+    reports = forget_users(
+        config, list(users), spark=spark, paths=landing_paths(config), progress=progress, requested_by=requested_by
+    )
+    progress.done()
+    total = sum(r.removed for r in reports)
+    chosen = sorted(set(users))
+    lines = [r.line() for r in reports]
+    lines.append(f"forget: {total:,} rows of {len(chosen)} user(s) removed; none left in the tables searched")
+    if skip_landing:
+        lines.append("forget: the landing tier was not searched (--skip-landing)")
+    document = {
+        "users": chosen,
+        "rows_removed": total,
+        "tables": reports,
+        "landing_searched": not skip_landing,
+    }
+    emit(document, "\n".join(lines))
+
+
+main = job_main(command)
 
 if __name__ == "__main__":
-    sys.exit(main())
+    script_main("forget")

@@ -9,17 +9,21 @@ from __future__ import annotations
 
 import contextlib
 import sys
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any
 
-from jobs.history import load_history_table
-from pipelines.landing import landing_paths
-from pipelines.publication_check import landing_windows, publication_findings
-from seqlake.catalog import load_existing_table, table_identifier
-from seqlake.cli_args import ArgumentParser, table_name
-from seqlake.config import Config, load_config
-from seqlake.errors import SchemaError, SeqlakeError
-from tableformat.fsck import Finding, FsckReport, check_table
-from tableformat.registry import RunRecord, live_runs
+import click
+
+from seqlake.cli import job_main, script_main
+from seqlake.cli_options import common_options, load_cli_config, settings
+from seqlake.cli_types import TABLE_NAME
+from seqlake.errors import SeqlakeError
+from seqlake.output import emit
+
+if TYPE_CHECKING:
+    from seqlake.config import Config
+    from tableformat.fsck import Finding
+    from tableformat.registry import RunRecord
 
 DETAIL = "history_detail"
 
@@ -40,6 +44,7 @@ def window_sources(config: Config, windows: list[int]) -> list[WindowSource]:
     from pyiceberg.expressions import EqualTo
 
     from pipelines.landing import landing_paths
+    from seqlake.catalog import load_existing_table
     from seqlake.duckdb_session import connect
 
     landed: set[int] = set()
@@ -63,15 +68,20 @@ def window_sources(config: Config, windows: list[int]) -> list[WindowSource]:
 
 
 def _closed_without_end_of_stream(config: Config) -> set[int]:
+    from pipelines.landing import landing_paths
+    from pipelines.publication_check import landing_windows
+
     try:
         return set(landing_windows(landing_paths(config)).closed())
     except Exception:  # no landing tier (or an unreadable one): nothing is closed by a watermark
         return set()
 
 
-def repair_plan(config: Config, table, findings: list[Finding], config_file: str | None = None) -> list[str]:
+def repair_plan_lines(config: Config, table, findings: list[Finding], config_file: str | None = None) -> list[str]:
     """Lines of the plan: per damaged run, its windows, their sources and the commands to run, in order
     (with `--config FILE` when fsck had one). `seqlake compact` rebuilds the `history` table only."""
+    from tableformat.registry import live_runs
+
     options = f" --config {config_file}" if config_file else ""
     name = table.name()[-1]
     table_option = "" if name == "history" else f" --table {name}"
@@ -115,51 +125,71 @@ def repair_plan(config: Config, table, findings: list[Finding], config_file: str
     return lines
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = ArgumentParser(prog="seqlake fsck", description=__doc__)
-    parser.add_argument("--config", help="configuration YAML (default: conf/seqlake.yaml)")
-    parser.add_argument("--table", default="history", type=table_name, help="history table name (default: history)")
-    parser.add_argument(
-        "--quick",
-        action="store_true",
-        help="metadata and footers only: skip re-reading rows (order, checksum)",
-    )
-    parser.add_argument(
-        "--repair-plan", action="store_true", help="say which runs and windows to rebuild, from where and how"
-    )
-    args = parser.parse_args(argv)
-    config = load_config(args.config)
-    identifier = table_identifier(config, args.table)
+@click.command("fsck", help=__doc__)
+@click.option("--table", default="history", show_default=True, type=TABLE_NAME, help="History table name.")
+@click.option("--quick", is_flag=True, help="Metadata and footers only: skip re-reading rows (order, checksum).")
+@click.option("--repair-plan", is_flag=True, help="Say which runs and windows to rebuild, from where and how.")
+@common_options
+def command(table: str, quick: bool, repair_plan: bool) -> int:
+    from pipelines.landing import landing_paths
+    from pipelines.publication_check import publication_findings
+    from seqlake.catalog import check_warehouse, load_history_table, table_identifier
+    from seqlake.errors import SchemaError
+    from tableformat.fsck import check_table
+
+    config = load_cli_config()
+    identifier = table_identifier(config, table)
+    check_warehouse(config, f"table {identifier}")  # nothing to check there: one line, exit 1
     try:
-        table = load_history_table(config, args.table)
+        history = load_history_table(config, table)
     except SchemaError:
-        raise  # a user mistake (no such table, not a history table): one line, exit 2
+        raise  # no such table, or not a history table: one line, exit 1
     except Exception as error:  # a catalog or metadata file that cannot be read is a finding, not a crash
         what = " ".join(str(error).split())[:300] or type(error).__name__
-        print(f"seqlake fsck: BROKEN: {identifier}: [catalog] cannot load the table: {what}", file=sys.stderr)
-        return 1
-    report: FsckReport = check_table(table, full=not args.quick)
-    for finding in report.findings:
-        print(f"seqlake fsck: BROKEN: {finding}", file=sys.stderr)
-    if args.repair_plan and report.findings:
-        for line in repair_plan(config, table, list(report.findings), args.config):
-            print(line)
-    if report.findings:
-        files = len({f.path for f in report.findings})
-        print(f"seqlake fsck: {len(report.findings)} finding(s) in {files} file(s) or table(s)", file=sys.stderr)
-        return 1
-    if args.table == "history":
-        findings = publication_findings(table, landing_paths(config))
-        for finding in findings:
-            print(f"seqlake fsck: BROKEN: {identifier}: {finding}", file=sys.stderr)
-        if findings:
-            return 1
-    print(
-        f"{identifier}: OK: {report.runs} runs, {report.files} files, {report.rows:,} rows, "
-        f"{report.bytes / 2**20:,.1f} MiB"
-    )
-    return 0
+        return _report(identifier, [f"{identifier}: [catalog] cannot load the table: {what}"], None, [], {})
+    from seqlake.progress import Progress
 
+    progress = Progress("fsck", measure="steps", rows_unit="rows", steps_unit="files", show_bytes=True)
+    report = check_table(history, full=not quick, progress=progress)
+    progress.done()
+    findings = [str(f) for f in report.findings]
+    plan = repair_plan_lines(config, history, list(report.findings), settings().config) if repair_plan else []
+    if not findings and table == "history":
+        findings = [f"{identifier}: {finding}" for finding in publication_findings(history, landing_paths(config))]
+    facts = {"runs": report.runs, "files": report.files, "rows": report.rows, "bytes": report.bytes}
+    return _report(identifier, findings, report.findings, plan if report.findings else [], facts)
+
+
+def _report(identifier: str, lines: list[str], findings, plan: list[str], facts: dict[str, Any]) -> int:
+    """Print what fsck found (findings on stderr, the plan on stdout; or one JSON document); the exit status."""
+    ok = not lines
+    document = {
+        "table": identifier,
+        "ok": ok,
+        **facts,
+        "findings": [asdict(f) for f in findings] if findings else [{"message": line} for line in lines],
+        "repair_plan": plan,
+    }
+
+    def text() -> None:
+        for line in lines:
+            print(f"seqlake fsck: BROKEN: {line}", file=sys.stderr)
+        for line in plan:
+            print(line)
+        if ok:
+            print(
+                f"{identifier}: OK: {facts['runs']} runs, {facts['files']} files, {facts['rows']:,} rows, "
+                f"{facts['bytes'] / 2**20:,.1f} MiB"
+            )
+        elif findings:
+            files = len({f.path for f in findings})
+            print(f"seqlake fsck: {len(findings)} finding(s) in {files} file(s) or table(s)", file=sys.stderr)
+
+    emit(document, text)
+    return 0 if ok else 1
+
+
+main = job_main(command)
 
 if __name__ == "__main__":
-    sys.exit(main())
+    script_main("fsck")

@@ -1,63 +1,89 @@
-"""Write the deterministic synthetic event stream as files of raw source records.
+"""Write the deterministic synthetic event stream as a file of raw source records.
 
 Each record is (source_partition, lsn, arrival_ts, payload JSON), in arrival order, as a source
-partition such as a Kafka topic would deliver it. The same seed and configuration write the same bytes.
+partition such as a Kafka topic would deliver it. The same seed and configuration write the same
+bytes. OUT ends in .parquet or .jsonl.
 """
 
 from __future__ import annotations
 
-import json
-import sys
 from pathlib import Path
 
-import pyarrow.parquet as pq
+import click
 
-from seqlake.cli_args import ArgumentParser, integer_at_least
-from seqlake.config import load_config
-from seqlake.events import RAW_SCHEMA
-from seqlake.generator import EventGenerator
+from seqlake.cli import job_main, script_main
+from seqlake.cli_options import common_options, load_cli_config
+from seqlake.cli_types import IntegerAtLeast
+from seqlake.output import emit
 from seqlake.progress import Progress
 
+FORMATS = (".parquet", ".jsonl")
 
-def main(argv: list[str] | None = None) -> int:
-    parser = ArgumentParser(prog="seqlake generate", description=__doc__)
-    parser.add_argument("--config", help="configuration YAML (default: conf/seqlake.yaml)")
-    parser.add_argument("--out", required=True, help="output file (.parquet or .jsonl)")
-    parser.add_argument("--seed", type=integer_at_least(0), help="override generator.seed")
-    parser.add_argument("--users", type=integer_at_least(1), help="override generator.users")
-    parser.add_argument("--windows", type=integer_at_least(1), help="override generator.windows")
-    args = parser.parse_args(argv)
 
-    config = load_config(args.config)
-    overrides = {k: v for k, v in vars(args).items() if k in ("seed", "users", "windows") and v is not None}
+@click.command("generate", help=__doc__)
+@click.option("--out", required=True, type=click.Path(dir_okay=False), help="Output file (.parquet or .jsonl).")
+@click.option("--seed", type=IntegerAtLeast(0), help="Override generator.seed.")
+@click.option("--users", type=IntegerAtLeast(1), help="Override generator.users.")
+@click.option("--windows", type=IntegerAtLeast(1), help="Override generator.windows.")
+@common_options
+def command(out: str, seed: int | None, users: int | None, windows: int | None) -> None:
+    path = Path(out)
+    if path.suffix not in FORMATS:
+        raise click.BadParameter(f"{out!r}: the file name must end in .parquet or .jsonl", param_hint="--out")
+    from seqlake.generator import EventGenerator
+
+    config = load_cli_config()
+    overrides = {k: v for k, v in (("seed", seed), ("users", users), ("windows", windows)) if v is not None}
     spec = config.generator.model_validate({**config.generator.model_dump(), **overrides})
     generator = EventGenerator(config, spec)
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    progress = Progress("generate")
-    if out.suffix == ".jsonl":
-        with out.open("w") as sink:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    progress = Progress("generate", rows_unit="records", show_bytes=True)
+    write_records(generator, path, progress)
+    seconds = progress.done(f"-> {path}")
+    stats = generator.stats
+    document = {
+        "out": str(path),
+        "bytes": path.stat().st_size,
+        "records": stats.records,
+        "events": stats.events,
+        "users": stats.users,
+        "late": stats.late,
+        "after_their_window": stats.very_late,
+        "duplicates": stats.duplicates,
+        "malformed": dict(sorted(stats.malformed.items())),
+        "seconds": round(seconds, 3),
+    }
+    emit(
+        document,
+        f"{stats.records:,} records: {stats.events:,} events of {stats.users:,} users, "
+        f"{stats.late:,} late, {stats.very_late:,} after their window, "
+        f"{stats.duplicates:,} duplicates, {sum(stats.malformed.values()):,} malformed -> {path}",
+    )
+
+
+def write_records(generator, path: Path, progress: Progress) -> None:
+    """Stream the generator's record batches into `path` (Parquet, or one JSON object per line)."""
+    import json
+
+    import pyarrow.parquet as pq
+
+    from seqlake.events import RAW_SCHEMA
+
+    if path.suffix == ".jsonl":
+        with path.open("w") as sink:
             for batch in generator.batches():
                 for row in batch.to_pylist():
                     row["arrival_ts"] = row["arrival_ts"].isoformat()
                     sink.write(json.dumps(row, separators=(",", ":")) + "\n")
                 progress.add(rows=batch.num_rows, nbytes=batch.nbytes)
-    elif out.suffix == ".parquet":
-        with pq.ParquetWriter(out, RAW_SCHEMA, compression="zstd") as writer:
-            for batch in generator.batches():
-                writer.write_batch(batch)
-                progress.add(rows=batch.num_rows, nbytes=batch.nbytes)
-    else:
-        parser.error(f"--out {args.out!r}: the file name must end in .parquet or .jsonl")
-    progress.done(f"-> {out}")
-    stats = generator.stats
-    print(
-        f"{stats.records:,} records: {stats.events:,} events of {stats.users:,} users, "
-        f"{stats.late:,} late, {stats.very_late:,} after their window, "
-        f"{stats.duplicates:,} duplicates, {sum(stats.malformed.values()):,} malformed"
-    )
-    return 0
+        return
+    with pq.ParquetWriter(path, RAW_SCHEMA, compression="zstd") as writer:
+        for batch in generator.batches():
+            writer.write_batch(batch)
+            progress.add(rows=batch.num_rows, nbytes=batch.nbytes)
 
+
+main = job_main(command)
 
 if __name__ == "__main__":
-    sys.exit(main())
+    script_main("generate")

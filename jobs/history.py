@@ -1,82 +1,104 @@
-"""Print one user's history from the history table, with selections pushed down to storage."""
+"""Print one user's history from a history table, with the selection pushed down to storage.
+
+Only the selected feature groups' columns are shown (all groups by default), after the key
+(feature_group, event_ts, lsn); `--columns` picks exactly which. Integers print exactly (64-bit ids
+included) and times as ISO 8601 UTC. `--output json` gives every selected row as an object.
+"""
 
 from __future__ import annotations
 
-import argparse
-import json
-import sys
 from datetime import datetime
+from typing import TYPE_CHECKING
 
-from pyiceberg.table import Table
+import click
 
-from seqlake.catalog import load_existing_table
-from seqlake.cli_args import ArgumentParser, integer_at_least, table_name
-from seqlake.config import Config, load_config
-from seqlake.errors import SchemaError
-from tableformat.reader import HistoryReader, Selection
-from tableformat.registry import FORMAT_PROPERTY
+from seqlake.cli import job_main, script_main
+from seqlake.cli_options import common_options, load_cli_config, settings
+from seqlake.cli_types import COMMA_LIST, ISO_TIME, TABLE_NAME, IntegerAtLeast
+from seqlake.output import emit, print_table
 
+if TYPE_CHECKING:
+    import pyarrow as pa
 
-def _csv(value: str) -> tuple[str, ...]:
-    return tuple(part.strip() for part in value.split(",") if part.strip())
+    from seqlake.config import Config
 
-
-def _time(value: str) -> datetime:
-    try:
-        moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{value!r} is not an ISO 8601 time, e.g. 2026-01-05T10:00:00Z") from None
-    if moment.tzinfo is None:
-        raise argparse.ArgumentTypeError(f"{value!r} needs a time zone, e.g. 2026-01-05T10:00:00Z")
-    return moment
+SHOWN_KEY = ("feature_group", "event_ts", "lsn")
 
 
-def load_history_table(config: Config, name: str) -> Table:
-    """The named table, if it is a seqlake history table; a one-line SchemaError otherwise."""
-    table = load_existing_table(config, name)
-    if FORMAT_PROPERTY not in table.metadata.properties:
-        raise SchemaError(
-            f"table {'.'.join(table.name())} is not a seqlake history table (no {FORMAT_PROPERTY} property); "
-            "history tables: history, or one written by seqlake compact"
-        )
-    return table
+def shown_columns(config: Config, table_columns: list[str], groups: tuple[str, ...] | None) -> tuple[str, ...]:
+    """The key, then every column of the chosen feature groups (all groups when None), in table order."""
+    chosen = list(config.feature_groups) if groups is None else list(groups)
+    wanted = {
+        name for group in chosen if group in config.feature_groups for name in config.feature_groups[group].columns
+    }
+    return SHOWN_KEY + tuple(name for name in table_columns if name in wanted and name not in SHOWN_KEY)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = ArgumentParser(prog="seqlake history", description=__doc__)
-    parser.add_argument("--config", help="configuration YAML (default: conf/seqlake.yaml)")
-    parser.add_argument("--table", default="history", type=table_name, help="history table name (default: history)")
-    parser.add_argument("--user", type=integer_at_least(0), required=True, help="user id")
-    parser.add_argument("--fg", type=_csv, help="feature groups, comma-separated (default: all)")
-    parser.add_argument("--columns", type=_csv, help="columns, comma-separated (default: all)")
-    parser.add_argument("--start", type=_time, help="first event time, inclusive (ISO 8601 with zone)")
-    parser.add_argument("--end", type=_time, help="last event time, exclusive (ISO 8601 with zone)")
-    parser.add_argument("--as-of-lsn", type=integer_at_least(0), help="only rows known at this LSN")
-    parser.add_argument("--top-k", type=integer_at_least(0), help="only the newest K rows")
-    parser.add_argument("--newest-first", action="store_true", help="newest row first")
-    parser.add_argument("--json", action="store_true", help="one JSON object per line, for machines")
-    args = parser.parse_args(argv)
+@click.command("history", help=__doc__)
+@click.option("--user", type=IntegerAtLeast(0), required=True, help="The user id.")
+@click.option("--table", default="history", show_default=True, type=TABLE_NAME, help="History table name.")
+@click.option("--fg", type=COMMA_LIST, help="Feature groups, comma-separated (default: all).")
+@click.option("--columns", type=COMMA_LIST, help="Columns, comma-separated (default: the feature groups' columns).")
+@click.option("--start", type=ISO_TIME, help="First event time, inclusive (ISO 8601 with a zone).")
+@click.option("--end", type=ISO_TIME, help="Last event time, exclusive (ISO 8601 with a zone).")
+@click.option("--as-of-lsn", type=IntegerAtLeast(0), help="Only rows known at this LSN.")
+@click.option("--top-k", type=IntegerAtLeast(0), help="Only the newest K rows.")
+@click.option("--newest-first", is_flag=True, help="Newest row first.")
+@click.option("--max-rows", type=IntegerAtLeast(0), default=200, show_default=True, help="Rows printed (0: all; text).")
+@common_options
+def command(
+    user: int,
+    table: str,
+    fg: tuple[str, ...] | None,
+    columns: tuple[str, ...] | None,
+    start: datetime | None,
+    end: datetime | None,
+    as_of_lsn: int | None,
+    top_k: int | None,
+    newest_first: bool,
+    max_rows: int,
+) -> None:
+    from seqlake.catalog import load_history_table
+    from tableformat.reader import HistoryReader, Selection
 
-    config = load_config(args.config)
-    table = load_history_table(config, args.table)
+    config = load_cli_config()
+    history = load_history_table(config, table)
+    reader = HistoryReader(history)
+    shown = SHOWN_KEY + tuple(c for c in columns if c not in SHOWN_KEY) if columns else None
+    if shown is None:
+        reader.check(Selection(feature_groups=fg))  # an unknown group is an error, not an empty list
+        shown = shown_columns(config, reader.columns, fg)
     selection = Selection(
-        feature_groups=args.fg,
-        columns=(("feature_group", "event_ts", "lsn") + args.columns) if args.columns else None,
-        start=args.start,
-        end=args.end,
-        as_of_lsn=args.as_of_lsn,
-        top_k=args.top_k,
-        newest_first=args.newest_first,
+        feature_groups=fg,
+        columns=shown,
+        start=start,
+        end=end,
+        as_of_lsn=as_of_lsn,
+        top_k=top_k,
+        newest_first=newest_first,
     )
-    rows = HistoryReader(table).read_user(args.user, selection=selection)
-    if args.json:
-        for row in rows.to_pylist():
-            print(json.dumps(row, default=str))
-    else:
-        print(rows.to_pandas().to_string(index=False, max_rows=200) if rows.num_rows else "(no rows)")
-        print(f"{rows.num_rows:,} rows for user {args.user}", file=sys.stderr)
-    return 0
+    rows = reader.read_user(user, selection=selection).select(list(shown))
+    document = {
+        "table": ".".join(history.name()),
+        "user_id": user,
+        "columns": list(shown),
+        "rows": [{"user_id": user, **row} for row in rows.to_pylist()],
+    }
+    emit(document, lambda: _print_rows(rows, user, max_rows))
 
+
+def _print_rows(rows: pa.Table, user: int, max_rows: int) -> None:
+    import sys
+
+    shown = rows if max_rows == 0 else rows.slice(0, max_rows)
+    if shown.num_rows:
+        print_table(shown.column_names, (tuple(r.values()) for r in shown.to_pylist()))
+    more = f", {rows.num_rows - shown.num_rows:,} not shown (--max-rows)" if shown.num_rows < rows.num_rows else ""
+    if not settings().json:
+        print(f"{rows.num_rows:,} row{'' if rows.num_rows == 1 else 's'} for user {user}{more}", file=sys.stderr)
+
+
+main = job_main(command)
 
 if __name__ == "__main__":
-    sys.exit(main())
+    script_main("history")

@@ -11,22 +11,22 @@ from __future__ import annotations
 
 import hashlib
 import struct
-import sys
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import pyarrow as pa
-import pyarrow.compute as pc
-from pyiceberg.table import Table
+import click
 
-from pipelines.importers import ImportStats, import_file, load_mapping, mapping_digest
-from pipelines.raw_landing import create_raw_table, land_raw_records
-from seqlake.catalog import open_catalog, table_identifier
-from seqlake.cli_args import ArgumentParser, integer_at_least, table_name
-from seqlake.config import load_config
+from seqlake.cli import job_main, script_main
+from seqlake.cli_options import common_options, load_cli_config
+from seqlake.cli_types import TABLE_NAME, IntegerAtLeast
 from seqlake.errors import SeqlakeError
-from seqlake.progress import Progress
+from seqlake.output import emit
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyiceberg.table import Table
 
 IMPORT_PROPERTY = "seqlake.import.digest"
 ONE_COMMIT = 1 << 62
@@ -69,6 +69,8 @@ def previous_import(table: Table, digest: str) -> int | None:
 
 def next_free_partition(table: Table) -> int:
     """One past the highest source partition in the table (0 when empty), from file metadata."""
+    import pyarrow.compute as pc
+
     field_id = table.schema().find_field("source_partition").field_id
     highest = -1
     for task in table.scan().plan_files():
@@ -80,75 +82,108 @@ def next_free_partition(table: Table) -> int:
     return highest + 1
 
 
-def _fmt_ms(value: int | None) -> str:
+def _fmt_ms(value: int | None, iso: bool = False) -> str | None:
     if value is None:
-        return "-"
-    return datetime.fromtimestamp(value / 1000, tz=UTC).strftime("%Y-%m-%d %H:%M:%S")
+        return None if iso else "-"
+    moment = datetime.fromtimestamp(value / 1000, tz=UTC)
+    return moment.isoformat().replace("+00:00", "Z") if iso else moment.strftime("%Y-%m-%d %H:%M:%S")
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = ArgumentParser(prog="seqlake import", description=__doc__)
-    parser.add_argument("--config", help="configuration YAML (default: conf/seqlake.yaml)")
-    parser.add_argument(
-        "--mapping", required=True, help="import mapping YAML, or the name of one in conf/mappings/ (e.g. otto)"
-    )
-    parser.add_argument(
-        "--input", required=True, action="append", type=Path, help="event file to import (repeat for several)"
-    )
-    parser.add_argument("--table", default="raw_events", type=table_name, help="raw source table (default: raw_events)")
-    parser.add_argument(
-        "--batch-rows", type=integer_at_least(1), default=65536, help="records per batch (default: 65536)"
-    )
-    parser.add_argument("--force", action="store_true", help="import even if these files were imported before")
-    args = parser.parse_args(argv)
+@click.command("import", help=__doc__)
+@click.option("--mapping", required=True, help="Import mapping YAML, or the name of one in conf/mappings/ (e.g. otto).")
+@click.option(
+    "--input",
+    "inputs",
+    required=True,
+    multiple=True,
+    type=click.Path(path_type=Path),
+    help="Event file to import (repeat for several).",
+)
+@click.option("--table", default="raw_events", show_default=True, type=TABLE_NAME, help="Raw source table.")
+@click.option("--batch-rows", type=IntegerAtLeast(1), default=65536, show_default=True, help="Records per batch.")
+@click.option("--force", is_flag=True, help="Import even if these files were imported before.")
+@common_options
+def command(mapping: str, inputs: tuple[Path, ...], table: str, batch_rows: int, force: bool) -> None:
+    from pipelines.importers import ImportStats, import_file, load_mapping, mapping_digest
+    from pipelines.raw_landing import create_raw_table, land_raw_records
+    from seqlake.catalog import open_catalog, table_identifier
+    from seqlake.progress import Progress
 
-    config = load_config(args.config)
-    mapping = load_mapping(args.mapping)
-    mapping.check(config, str(args.mapping))
-    for path in args.input:
+    config = load_cli_config()
+    chosen = load_mapping(mapping)
+    chosen.check(config, str(mapping))
+    for path in inputs:
         if not path.is_file():
             raise SeqlakeError(f"input {path}: no such file")
     catalog = open_catalog(config)
-    identifier = table_identifier(config, args.table)
-    table = create_raw_table(catalog, identifier)
-    digest = import_digest(args.input, mapping_digest(mapping))
-    earlier = previous_import(table, digest)
-    if earlier is not None and not args.force:
-        print(f"already imported into {identifier} (snapshot {earlier}); nothing to do (--force imports again)")
-        return 0
+    identifier = table_identifier(config, table)
+    raw = create_raw_table(catalog, identifier)
+    digest = import_digest(list(inputs), mapping_digest(chosen))
+    earlier = previous_import(raw, digest)
+    if earlier is not None and not force:
+        document = {"table": identifier, "already_imported": True, "snapshot_id": earlier, "records": 0}
+        emit(
+            document, f"already imported into {identifier} (snapshot {earlier}); nothing to do (--force imports again)"
+        )
+        return
 
-    first = next_free_partition(table)
-    stats = [ImportStats() for _ in args.input]
+    first = next_free_partition(raw)
+    stats = [ImportStats() for _ in inputs]
 
     def batches() -> Iterator[pa.RecordBatch]:
-        for index, path in enumerate(args.input):
+        for index, path in enumerate(inputs):
             yield from import_file(
                 path,
-                mapping,
+                chosen,
                 config,
-                args.batch_rows,
-                first_partition=first + index * mapping.source_partitions,
+                batch_rows,
+                first_partition=first + index * chosen.source_partitions,
                 stats=stats[index],
             )
 
-    progress = Progress("import")
-    properties = {IMPORT_PROPERTY: digest, "seqlake.import.files": ",".join(p.name for p in args.input)}
-    result = land_raw_records(_Tagged(table, properties), batches(), progress, commit_rows=ONE_COMMIT)
-    progress.done()
-    for path, stat in zip(args.input, stats, strict=True):
+    progress = Progress("import", rows_unit="records", show_bytes=True)
+    properties = {IMPORT_PROPERTY: digest, "seqlake.import.files": ",".join(p.name for p in inputs)}
+    result = land_raw_records(_Tagged(raw, properties), batches(), progress, commit_rows=ONE_COMMIT)
+    seconds = progress.done()
+    files = []
+    lines = []
+    for path, stat in zip(inputs, stats, strict=True):
         partitions = sorted(stat.partitions)
         span = f"{partitions[0]}..{partitions[-1]}" if partitions else "-"
-        print(
+        files.append(
+            {
+                "input": str(path),
+                "events": stat.rows,
+                "records": stat.records,
+                "partitions": partitions,
+                "unreadable": stat.unreadable,
+                "skipped": stat.skipped,
+                "first_event": _fmt_ms(stat.min_event_ms, iso=True),
+                "last_event": _fmt_ms(stat.max_event_ms, iso=True),
+            }
+        )
+        lines.append(
             f"{path.name}: {stat.rows:,} events read, {stat.records:,} records (partitions {span}), "
             f"{stat.unreadable:,} unreadable lines, {stat.skipped:,} skipped; "
             f"event time {_fmt_ms(stat.min_event_ms)} .. {_fmt_ms(stat.max_event_ms)} UTC"
         )
-    print(
+    lines.append(
         f"imported {result.records:,} records into {identifier} in {result.commits} commit(s) "
-        f"(snapshot {result.snapshot_id}); next: seqlake ingest --source {args.table}"
+        f"(snapshot {result.snapshot_id}); next: seqlake ingest --source {table}"
     )
-    return 0
+    document = {
+        "table": identifier,
+        "already_imported": False,
+        "snapshot_id": result.snapshot_id,
+        "records": result.records,
+        "commits": result.commits,
+        "files": files,
+        "seconds": round(seconds, 3),
+    }
+    emit(document, "\n".join(lines))
 
+
+main = job_main(command)
 
 if __name__ == "__main__":
-    sys.exit(main())
+    script_main("import")

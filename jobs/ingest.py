@@ -6,35 +6,48 @@ nothing twice. Usable as `seqlake ingest` or `spark-submit jobs/ingest.py`.
 
 from __future__ import annotations
 
-import sys
+import click
 
-from pipelines.ingest import ingest_source
-from pipelines.landing import landing_paths
-from seqlake.cli_args import ArgumentParser, table_name
-from seqlake.config import load_config
-from seqlake.progress import Progress
-from seqlake.spark_session import spark_session
+from seqlake.cli import job_main, script_main
+from seqlake.cli_options import common_options, load_cli_config
+from seqlake.cli_types import TABLE_NAME
+from seqlake.output import emit
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = ArgumentParser(prog="seqlake ingest", description=__doc__)
-    parser.add_argument("--config", help="configuration YAML (default: conf/seqlake.yaml)")
-    parser.add_argument(
-        "--source", default="raw_events", type=table_name, help="raw source table (default: raw_events)"
-    )
-    args = parser.parse_args(argv)
-    config = load_config(args.config)
+@click.command("ingest", help=__doc__)
+@click.option("--source", default="raw_events", show_default=True, type=TABLE_NAME, help="Raw source table.")
+@common_options
+def command(source: str) -> None:
+    from pipelines.ingest import ingest_source
+    from pipelines.landing import landing_paths
+    from seqlake.catalog import load_existing_table
+    from seqlake.progress import Progress
+    from seqlake.spark_session import spark_session
+
+    config = load_cli_config()
+    load_existing_table(config, source)  # a missing source is one line, before a JVM starts
     spark = spark_session(config, "seqlake-ingest")
-    progress = Progress("ingest")
-    result = ingest_source(spark, config, args.source, landing_paths(config), progress)
-    progress.done()
-    print(
+    progress = Progress("ingest", measure="steps", rows_unit="records", steps_unit="source commits")
+    result = ingest_source(spark, config, source, landing_paths(config), progress)
+    seconds = progress.done()
+    quarantined = dict(sorted(result.quarantined.items()))
+    document = {
+        "source": source,
+        "batches": result.batches,
+        "already_ingested": result.skipped,
+        "records": result.records,
+        "landed": result.landed,
+        "quarantined": quarantined,
+        "seconds": round(seconds, 3),
+    }
+    emit(
+        document,
         f"ingested {result.batches} batches ({result.skipped} already done): {result.records:,} records, "
-        f"{result.landed:,} landed, {sum(result.quarantined.values()):,} quarantined "
-        f"{dict(sorted(result.quarantined.items()))}"
+        f"{result.landed:,} landed, {sum(quarantined.values()):,} quarantined {quarantined}",
     )
-    return 0
 
+
+main = job_main(command)
 
 if __name__ == "__main__":
-    sys.exit(main())
+    script_main("ingest")

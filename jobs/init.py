@@ -7,19 +7,23 @@ unless `--force`.
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
+import click
+
 from seqlake import resources
-from seqlake.cli_args import ArgumentParser
-from seqlake.config import LOCAL_CONFIG_NAME
+from seqlake.cli import job_main, script_main
+from seqlake.cli_options import common_options
 from seqlake.errors import SeqlakeError
+from seqlake.output import emit
 
 MAPPINGS_FOLDER = "mappings"
 
 
 def starter_files() -> dict[str, str]:
     """Relative path -> text of every file `seqlake init` writes."""
+    from seqlake.config import LOCAL_CONFIG_NAME  # pydantic: not for --help
+
     files = {LOCAL_CONFIG_NAME: resources.default_config().read_text()}
     for mapping in resources.mapping_files():
         files[f"{MAPPINGS_FOLDER}/{mapping.name}"] = mapping.read_text()
@@ -45,21 +49,29 @@ def write_starter(folder: str | Path, *, force: bool = False) -> list[Path]:
     return list(files)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = ArgumentParser(prog="seqlake init", description=__doc__)
-    parser.add_argument("dir", nargs="?", default=".", help="folder to write into (default: the current one)")
-    parser.add_argument("--force", action="store_true", help="overwrite files that exist")
-    args = parser.parse_args(argv)
-    written = write_starter(args.dir, force=args.force)
-    for path in written:
-        print(f"wrote {path}")
+@click.command("init", help=__doc__)
+@click.argument("folder", metavar="[DIR]", default=".", type=click.Path(file_okay=False))
+@click.option("--force", is_flag=True, help="Overwrite files that exist.")
+@common_options
+def command(folder: str, force: bool) -> None:
+    written = write_starter(folder, force=force)
     config = written[0]
-    print(
-        f"\nEdit {config}, then run seqlake from {config.parent} (or pass --config {config}); "
-        f"its warehouse is {config.parent / 'warehouse'}."
-    )
-    return 0
 
+    def text() -> None:
+        for path in written:
+            print(f"wrote {path}")
+        print(
+            f"\nEdit {config}, then run seqlake from {config.parent} (or pass --config {config}); "
+            f"its warehouse is {config.parent / 'warehouse'}."
+        )
+
+    emit(
+        {"written": [str(p) for p in written], "config": str(config), "warehouse": str(config.parent / "warehouse")},
+        text,
+    )
+
+
+main = job_main(command)
 
 if __name__ == "__main__":
-    sys.exit(main())
+    script_main("init")

@@ -9,56 +9,57 @@ training pointer, the raw source table's snapshots. The options override the con
 
 from __future__ import annotations
 
-import argparse
-import sys
+import click
 
-from pipelines.landing import landing_paths
-from pipelines.maintenance import run_maintenance
-from seqlake.cli_args import ArgumentParser
-from seqlake.config import load_config
-
-
-def _hours(text: str) -> float:
-    value = float(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{text} is negative")
-    return value
+from seqlake.cli import job_main, script_main
+from seqlake.cli_options import common_options, load_cli_config
+from seqlake.cli_types import HOURS
+from seqlake.output import emit
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = ArgumentParser(
-        prog="seqlake maintain", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--config", help="configuration YAML (default: conf/seqlake.yaml)")
-    parser.add_argument("--snapshot-retention-hours", type=_hours, help="expire snapshots older than this")
-    parser.add_argument("--orphan-safety-hours", type=_hours, help="never remove a file younger than this")
-    parser.add_argument("--landing-retention-hours", type=_hours, help="Delta VACUUM retention of the landing tier")
-    parser.add_argument("--skip-landing", action="store_true", help="do not vacuum the landing tier (no JVM)")
-    args = parser.parse_args(argv)
+@click.command("maintain", help=__doc__)
+@click.option("--snapshot-retention-hours", type=HOURS, help="Expire snapshots older than this.")
+@click.option("--orphan-safety-hours", type=HOURS, help="Never remove a file younger than this.")
+@click.option("--landing-retention-hours", type=HOURS, help="Delta VACUUM retention of the landing tier.")
+@click.option("--skip-landing", is_flag=True, help="Do not vacuum the landing tier (no JVM).")
+@common_options
+def command(
+    snapshot_retention_hours: float | None,
+    orphan_safety_hours: float | None,
+    landing_retention_hours: float | None,
+    skip_landing: bool,
+) -> None:
+    from pipelines.landing import landing_paths
+    from pipelines.maintenance import run_maintenance
 
-    config = load_config(args.config)
+    config = load_cli_config()
     overrides = {
         key: value
         for key, value in (
-            ("snapshot_retention_hours", args.snapshot_retention_hours),
-            ("orphan_safety_hours", args.orphan_safety_hours),
-            ("landing_retention_hours", args.landing_retention_hours),
+            ("snapshot_retention_hours", snapshot_retention_hours),
+            ("orphan_safety_hours", orphan_safety_hours),
+            ("landing_retention_hours", landing_retention_hours),
         )
         if value is not None
     }
     config = config.model_copy(update={"maintenance": config.maintenance.model_copy(update=overrides)})
     spark = None
-    if not args.skip_landing:
+    if not skip_landing:
         from seqlake.spark_session import spark_session
 
         spark = spark_session(config, "seqlake-maintain")
-    reports = run_maintenance(config, spark=spark, paths=landing_paths(config))
-    for report in reports:
-        print(report.line())
-    total = sum(r.bytes for r in reports if r.step != "drop-detail")
-    print(f"maintain: {total:,} bytes removed from storage")
-    return 0
+    from seqlake.progress import Progress
 
+    progress = Progress("maintain", measure="steps", steps_unit="steps", show_bytes=True)
+    reports = run_maintenance(config, spark=spark, paths=landing_paths(config), progress=progress)
+    progress.done()
+    # Dropped detail rows and rewritten small files are freed as orphans, counted by that step.
+    total = sum(r.bytes for r in reports if r.step not in ("drop-detail", "rewrite-small-files"))
+    document = {"steps": reports, "bytes_removed": total}
+    emit(document, "\n".join([*(r.line() for r in reports), f"maintain: {total:,} bytes removed from storage"]))
+
+
+main = job_main(command)
 
 if __name__ == "__main__":
-    sys.exit(main())
+    script_main("maintain")

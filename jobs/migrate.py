@@ -10,41 +10,42 @@ column, and a tenant whose columns change while its training table holds capture
 
 from __future__ import annotations
 
-import argparse
-import sys
+import click
 
-from pipelines.landing import landing_paths
-from pipelines.migrate import LANDING, migrate
-from seqlake.cli_args import ArgumentParser
-from seqlake.config import load_config
+from seqlake.cli import job_main, script_main
+from seqlake.cli_options import common_options, load_cli_config
+from seqlake.output import emit
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = ArgumentParser(
-        prog="seqlake migrate", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--config", help="configuration YAML (default: conf/seqlake.yaml)")
-    parser.add_argument("--dry-run", action="store_true", help="print what would change, change nothing")
-    parser.add_argument(
-        "--skip-landing", action="store_true", help="leave the landing tier (Delta, needs Spark) as it is"
-    )
-    args = parser.parse_args(argv)
+@click.command("migrate", help=__doc__)
+@click.option("--dry-run", is_flag=True, help="Print what would change, change nothing.")
+@click.option("--skip-landing", is_flag=True, help="Leave the landing tier (Delta, needs Spark) as it is.")
+@common_options
+def command(dry_run: bool, skip_landing: bool) -> None:
+    from pipelines.landing import landing_paths
+    from pipelines.migrate import LANDING, migrate
 
-    config = load_config(args.config)
-    paths = None if args.skip_landing else landing_paths(config)
-    plans = migrate(config, paths=paths, dry_run=True)  # refusals are raised here, before any JVM starts
+    config = load_cli_config()
+    paths = None if skip_landing else landing_paths(config)
+    planned = migrate(config, paths=paths, dry_run=True)  # refusals are raised here, before any JVM starts
     spark = None
-    if not args.dry_run and any(p.table == LANDING for p in plans):
+    if not dry_run and any(diff.table == LANDING for diff in planned):
         from seqlake.spark_session import spark_session
 
         spark = spark_session(config, "seqlake-migrate")
-    changes = migrate(config, spark=spark, paths=paths, dry_run=args.dry_run)
-    for diff in changes:
-        print(f"migrate: {diff.describe() if not diff.empty else diff.table + ': column types recorded'}")
-    verb = "would change" if args.dry_run else "changed"
-    print(f"migrate: {len(changes)} table(s) {verb}")
-    return 0
+    changes = planned if dry_run else migrate(config, spark=spark, paths=paths)
+    lines = [f"migrate: {d.describe() if not d.empty else d.table + ': column types recorded'}" for d in changes]
+    lines.append(f"migrate: {len(changes)} table(s) {'would change' if dry_run else 'changed'}")
+    document = {
+        "dry_run": dry_run,
+        "tables": [
+            {"table": d.table, "adds": d.added, "widens": d.widened, "retires": d.retired} for d in changes
+        ],
+    }
+    emit(document, "\n".join(lines))
 
+
+main = job_main(command)
 
 if __name__ == "__main__":
-    sys.exit(main())
+    script_main("migrate")

@@ -10,43 +10,50 @@ writes nothing: it reports how often that would have been wrong. Usable as `seql
 
 from __future__ import annotations
 
-import sys
+import click
 
-from pipelines.training.materialize import fatrow_match, write_arrow_samples
-from pipelines.training.sequence import Tenant
-from pipelines.training.tables import samples_table_name
-from seqlake.cli_args import ArgumentParser
-from seqlake.config import load_config
+from seqlake.cli import job_main, script_main
+from seqlake.cli_options import common_options, load_cli_config
 from seqlake.errors import ConfigError
+from seqlake.output import emit
+
+ENGINES = ("arrow", "spark")
+MODES = ("lsn", "time")
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = ArgumentParser(prog="seqlake samples", description=__doc__)
-    parser.add_argument("--config", help="configuration YAML (default: conf/seqlake.yaml)")
-    parser.add_argument("--tenant", action="append", help="tenant to rebuild (repeatable; default: every tenant)")
-    parser.add_argument(
-        "--engine", choices=("arrow", "spark"), default="arrow", help="where to rebuild (default: arrow)"
-    )
-    parser.add_argument(
-        "--mode",
-        choices=("lsn", "time"),
-        default="lsn",
-        help="lsn: versioned replay; time: event time only (no writes)",
-    )
-    args = parser.parse_args(argv)
-    config = load_config(args.config)
-    names = args.tenant or list(config.tenants)
+@click.command("samples", help=__doc__)
+@click.option("--tenant", "tenants", multiple=True, help="Tenant to rebuild (repeatable; default: every tenant).")
+@click.option("--engine", type=click.Choice(ENGINES), default="arrow", show_default=True, help="Where to rebuild.")
+@click.option(
+    "--mode",
+    type=click.Choice(MODES),
+    default="lsn",
+    show_default=True,
+    help="lsn: versioned replay; time: event time only (no writes).",
+)
+@common_options
+def command(tenants: tuple[str, ...], engine: str, mode: str) -> None:
+    from pipelines.training.materialize import fatrow_match, write_arrow_samples
+    from pipelines.training.sequence import Tenant
+    from pipelines.training.tables import samples_table_name
+    from seqlake.progress import Progress
+
+    if engine == "spark" and mode == "time":
+        raise click.UsageError("--mode time runs on the arrow engine only")
+    config = load_cli_config()
+    names = list(tenants) or list(config.tenants)
     if not names:
         raise ConfigError("the configuration declares no tenants")
-    if args.engine == "spark" and args.mode == "time":
-        parser.error("--mode time runs on the arrow engine only")
+    chosen = [Tenant(config, name) for name in names]  # an unknown tenant fails before any work
     spark = None
-    for name in names:
-        tenant = Tenant(config, name)
-        if args.engine == "arrow":
-            result = write_arrow_samples(config, tenant, args.mode)
+    results, lines = [], []
+    progress = Progress("samples", total=len(chosen), measure="steps", rows_unit="samples", steps_unit="tenants")
+    for tenant in chosen:
+        bytes_read = None
+        if engine == "arrow":
+            result = write_arrow_samples(config, tenant, mode)
             requests, samples, failures, matched = result.requests, result.samples, result.quarantined, result.matched
-            extra = f", {result.bytes_read / 2**20:.1f} MiB of history and detail read"
+            bytes_read = result.bytes_read
         else:
             from pipelines.training.spark_reconstruct import write_spark_samples
             from seqlake.spark_session import spark_session
@@ -55,14 +62,29 @@ def main(argv: list[str] | None = None) -> int:
             samples, failures = write_spark_samples(spark, config, tenant)
             requests = samples + failures
             matched = fatrow_match(config, tenant, samples_table=samples_table_name(tenant))
-            extra = ""
         rate = matched / requests if requests else 1.0
-        print(
-            f"{name}: {requests:,} requests, {samples:,} verified samples, {failures:,} quarantined, "
-            f"{rate:.2%} equal to the fat-row reference ({args.engine}, {args.mode}){extra}"
+        progress.add(rows=samples, steps=1, note=tenant.name)
+        extra = f", {bytes_read / 2**20:.1f} MiB of history and detail read" if bytes_read is not None else ""
+        lines.append(
+            f"{tenant.name}: {requests:,} requests, {samples:,} verified samples, {failures:,} quarantined, "
+            f"{rate:.2%} equal to the fat-row reference ({engine}, {mode}){extra}"
         )
-    return 0
+        results.append(
+            {
+                "tenant": tenant.name,
+                "requests": requests,
+                "samples": samples,
+                "quarantined": failures,
+                "matched": matched,
+                "match_rate": rate,
+                "bytes_read": bytes_read,
+            }
+        )
+    progress.done()
+    emit({"engine": engine, "mode": mode, "tenants": results}, "\n".join(lines))
 
+
+main = job_main(command)
 
 if __name__ == "__main__":
-    sys.exit(main())
+    script_main("samples")

@@ -45,9 +45,9 @@ def run_small_demo(config: Config) -> Report:
     catalog = open_catalog(config)
     generator = EventGenerator(config)
     raw_table = create_raw_table(catalog, table_identifier(config, RAW_TABLE))
-    landing = land_raw_records(
-        raw_table, generator.batches(), Progress("generate"), window_seconds=config.layout.window_seconds
-    )
+    generating = Progress("generate", rows_unit="records", show_bytes=True)
+    landing = land_raw_records(raw_table, generator.batches(), generating, window_seconds=config.layout.window_seconds)
+    generating.done()
     stats = generator.stats
     gen = report.section("generated")
     gen["users"] = stats.users
@@ -60,7 +60,9 @@ def run_small_demo(config: Config) -> Report:
 
     paths = landing_paths(config)
     spark = spark_session(config, "seqlake-demo-small")
-    ingested = ingest_source(spark, config, RAW_TABLE, paths, Progress("ingest"))
+    ingesting = Progress("ingest", measure="steps", rows_unit="records", steps_unit="source commits")
+    ingested = ingest_source(spark, config, RAW_TABLE, paths, ingesting)
+    ingesting.done()
     ingest = report.section("ingest")
     ingest["records"] = ingested.records
     ingest["events_landed"] = ingested.landed

@@ -2,11 +2,13 @@
 
 Before sql/ is loaded, `seqlake sql` defines, for the tables this warehouse has:
 
+\b
   history, history_detail, raw_events   views: iceberg_scan of each table's current metadata file
   landing_events, quarantine            views: delta_scan of the landing tier (pipelines.landing)
 
 and the variables the SQL files read with getvariable():
 
+\b
   <table>_metadata     the Iceberg table's current metadata file (pinned when the session opens)
   <table>_location     the table's root folder (Iceberg and Delta)
   seqlake_tables       MAP name -> format (iceberg, delta) of the tables defined above
@@ -17,7 +19,13 @@ Then every sql/*.sql file runs in name order, so a file may use what an earlier 
 runs only definitions (CREATE, SET, DROP, ALTER); a file's queries run with `--file`. A definition
 that needs a table this warehouse lacks (or an object skipped for that reason) is skipped with a note.
 
-Values never go into SQL text: `--param uid=1000000` binds `$uid` in the query.
+Values never go into SQL text: `--param uid=1000000` binds `$uid` in the query, typed by its
+look: an integer, a number, true/false, an ISO 8601 time (`2026-01-05T10:00:00Z`), else text.
+Name the type to be explicit: `--param uid:int=5`, `--param name:text=007`, `--param
+day:date=2026-01-05` (types: int, float, bool, timestamp, date, text).
+
+With `--output json` the results come as one JSON document (each result's statement, columns and
+rows); at the prompt (no --file or --query), one JSON document per result and line.
 
 The session is read-only: it reads files only inside the warehouse, cannot write, attach databases,
 install or load extensions, and cannot change these settings. `--allow-writes DIR` lets COPY ... TO and
@@ -26,27 +34,30 @@ EXPORT DATABASE write into DIR (a folder outside the warehouse), and nowhere els
 
 from __future__ import annotations
 
-import argparse
-import json
+import logging
 import re
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from importlib.resources.abc import Traversable
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
+import click
 import duckdb
 
-from pipelines.landing import landing_paths
 from seqlake import resources
-from seqlake.catalog import open_catalog, table_identifier
-from seqlake.cli_args import ArgumentParser, integer_at_least
-from seqlake.config import Config, load_config
+from seqlake.cli import job_main, script_main
+from seqlake.cli_options import common_options, load_cli_config, settings
+from seqlake.cli_types import SQL_PARAM, IntegerAtLeast
 from seqlake.duckdb_session import connect, restrict_access, use_object_storage
-from seqlake.errors import SeqlakeError
-from seqlake.sql_guard import ReadOnlyError, check_statement, inside, resolve_local
-from seqlake.storage import is_s3
+from seqlake.errors import ReadOnlyError, SqlError
+from seqlake.sql_guard import check_statement, inside, resolve_local
+
+if TYPE_CHECKING:
+    from seqlake.config import Config
+
+log = logging.getLogger(__name__)
 
 SQL_DIR = resources.sql_dir()  # packaged (sql/ of the repository)
 ICEBERG_TABLES = ("history", "history_detail", "raw_events")
@@ -68,10 +79,6 @@ _CREATED = re.compile(
     r"(?:IF\s+NOT\s+EXISTS\s+)?(?:\w+\.)?(\w+)",
     re.IGNORECASE,
 )
-
-
-class SqlError(SeqlakeError):
-    """A SQL file or statement failed; the message names the file or statement and quotes DuckDB."""
 
 
 @dataclass(frozen=True)
@@ -141,8 +148,7 @@ def _strip_comments(text: str) -> str:
 
 def _note(session: SqlSession, message: str, quiet: bool) -> None:
     session.notes.append(message)
-    if not quiet:
-        print(f"seqlake sql: {message}", file=sys.stderr)
+    log.log(logging.DEBUG if quiet else logging.WARNING, message)
 
 
 def _local_path(uri: str) -> Path | None:
@@ -156,10 +162,11 @@ def _local_path(uri: str) -> Path | None:
 def define_relations(session: SqlSession, quiet: bool = False) -> None:
     """Views and variables for the warehouse's tables (only those that exist)."""
     con, config = session.con, session.config
-    local = _local_path(config.warehouse_uri())
-    if local is not None and not local.is_dir():
-        # Opening the catalog would create an empty warehouse there: say what is wrong instead.
-        raise SqlError(f"no warehouse at {local} (run `make demo`, or set SEQLAKE_WAREHOUSE)")
+    from pipelines.landing import landing_paths
+    from seqlake.catalog import check_warehouse, open_catalog, table_identifier
+
+    check_warehouse(config)
+
     catalog = open_catalog(config)
     for name in ICEBERG_TABLES:
         identifier = table_identifier(config, name)
@@ -318,6 +325,9 @@ def open_session(
     The session reads files only inside the warehouse and writes only into `allow_writes` (a folder
     outside the warehouse; no writes at all without it), and no statement can change that.
     """
+    from seqlake.config import load_config
+    from seqlake.storage import is_s3
+
     config = config or load_config()
     session = SqlSession(connect(), config, {})
     try:
@@ -351,47 +361,33 @@ def resolve_file(name: str, sql_dir: Path | Traversable = SQL_DIR) -> Path | Tra
 # -- output ---------------------------------------------------------------------------------------
 
 
-def _cell(value: object) -> str:
-    if value is None:
-        return "NULL"
-    if isinstance(value, float):
-        return f"{value:.6g}"
-    return str(value)
+def result_document(result: Result) -> dict[str, object]:
+    """A result as JSON-ready data: its statement, columns and rows (one object per row)."""
+    return {
+        "statement": result.statement,
+        "columns": result.columns,
+        "rows": [dict(zip(result.columns, row, strict=True)) for row in result.rows],
+    }
 
 
-def format_table(result: Result, max_rows: int = 100) -> str:
-    """Aligned text: a header, a rule, the rows (at most `max_rows`; 0: all), and a row count."""
+def print_result(result: Result, max_rows: int = 100) -> None:
+    """A result as a table (at most `max_rows` rows; 0: all), then its row count."""
+    from seqlake.output import console, table
+
     shown = result.rows if max_rows <= 0 else result.rows[:max_rows]
-    cells = [[_cell(v).replace("\n", " ") for v in row] for row in shown]
-    widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(result.columns)]
-    numeric = [
-        all(isinstance(row[i], int | float) or row[i] is None for row in shown) and bool(shown)
-        for i in range(len(result.columns))
-    ]
-
-    def line(values: Sequence[str]) -> str:
-        parts = [v.rjust(w) if n else v.ljust(w) for v, w, n in zip(values, widths, numeric, strict=True)]
-        return " | ".join(parts).rstrip()
-
-    out = [line(result.columns), "-+-".join("-" * w for w in widths)]
-    out += [line(r) for r in cells]
+    console().print(table(result.columns, shown))
     count = len(result.rows)
     more = f", {count - len(shown)} not shown (--max-rows)" if len(shown) < count else ""
-    out.append(f"({count} row{'s' if count != 1 else ''}{more})")
-    return "\n".join(out)
+    print(f"({count} row{'s' if count != 1 else ''}{more})\n", flush=True)
 
 
-def json_lines(result: Result) -> str:
-    return "\n".join(json.dumps(dict(zip(result.columns, row, strict=True)), default=str) for row in result.rows)
+def printer(as_json: bool, max_rows: int) -> Callable[[Result], None]:
+    """Print each result as it comes: a table, or (the prompt with --output json) a JSON line."""
+    from seqlake.output import print_json
 
-
-def printer(as_json: bool, max_rows: int, out: TextIO) -> Callable[[Result], None]:
-    def show(result: Result) -> None:
-        text = json_lines(result) if as_json else format_table(result, max_rows) + "\n"
-        if text:
-            print(text, file=out, flush=True)
-
-    return show
+    if as_json:
+        return lambda result: print_json(result_document(result))
+    return lambda result: print_result(result, max_rows)
 
 
 # -- the prompt -----------------------------------------------------------------------------------
@@ -452,60 +448,59 @@ def _run_interactive(session: SqlSession, text: str, show: Callable[[Result], No
 # -- the command ----------------------------------------------------------------------------------
 
 
-def _param(value: str) -> tuple[str, str]:
-    name, sep, text = value.partition("=")
-    if not sep or not re.fullmatch(r"[A-Za-z_]\w*", name):
-        raise argparse.ArgumentTypeError(f"{value!r} is not NAME=VALUE")
-    return name, text
+@click.command("sql", help=__doc__)
+@click.option("--file", "-f", "file_name", metavar="FILE", help="Run a SQL file: a path, or a name in sql/ (storage).")
+@click.option("--query", "-q", metavar="SQL", help="Run these statements.")
+@click.option(
+    "--param",
+    "-p",
+    "params",
+    type=SQL_PARAM,
+    multiple=True,
+    help="Bind $NAME to VALUE, typed by its look or by :TYPE (int, float, bool, timestamp, date, text); repeatable.",
+)
+@click.option(
+    "--max-rows", type=IntegerAtLeast(0), default=100, show_default=True, help="Rows printed per result (0: all)."
+)
+@click.option("--quiet", is_flag=True, help="No notes about tables this warehouse lacks.")
+@click.option(
+    "--allow-writes",
+    metavar="DIR",
+    help="Let COPY ... TO and EXPORT DATABASE write into DIR, a folder outside the warehouse (default: nowhere).",
+)
+@common_options
+def command(
+    file_name: str | None,
+    query: str | None,
+    params: tuple[tuple[str, object], ...],
+    max_rows: int,
+    quiet: bool,
+    allow_writes: str | None,
+) -> int:
+    """Without --file or --query: a prompt (with --output json, one JSON document per result and line)."""
+    from seqlake.output import print_json
 
-
-def main(argv: list[str] | None = None) -> int:
-    parser = ArgumentParser(
-        prog="seqlake sql",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    parser.add_argument("--config", help="configuration YAML (default: conf/seqlake.yaml)")
-    what = parser.add_mutually_exclusive_group()
-    what.add_argument("--file", "-f", help="run a SQL file: a path, or a name in sql/ (e.g. storage)")
-    what.add_argument("--query", "-q", help="run these statements")
-    parser.add_argument(
-        "--param", "-p", type=_param, action="append", default=[], help="bind $NAME to VALUE (repeatable)"
-    )
-    parser.add_argument("--json", action="store_true", help="one JSON object per row and line")
-    parser.add_argument(
-        "--max-rows", type=integer_at_least(0), default=100, help="rows printed per result (0: all; default 100)"
-    )
-    parser.add_argument("--quiet", action="store_true", help="no notes about tables this warehouse lacks")
-    parser.add_argument(
-        "--allow-writes",
-        metavar="DIR",
-        help="let COPY ... TO and EXPORT DATABASE write into DIR, a folder outside the warehouse (default: none)",
-    )
-    args = parser.parse_args(argv)
-
-    config = load_config(args.config)
-    path = resolve_file(args.file) if args.file else None
-    show = printer(args.json, args.max_rows, sys.stdout)
-    session = open_session(config, quiet=args.quiet, allow_writes=args.allow_writes)
-    try:
-        params = dict(args.param)
-        if path is not None:
-            run_script(session, path.read_text(), path.name, params=params, quiet=args.quiet, on_result=show)
-        elif args.query is not None:
-            run_script(session, args.query, "query", params=params, quiet=args.quiet, on_result=show)
-        else:
-            if params:
+    if file_name is not None and query is not None:
+        raise click.UsageError("--file and --query exclude each other: give one")
+    config = load_cli_config()
+    path = resolve_file(file_name) if file_name is not None else None
+    as_json = settings().json
+    bound = dict(params)
+    session = open_session(config, quiet=quiet, allow_writes=allow_writes)
+    with session:
+        if path is None and query is None:
+            if bound:
                 raise SqlError("--param needs --file or --query")
-            return interactive(session, show)
-    finally:
-        session.close()
+            return interactive(session, printer(as_json, max_rows))
+        text, source = (path.read_text(), path.name) if path is not None else (query, "query")
+        show = None if as_json else printer(False, max_rows)
+        results = run_script(session, text, source, params=bound, quiet=quiet, on_result=show)
+        if as_json:
+            print_json({"results": [result_document(r) for r in results], "notes": session.notes})
     return 0
 
 
+main = job_main(command)
+
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except SeqlakeError as error:
-        print(f"seqlake sql: error: {' '.join(str(error).split())}", file=sys.stderr)
-        sys.exit(2)
+    script_main("sql")

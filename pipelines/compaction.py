@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 from contextlib import suppress
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
@@ -35,7 +36,7 @@ from pipelines.merge_policy import policy_of, runs_to_merge
 from pipelines.parse import landing_schema
 from seqlake.catalog import open_catalog, spark_name, table_identifier
 from seqlake.config import Config
-from seqlake.errors import SeqlakeError
+from seqlake.errors import SeqlakeError, SimulatedCrash
 from tableformat.evolution import by_projection, known_field_ids, select_list
 from tableformat.registry import (
     RunRecord,
@@ -52,6 +53,8 @@ from tableformat.registry import (
 from tableformat.schema import history_arrow_schema, history_read_schema, with_field_ids
 from tableformat.writer import open_output
 
+log = logging.getLogger(__name__)
+
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
@@ -64,8 +67,6 @@ CRASH_POINTS = ("before_write", "after_write", "after_detail", "after_commit")
 COMMIT_ATTEMPTS = 5  # a publication that loses a race re-decides on the new snapshot this many times
 
 
-class SimulatedCrash(SeqlakeError):
-    """Raised at a named point to test that a killed job leaves nothing half done."""
 
 
 @dataclass(frozen=True)
@@ -335,12 +336,15 @@ def publish_batch(
             properties["seqlake.windows"] = json.dumps(windows)
         try:
             commit_runs(history, [(record, files)], snapshot_properties=properties)
+            log.info("published run %s: windows %s, %d rows in %d files", run_id, windows, row_count, len(files))
             break
         except WindowsAlreadyPublished:
             # Another job published these windows first: ours becomes a no-op and leaves no file behind.
+            log.info("run %s: windows %s were published by another job first", run_id, windows)
             delete_files([f.uri for f in files])
             return CompactionResult(windows[-1], run_id, published=False)
         except RunsChanged:
+            log.info("run %s: the history table changed while committing; deciding again", run_id)
             history.refresh()  # another window or a merge committed first: decide again on the new state
     else:
         delete_files([f.uri for f in files])
@@ -407,8 +411,10 @@ def commit_merge(history: Table, replaced: list[str], windows: list[int], run_id
     try:
         commit_runs(history, [(record, files)], replaces=replaced)
     except (RunsChanged, WindowsAlreadyPublished):
+        log.info("merge %s of %s: another job committed first; the next compaction decides", run_id, replaced)
         delete_files([f.uri for f in files])
         return None
+    log.info("merged runs %s into %s (%d rows)", replaced, run_id, record.rows)
     kill_point("merge_committed")
     return run_id
 

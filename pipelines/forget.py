@@ -20,6 +20,7 @@ files; `vacuum` removes the landing tier's old files after `maintenance.landing_
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import Iterator, Sequence
 
@@ -36,19 +37,18 @@ from pipelines.landing import LandingPaths
 from pipelines.maintenance import StepReport, user_tables
 from pipelines.publication_check import is_delta_table
 from seqlake.config import Config
-from seqlake.errors import SeqlakeError
+from seqlake.errors import RunsChanged, SeqlakeError, UsersRemain
+from seqlake.progress import Progress
 from tableformat.evolution import known_field_ids, projection
-from tableformat.registry import RunsChanged, commit_file_rewrite, history_file_uri, live_runs, run_id_of_path
+from tableformat.registry import commit_file_rewrite, history_file_uri, live_runs, run_id_of_path
 from tableformat.run_writer import write_run
 from tableformat.schema import history_arrow_schema, history_read_schema
 from tableformat.writer import open_output
 
+log = logging.getLogger(__name__)
+
 FORGET_STEP = "forget"
 READ_ROWS = 65_536
-
-
-class UsersRemain(SeqlakeError):
-    """A table still holds rows of a forgotten user after `forget` (never expected)."""
 
 
 def _users(users: Sequence[int]) -> list[int]:
@@ -123,6 +123,7 @@ def forget_history(history: Table, config: Config, users: Sequence[int]) -> Step
                 history, runs, replaced, written, snapshot_properties={"seqlake.operation": "forget-users"}
             )
         except RunsChanged:
+            log.info("forget: %s changed while rewriting; planning again", history.name()[-1])
             delete_files([item.uri for item in written])  # a publication or merge came first: plan again
             continue
         except BaseException:
@@ -215,12 +216,14 @@ def forget_users(
     *,
     spark=None,
     paths: LandingPaths | None = None,
+    progress: Progress | None = None,
     requested_by: str | None = None,
 ) -> list[StepReport]:
     """Remove the users from the landing tier (with a Spark session), the history table and every
     other table holding a `user_id`; then check that none of their rows is left in any of them.
-    The request is audited (`pipelines.forget_audit`): who, which users, when, the rows each table
-    held of them; the last report says which request it was.
+    `progress` counts the tables done and the rows removed. The request is audited
+    (`pipelines.forget_audit`): who, which users, when, the rows each table held of them; the last
+    report says which request it was.
 
     Upstream first: once the landing tier no longer holds their events, no compaction running
     meanwhile can publish them again. Raises UsersRemain if a table still holds a row of theirs."""
@@ -232,15 +235,23 @@ def forget_users(
     request = forget_audit.begin(config, chosen, {name: rows for name, rows in held.items() if rows}, requested_by)
     kill_point("forget_audited")
     reports: list[StepReport] = []
-    if spark is not None and paths is not None:
-        for report in forget_landing(spark, paths, chosen):
-            reports.append(report)
-            _crash("forget_committed", None)
-    reports.append(forget_history(history, config, chosen))
-    _crash("forget_committed", None)
-    for table in tables_with_users(config):
-        reports.append(forget_in_table(table, chosen))
+    others = tables_with_users(config)
+    landing = spark is not None and paths is not None
+    if progress is not None:
+        progress.set_total(1 + len(others) + (2 if landing else 0))  # landing: events and quarantine
+
+    def done(report: StepReport) -> None:
+        reports.append(report)
+        if progress is not None:
+            progress.add(rows=report.removed, steps=1, note=report.target)
         _crash("forget_committed", None)
+
+    if landing:
+        for report in forget_landing(spark, paths, chosen):
+            done(report)
+    done(forget_history(history, config, chosen))
+    for table in others:
+        done(forget_in_table(table, chosen))
     left = {table.name()[-1]: user_rows(table, chosen) for table in [history, *tables_with_users(config)]}
     if spark is not None and paths is not None:
         left["landing"] = landing_rows(spark, paths, chosen)

@@ -8,6 +8,7 @@ replay after a crash adds nothing twice and loses nothing.
 
 from __future__ import annotations
 
+import logging
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -23,6 +24,8 @@ from seqlake.catalog import load_existing_table, open_catalog, spark_name, table
 from seqlake.config import Config
 from seqlake.progress import Progress
 from tableformat.registry import published_windows
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -101,6 +104,9 @@ def ingest_source(
         for batch in batches:
             yield parse_batch(batch, config)
 
+    if progress:
+        pending = sum(s.sequence_number > done for s in snapshots)
+        progress.set_total(pending if max_snapshots is None else min(pending, max_snapshots))
     for snapshot in snapshots:
         if snapshot.sequence_number <= done:
             result.skipped += 1
@@ -134,6 +140,7 @@ def ingest_source(
         result.landed += landed
         result.quarantined.update(counts)
         result.records += landed + sum(counts.values())
+        log.info("source commit %d: %d landed, quarantined %s", snapshot.sequence_number, landed, counts or {})
         if progress:
             progress.add(rows=landed + sum(counts.values()), steps=1, note=f"snapshot {snapshot.sequence_number}")
     return result

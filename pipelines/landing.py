@@ -23,7 +23,9 @@ class LandingPaths:
 
 
 def landing_paths(config: Config) -> LandingPaths:
-    root = f"{config.warehouse_uri()}/landing"
+    """The landing tier of the configured namespace: two namespaces of one warehouse never share one (a
+    compaction would publish the other's events)."""
+    root = f"{config.warehouse_uri()}/landing/{config.warehouse.namespace}"
     return LandingPaths(events=f"{root}/events", quarantine=f"{root}/quarantine")
 
 

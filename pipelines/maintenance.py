@@ -17,6 +17,7 @@ The raw source table is never expired: ingest reads its snapshots one by one.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -34,10 +35,13 @@ from pipelines.landing import LandingPaths
 from pipelines.publication_check import is_delta_table
 from seqlake.catalog import open_catalog
 from seqlake.config import Config
+from seqlake.progress import Progress
 from tableformat.evolution import known_field_ids, projection
 from tableformat.io import resolve_uri
 from tableformat.registry import published_windows
 from tableformat.schema import table_arrow_schema
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -293,28 +297,40 @@ def run_maintenance(
     spark=None,
     paths: LandingPaths | None = None,
     now: datetime | None = None,
+    progress: Progress | None = None,
 ) -> list[StepReport]:
     """Every step in order: drop detail past retention, expire snapshots, remove orphan files, and
     (with a Spark session) vacuum the landing tier. Dropped detail files become orphans once the
-    snapshots holding them expire, so the order frees them in one run when the retention allows."""
+    snapshots holding them expire, so the order frees them in one run when the retention allows.
+    `progress` counts the steps done (per table) and the bytes removed."""
     spec = config.maintenance
     now = now or datetime.now(UTC)
     tables = maintained_tables(config)
     history, detail, training = tables[0], tables[1], tables[2:]
-    reports = [drop_detail_windows(detail, detail_keep_from(config, history, training))]
-    kill_point("maintain_step")
-    for table in tables:
-        if table.name()[-1].startswith(SMALL_FILE_TABLES):
-            reports.append(rewrite_small_files(table, spec.small_file_bytes))
-            kill_point("maintain_step")
+    landing = spark is not None and paths is not None
+    rewritten = [t for t in tables if t.name()[-1].startswith(SMALL_FILE_TABLES)]
+    if progress is not None:
+        progress.set_total(1 + len(rewritten) + 2 * len(tables) + (1 if landing else 0))
+    reports: list[StepReport] = []
+
+    def done(*step: StepReport) -> None:
+        for report in step:
+            log.info("%s", report.line())
+            reports.append(report)
+        if progress is not None:  # bytes freed from storage (dropped detail rows are freed as orphans)
+            freed = sum(r.bytes for r in step if r.step not in ("drop-detail", "rewrite-small-files"))
+            progress.add(nbytes=freed, steps=1, note=" ".join(f"{r.step}: {r.target}" for r in step[:1]))
+        kill_point("maintain_step")
+
+    done(drop_detail_windows(detail, detail_keep_from(config, history, training)))
+    for table in rewritten:
+        done(rewrite_small_files(table, spec.small_file_bytes))
     older_than = now - timedelta(hours=spec.snapshot_retention_hours)
     for table in tables:
-        reports.append(expire_snapshots(table, older_than, spec.keep_snapshots))
-        kill_point("maintain_step")
+        done(expire_snapshots(table, older_than, spec.keep_snapshots))
     safety = timedelta(hours=spec.orphan_safety_hours)
     for table in tables:
-        reports.append(remove_orphan_files(table, safety, now=now))
-        kill_point("maintain_step")
-    if spark is not None and paths is not None:
-        reports += vacuum_landing(spark, paths, timedelta(hours=spec.landing_retention_hours))
+        done(remove_orphan_files(table, safety, now=now))
+    if landing:
+        done(*vacuum_landing(spark, paths, timedelta(hours=spec.landing_retention_hours)))
     return reports

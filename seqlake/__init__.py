@@ -17,12 +17,19 @@ from typing import TYPE_CHECKING
 __version__ = "0.1.0"
 
 if TYPE_CHECKING:
-    from jobs.sql import SqlError
     from pipelines.training.capture import Capture, Request
     from pipelines.training.materialize import ReconstructionResult
     from pipelines.training.sequence import Tenant
     from seqlake.config import Config, load_config
-    from seqlake.errors import ConfigError, SchemaError, SeqlakeError, SetupError
+    from seqlake.errors import (
+        ConfigError,
+        CorruptFileError,
+        RunsChanged,
+        SchemaError,
+        SeqlakeError,
+        SetupError,
+        SqlError,
+    )
     from seqlake.lake import Lake, open
     from tableformat.reader import Selection
 
@@ -41,16 +48,20 @@ _EXPORTS = {
     "ConfigError": "seqlake.errors",
     "SchemaError": "seqlake.errors",
     "SetupError": "seqlake.errors",
-    "SqlError": "jobs.sql",
+    "SqlError": "seqlake.errors",
+    "CorruptFileError": "seqlake.errors",
+    "RunsChanged": "seqlake.errors",
 }
 
 __all__ = [
     "Capture",
     "Config",
     "ConfigError",
+    "CorruptFileError",
     "Lake",
     "ReconstructionResult",
     "Request",
+    "RunsChanged",
     "SchemaError",
     "Selection",
     "SeqlakeError",

@@ -6,6 +6,7 @@ database, so a table committed by either engine is visible to the other.
 
 from __future__ import annotations
 
+import logging
 import shutil
 import sqlite3
 from contextlib import closing, suppress
@@ -22,6 +23,8 @@ from seqlake.errors import SchemaError, SetupError
 from seqlake.storage import S3Settings, check_access, is_s3
 from seqlake.uris import masked_uri
 from tableformat.page_checksums import enable_iceberg_page_checksums
+
+log = logging.getLogger(__name__)
 
 
 def _use_wal(sqlite_uri: str) -> None:
@@ -57,6 +60,7 @@ def open_catalog(config: Config) -> SqlCatalog:
             check_access(config.warehouse_uri())
             properties = S3Settings.from_env().pyiceberg_properties()
         object_storage_for(on_s3)  # a local warehouse opened after an S3 one switches S3 off again
+        log.debug("opening the catalog %s (warehouse %s)", masked_uri(uri), config.warehouse_uri())
         catalog = SqlCatalog(config.warehouse.catalog_name, uri=uri, warehouse=config.warehouse_uri(), **properties)
         with suppress(NamespaceAlreadyExistsError):
             catalog.create_namespace(config.warehouse.namespace)
@@ -94,13 +98,45 @@ def purge_tables(config: Config, names: tuple[str, ...]) -> None:
             shutil.rmtree(location.removeprefix("file://"), ignore_errors=True)
 
 
+def check_warehouse(config: Config, looking_for: str | None = None) -> None:
+    """A SetupError if the configured SQLite catalog (by default in the warehouse folder) does not
+    exist: opening it would create an empty catalog there, and every table would then "not exist". A
+    shared catalog database (PostgreSQL, ...) is asked as it is: it knows its tables."""
+    uri = config.catalog_uri()
+    if not uri.startswith("sqlite:///") or Path(uri[len("sqlite:///") :]).is_file():
+        return
+    if config.warehouse_uri().startswith("file://") and not config.warehouse_path().is_dir():
+        missing = f"no warehouse at {config.warehouse_path()}"
+    else:
+        missing = f"no catalog at {uri[len('sqlite:///') :]}"
+    what = f": {looking_for} does not exist" if looking_for else ""
+    raise SetupError(
+        f"{missing}{what} (run `seqlake demo`, or point SEQLAKE_WAREHOUSE or warehouse.path at a warehouse)"
+    )
+
+
 def load_existing_table(config: Config, table: str) -> Table:
-    """Load `namespace.table`, or fail with a SchemaError that says which catalog was searched."""
-    catalog = open_catalog(config)
+    """Load `namespace.table`, or fail with a SchemaError that says which catalog was searched (a
+    SetupError, creating nothing, when the warehouse itself is not there)."""
     identifier = table_identifier(config, table)
+    check_warehouse(config, f"table {identifier}")
+    catalog = open_catalog(config)
     if not catalog.table_exists(identifier):
         raise SchemaError(f"table {identifier} does not exist in the catalog at {masked_uri(config.catalog_uri())}")
     from tableformat.registry import check_matches_config  # tableformat depends on seqlake, not back
 
     # A table bucketed by user must be read and written with its own bucket count.
     return check_matches_config(catalog.load_table(identifier), config, check_schema=False)
+
+
+def load_history_table(config: Config, table: str) -> Table:
+    """The named table, if it is a seqlake history table; a one-line SchemaError otherwise."""
+    from tableformat.registry import FORMAT_PROPERTY
+
+    loaded = load_existing_table(config, table)
+    if FORMAT_PROPERTY not in loaded.metadata.properties:
+        raise SchemaError(
+            f"table {'.'.join(loaded.name())} is not a seqlake history table (no {FORMAT_PROPERTY} property); "
+            "history tables: history, or one written by seqlake compact"
+        )
+    return loaded

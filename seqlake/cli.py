@@ -1,40 +1,69 @@
-"""The `seqlake` command line: one subcommand per job, each with its own --help."""
+"""The `seqlake` command line: one click group, one command per job (`jobs/*.py`), each with --help.
+
+Commands load on first use: `seqlake --help` imports no job, engine or configuration code. Exit
+status: 0 when the command did its work, 1 when it failed (a missing table, a corrupt file, a failed
+check), 2 for a usage error (an unknown command or option, a bad option value). Every error is one
+line on stderr, `seqlake COMMAND: error: ...`; SEQLAKE_DEBUG=1 shows the traceback instead.
+"""
 
 from __future__ import annotations
 
-import argparse
 import difflib
 import importlib
 import os
 import sys
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from pathlib import Path
+from collections.abc import Callable, Sequence
+from typing import Any
 
-from seqlake.cli_args import ArgumentParser
+import click
+
+from seqlake.cli_options import Settings, common_options
 from seqlake.errors import SeqlakeError, SetupError
 
 DEBUG_ENV = "SEQLAKE_DEBUG"
-ENV_CONFIG = "SEQLAKE_CONFIG"  # seqlake.config.ENV_CONFIG; not imported: `seqlake --help` loads no pydantic
-ENV_PROFILE = "SEQLAKE_PROFILE"  # seqlake.config.ENV_PROFILE
-
+CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 120}
+PIPED_HELP_WIDTH = 120
 
 # Top-level modules of the optional extras (pyproject.toml) and the extra that installs each.
 EXTRAS = {"pyspark": "spark", "delta": "spark", "rocksdict": "sst", "matplotlib": "notebook", "nbclient": "notebook"}
 
+# name -> (module[:attribute] defining the click command, one-line summary for `seqlake --help`).
+COMMANDS: dict[str, tuple[str, str]] = {
+    "init": ("jobs.init", "write a starter configuration (seqlake.yaml) and import mapping examples to edit"),
+    "demo": ("jobs.demo", "run the main job end to end on a warehouse of its own and print its report"),
+    "generate": ("jobs.generate", "write a deterministic synthetic event stream (raw source records)"),
+    "import": ("jobs.import_events", "import your own event files (Parquet, CSV, JSON Lines) via a mapping"),
+    "ingest": ("jobs.ingest", "ingest the raw source into the landing tier (Delta), quarantining bad records"),
+    "compact": ("jobs.compact", "publish closed windows as sorted runs of the history table; merge runs"),
+    "history": ("jobs.history", "print one user's history (feature groups, columns, time range, Top-K, LSN)"),
+    "sql": ("jobs.sql", "DuckDB SQL over the warehouse with seqlake's views and macros loaded (sql/)"),
+    "tables": ("jobs.inspect:tables", "list the warehouse's tables: format, rows, files, size, snapshot"),
+    "describe": ("jobs.inspect:describe", "a table's schema, partitioning, properties and current snapshot"),
+    "runs": ("jobs.inspect:runs", "the live sorted runs of a history table: id, kind, windows, files, rows"),
+    "files": ("jobs.inspect:files", "the data files of a history table (or of one run), with rows and sizes"),
+    "maintain": ("jobs.maintain", "expire snapshots, remove orphan files, vacuum landing, drop old detail"),
+    "forget": ("jobs.forget", "remove every row of some users from every table, one commit per table"),
+    "migrate": ("jobs.migrate", "apply the configuration's columns (added, widened, retired) to the tables"),
+    "fsck": ("jobs.fsck", "check every invariant of the history table's files and runs"),
+    "drop-run": ("jobs.drop_run", "remove a damaged run from a history table so its windows can be rebuilt"),
+    "samples": ("jobs.samples", "rebuild training samples from pointers, verified (versioned late materialization)"),
+    "backfill": (
+        "jobs.backfill",
+        "sequences for any labelled table as of each row's time (event time or arrival), with a leakage report",
+    ),
+    "export-sst": ("jobs.export_sst", "export a sorted run as RocksDB SST files for bulk loading"),
+    "storage": ("jobs.storage", "S3 bucket chores: create, list, empty (settings from the AWS_* variables)"),
+    "bench-layout": ("jobs.bench_layout", "measure candidate file layouts side by side (ratios to the default)"),
+    "bench-ingest": ("jobs.bench_ingest", "measure ingest cost for users with 0 and 10^5 prior events (ratio)"),
+    "bench-reads": ("jobs.bench_reads", "measure multi-user reads and the read cache side by side (ratios)"),
+    "bench-compact": ("jobs.bench_compact", "measure catch-up compaction cost against the number of windows"),
+    "bench-merge": ("jobs.bench_merge", "measure write amplification of run merges over many windows (ratios)"),
+    "bench-peers": ("jobs.bench_peers", "measure point lookups against RocksDB, DuckDB and Arrow IPC (ratios)"),
+    "bench-samples": ("jobs.bench_samples", "measure training samples from pointers against fat-row reads"),
+}
 
-def _job(module: str) -> Callable[[list[str]], int]:
-    # Jobs import their engines lazily: `seqlake --help` stays fast.
-    def run(argv: list[str]) -> int:
-        try:
-            return importlib.import_module(module).main(argv)
-        except ModuleNotFoundError as error:  # an optional dependency: say which extra installs it
-            raise _missing_extra(error) from None
 
-    return run
-
-
-def _missing_extra(error: ModuleNotFoundError) -> Exception:
+def missing_extra(error: ModuleNotFoundError) -> Exception:
     """A SetupError naming the extra to install when an optional dependency is missing."""
     top = (error.name or "").split(".")[0]
     if top not in EXTRAS:
@@ -42,156 +71,186 @@ def _missing_extra(error: ModuleNotFoundError) -> Exception:
     return SetupError(f"this command needs {top}: pip install 'seqlake[{EXTRAS[top]}]'")
 
 
-COMMANDS: dict[str, tuple[Callable[[list[str]], int], str]] = {
-    "init": (_job("jobs.init"), "write a starter configuration (seqlake.yaml) and import mapping examples to edit"),
-    "demo": (
-        _job("jobs.demo"),
-        "run the main job end to end on the configured warehouse and print its report",
-    ),
-    "generate": (_job("jobs.generate"), "write a deterministic synthetic event stream (raw source records)"),
-    "import": (_job("jobs.import_events"), "import your own event files (Parquet, CSV, JSON Lines) via a mapping"),
-    "ingest": (_job("jobs.ingest"), "ingest the raw source into the landing tier (Delta), quarantining bad records"),
-    "compact": (_job("jobs.compact"), "publish closed windows as sorted runs of the history table; merge runs"),
-    "history": (_job("jobs.history"), "print one user's history (feature groups, columns, time range, Top-K, LSN)"),
-    "sql": (_job("jobs.sql"), "DuckDB SQL over the warehouse with seqlake's views and macros loaded (sql/)"),
-    "maintain": (_job("jobs.maintain"), "expire snapshots, remove orphan files, vacuum landing, drop old detail"),
-    "forget": (_job("jobs.forget"), "remove every row of some users from every table, one commit per table"),
-    "migrate": (_job("jobs.migrate"), "apply the configuration's columns (added, widened, retired) to the tables"),
-    "fsck": (_job("jobs.fsck"), "check every invariant of the history table's files and runs"),
-    "drop-run": (_job("jobs.drop_run"), "remove a damaged run from a history table so its windows can be rebuilt"),
-    "bench-layout": (_job("jobs.bench_layout"), "measure candidate file layouts side by side (ratios to the default)"),
-    "bench-ingest": (_job("jobs.bench_ingest"), "measure ingest cost for users with 0 and 10^5 prior events (ratio)"),
-    "bench-reads": (_job("jobs.bench_reads"), "measure multi-user reads and the read cache side by side (ratios)"),
-    "bench-compact": (_job("jobs.bench_compact"), "measure catch-up compaction cost against the number of windows"),
-    "bench-merge": (_job("jobs.bench_merge"), "measure write amplification of run merges over many windows (ratios)"),
-    "bench-peers": (_job("jobs.bench_peers"), "measure point lookups against RocksDB, DuckDB and Arrow IPC (ratios)"),
-    "bench-samples": (_job("jobs.bench_samples"), "measure training samples from pointers against fat-row reads"),
-    "samples": (
-        _job("jobs.samples"),
-        "rebuild training samples from pointers, verified (versioned late materialization)",
-    ),
-    "backfill": (
-        _job("jobs.backfill"),
-        "sequences for any labelled table as of each row's time (event time or arrival), with a leakage report",
-    ),
-    "export-sst": (_job("jobs.export_sst"), "export a sorted run as RocksDB SST files for bulk loading"),
-    "storage": (_job("seqlake.storage"), "S3 bucket chores: create, list, empty (settings from the AWS_* variables)"),
-}
-
-
-def build_parser() -> argparse.ArgumentParser:
-    width = max(len(name) for name in COMMANDS)
-    lines = "\n".join(f"  {name:<{width}}  {help_}" for name, (_, help_) in COMMANDS.items())
-    parser = ArgumentParser(
-        prog="seqlake",
-        description="seqlake: sorted, compacted, versioned storage for long user-interaction histories.",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog=f"commands:\n{lines}\n\nRun `seqlake COMMAND --help` for a command's options.",
-        usage="seqlake [-h] [--version] [--config FILE] [--profile NAME] COMMAND [ARGS...]",
-    )
-    # For the help text: main() reads these itself, before the command.
-    parser.add_argument("--version", action="store_true", help="print the version and exit")
-    parser.add_argument(
-        "--config",
-        metavar="FILE",
-        help=f"configuration YAML for the command (else ${ENV_CONFIG}, ./seqlake.yaml, or the packaged default)",
-    )
-    parser.add_argument(
-        "--profile",
-        metavar="NAME",
-        help=f"where it runs: local, s3 or cluster (conf/profiles/; else ${ENV_PROFILE}); laid over the configuration",
-    )
-    return parser
-
-
-def _global_options(argv: list[str], parser: argparse.ArgumentParser) -> tuple[dict[str, str], list[str]]:
-    """`--config FILE` and `--profile NAME` (or `--option=value`) before the command; the rest of argv
-    from the command on."""
-    found: dict[str, str] = {}
-    while argv and argv[0].partition("=")[0] in ("--config", "--profile"):
-        option, sep, value = argv[0].partition("=")
-        if not sep:
-            if len(argv) < 2 or argv[1].startswith("-"):
-                parser.error(f"{option} needs a {'file' if option == '--config' else 'name'}")
-            value, argv = argv[1], argv[2:]
-        else:
-            argv = argv[1:]
-        found[option] = value
-    return found, argv
-
-
-def _unknown(command: str) -> str:
-    close = difflib.get_close_matches(command, COMMANDS, n=1)
-    if close:
-        return f"unknown command {command!r} (did you mean {close[0]!r}?)"
-    return f"unknown command {command!r} (choose from {', '.join(COMMANDS)})"
-
-
-def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    parser = build_parser()
-    options, argv = _global_options(argv, parser)
-    if not argv or argv[0] in ("-h", "--help"):
-        parser.print_help()
-        return 0 if argv else 2
-    if argv[0] == "--version":
-        from seqlake import __version__
-
-        print(f"seqlake {__version__}")
-        return 0
-    command, rest = argv[0], argv[1:]
-    if command not in COMMANDS:
-        parser.error(_unknown(command))
-    with _config_for_command(options.get("--config"), options.get("--profile")):
-        return _run(command, rest)
-
-
-@contextmanager
-def _config_for_command(config: str | None, profile: str | None) -> Iterator[None]:
-    # Every job loads its configuration with load_config, which reads $SEQLAKE_CONFIG when the job's
-    # own --config is not given, and $SEQLAKE_PROFILE: the global options reach all of them through
-    # these variables, and a job's own --config wins.
-    settings = {ENV_CONFIG: str(Path(config).absolute()) if config else None, ENV_PROFILE: profile}
-    before = {name: os.environ.get(name) for name in settings}
-    for name, value in settings.items():
-        if value is not None:
-            os.environ[name] = value
+def load_command(name: str) -> click.Command:
+    """The click command `name` (imports its job module)."""
+    module_name, _, attribute = COMMANDS[name][0].partition(":")
     try:
-        yield
-    finally:
-        for name, value in before.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as error:
+        raise missing_extra(error) from None
+    return getattr(module, attribute or "command")
 
 
-def _run(command: str, rest: list[str]) -> int:
-    try:
-        return COMMANDS[command][0](rest)
-    except SeqlakeError as error:
-        print(f"seqlake {command}: error: {_one_line(str(error))}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print(f"seqlake {command}: interrupted", file=sys.stderr)
-        return 130
-    except BrokenPipeError:
-        sys.stderr.close()
-        return 1
-    except Exception as error:  # not a deliberate error: one line still, the traceback on request
-        if os.environ.get(DEBUG_ENV):
-            raise
-        what = _one_line(str(error)) or "no message"
-        print(
-            f"seqlake {command}: unexpected {type(error).__name__}: {what} (set {DEBUG_ENV}=1 for the traceback)",
-            file=sys.stderr,
-        )
-        return 1
+class LazyGroup(click.Group):
+    """A group whose commands are imported when run (or asked for --help), never to list them."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return list(COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in COMMANDS:
+            return None
+        return load_command(cmd_name)
+
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
+        name = args[0]
+        if name not in COMMANDS:
+            if name.startswith("-"):
+                self.parse_args(ctx, args)  # an unknown global option: click says which
+            close = difflib.get_close_matches(name, COMMANDS, n=1)
+            hint = f"did you mean {close[0]!r}?" if close else f"choose from {', '.join(COMMANDS)}"
+            raise click.UsageError(f"unknown command {name!r} ({hint})", ctx)
+        if isinstance(ctx.obj, Settings):
+            ctx.obj.command = name
+        return name, load_command(name), args[1:]
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        with formatter.section("Commands"):
+            formatter.write_dl([(name, summary) for name, (_, summary) in COMMANDS.items()])
+
+
+def _print_version(ctx: click.Context, param: click.Parameter, value: bool) -> None:
+    if not value or ctx.resilient_parsing:
+        return
+    from seqlake import __version__
+
+    click.echo(f"seqlake {__version__}")
+    ctx.exit(0)
+
+
+@click.group(
+    cls=LazyGroup,
+    context_settings=CONTEXT,
+    epilog="Run `seqlake COMMAND --help` for a command's options. The options above may also follow the command.",
+)
+@click.option(
+    "--version", is_flag=True, expose_value=False, is_eager=True, callback=_print_version, help="Print the version."
+)
+@common_options
+def cli() -> None:
+    """seqlake: sorted, compacted, versioned storage for long user-interaction histories."""
+
+
+# -- running -----------------------------------------------------------------------------------
 
 
 def _one_line(text: str) -> str:
     """A multi-line message (DuckDB's, pyiceberg's) as one line."""
     return " ".join(part.strip() for part in text.splitlines() if part.strip())
+
+
+def _param_name(param: click.Parameter) -> str:
+    if isinstance(param, click.Option):
+        longs = [opt for opt in param.opts if opt.startswith("--")]
+        return (longs or param.opts)[0]
+    return (param.human_readable_name or param.name or "argument").upper()
+
+
+def usage_message(error: click.UsageError) -> str:
+    """A click usage error as one line: `--user: must be an integer >= 0, got -5`."""
+    if isinstance(error, click.BadParameter) and not isinstance(error, click.MissingParameter):
+        if error.param is not None:
+            return f"{_param_name(error.param)}: {_one_line(error.message)}"
+        if isinstance(error.param_hint, str):
+            return f"{error.param_hint}: {_one_line(error.message)}"
+    return _one_line(error.format_message())
+
+
+def _program(error: BaseException | None, fallback: str) -> str:
+    ctx = getattr(error, "ctx", None)
+    return ctx.command_path if isinstance(ctx, click.Context) else fallback
+
+
+def run(command: click.Command, argv: Sequence[str] | None, prog_name: str, *, raise_errors: bool = False) -> int:
+    """Run a click command on `argv` as the command line does; the exit status.
+
+    Errors print one line on stderr (and, with `--output json`, an error document on stdout). With
+    `raise_errors`, seqlake's own errors propagate instead (a job's `main()` called from Python).
+    """
+    from seqlake.progress import stop_all
+
+    state = Settings()
+    args = list(sys.argv[1:] if argv is None else argv)
+
+    def running() -> str:  # the command's name once the group has found it
+        return f"{prog_name} {state.command}" if state.command else prog_name
+
+    try:
+        # Help piped to a file or a test is not cut to 80 columns.
+        width = {} if sys.stdout.isatty() else {"terminal_width": PIPED_HELP_WIDTH}
+        result = command.main(args=args, prog_name=prog_name, standalone_mode=False, obj=state, **width)
+        return result if isinstance(result, int) else 0
+    except click.exceptions.NoArgsIsHelpError as error:
+        error.show()  # `seqlake` alone: the help, on stderr, as a usage error
+        return 2
+    except click.UsageError as error:
+        where = _program(error, running())
+        _fail(state, where, f"{usage_message(error)} (see {where} --help)", "UsageError")
+        if raise_errors:
+            raise SystemExit(2) from None
+        return 2
+    except SeqlakeError as error:
+        if raise_errors or os.environ.get(DEBUG_ENV):
+            raise
+        _fail(state, running(), _one_line(str(error)), type(error).__name__)
+        return 1
+    except click.exceptions.Abort:
+        print(f"{running()}: interrupted", file=sys.stderr)
+        return 130
+    except KeyboardInterrupt:
+        print(f"{running()}: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        sys.stderr.close()
+        return 1
+    except ModuleNotFoundError as error:
+        extra = missing_extra(error)
+        if extra is error or os.environ.get(DEBUG_ENV):
+            raise
+        if raise_errors:
+            raise extra from None
+        _fail(state, running(), str(extra), "SetupError")
+        return 1
+    except Exception as error:  # not a deliberate error: one line still, the traceback on request
+        if os.environ.get(DEBUG_ENV) or raise_errors:
+            raise
+        what = _one_line(str(error)) or "no message"
+        message = f"unexpected {type(error).__name__}: {what} (set {DEBUG_ENV}=1 for the traceback)"
+        _fail(state, running(), message, type(error).__name__)
+        return 1
+    finally:
+        stop_all()
+
+
+def _fail(state: Settings, program: str, message: str, kind: str) -> None:
+    if state.json:
+        from seqlake.output import print_json
+
+        print_json({"ok": False, "error": {"type": kind, "message": message}})
+    print(f"{program}: error: {message}", file=sys.stderr, flush=True)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """`seqlake ARGS...`: the exit status."""
+    return run(cli, argv, "seqlake")
+
+
+def job_main(command: click.Command) -> Callable[[Sequence[str] | None], int]:
+    """A job's `main(argv)`: its command run on `argv`, seqlake's errors raised to the caller, a usage
+    error one line and SystemExit(2)."""
+
+    def main(argv: Sequence[str] | None = None) -> int:
+        return run(command, argv, f"seqlake {command.name}", raise_errors=True)
+
+    main.__doc__ = f"`seqlake {command.name} ARGS...` from Python (errors raised)."
+    return main
+
+
+def script_main(name: str) -> Any:
+    """`python jobs/NAME.py ARGS` and `spark-submit jobs/NAME.py ARGS`: the command `name`, exit status."""
+    sys.exit(main([name, *sys.argv[1:]]))
 
 
 if __name__ == "__main__":

@@ -102,11 +102,17 @@ def rng_for(seed: int, *key: int) -> np.random.Generator:
     return np.random.default_rng(np.random.SeedSequence(seed & _SEED_MASK, spawn_key=key))
 
 
+def pareto_lengths(users: int, min_events: int, alpha: float, cap: int, rng: np.random.Generator) -> np.ndarray:
+    """History lengths: Pareto with tail index `alpha` from `min_events`, capped at `cap`. The one
+    length distribution of every synthetic data set (the event stream, benchmarks, tests)."""
+    u = 1.0 - rng.random(users)  # in (0, 1]
+    lengths = np.floor(min_events * u ** (-1.0 / alpha))
+    return np.minimum(lengths, cap).astype(np.int64)
+
+
 def sample_history_lengths(spec: GeneratorSpec) -> np.ndarray:
     """Events per user: Pareto(length_alpha) from min_events, capped; heavy users get the cap."""
-    u = 1.0 - rng_for(spec.seed, 0).random(spec.users)  # in (0, 1]
-    lengths = np.floor(spec.min_events * u ** (-1.0 / spec.length_alpha))
-    lengths = np.minimum(lengths, spec.max_events).astype(np.int64)
+    lengths = pareto_lengths(spec.users, spec.min_events, spec.length_alpha, spec.max_events, rng_for(spec.seed, 0))
     lengths[: spec.heavy_users] = spec.max_events
     return lengths
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 from seqlake.config import Config, load_config
-from seqlake.errors import SchemaError, SetupError
+from seqlake.errors import SchemaError
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -309,15 +309,12 @@ class Lake:
     # -- tables --------------------------------------------------------------------------------------
 
     def _check_warehouse(self) -> None:
-        # Opening the catalog of a folder that does not exist would create an empty warehouse there.
-        uri = self.config.warehouse_uri()
-        if uri.startswith("file://") and not self.config.warehouse_path().is_dir():
-            raise SetupError(
-                f"no warehouse at {self.config.warehouse_path()} (run `seqlake demo`, or check the configuration)"
-            )
+        from seqlake.catalog import check_warehouse
+
+        check_warehouse(self.config)
 
     def _table(self, name: str) -> Table:
-        from jobs.history import load_history_table
+        from seqlake.catalog import load_history_table
 
         self._check_warehouse()
         return load_history_table(self.config, name)

@@ -31,23 +31,12 @@ class Report:
         with fs.open_output_stream(name) as out:
             out.write(text.encode())
 
-    def render(self) -> str:
-        lines = [self.title, "=" * len(self.title)]
+    def print(self) -> None:
+        """The report for people: its title, then each section's facts as a table (rich)."""
+        from seqlake.output import console, facts_table
+
+        out = console()
+        out.print(self.title, style="bold")
         for name, facts in self.sections.items():
-            lines.append(f"\n[{name}]")
-            width = max((len(k) for k in facts), default=0)
-            for key, value in facts.items():
-                lines.append(f"  {key.ljust(width)}  {_format(value)}")
-        return "\n".join(lines)
-
-
-def _format(value: Any) -> str:
-    if isinstance(value, bool):
-        return "yes" if value else "NO"
-    if isinstance(value, int):
-        return f"{value:,}"
-    if isinstance(value, float):
-        return f"{value:,.3f}"
-    if isinstance(value, dict):
-        return ", ".join(f"{k}={_format(v)}" for k, v in value.items()) or "-"
-    return str(value)
+            out.print()
+            out.print(facts_table(facts, title=f"[{name}]"))

@@ -6,6 +6,7 @@ at start, so it runs on machines without network access.
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from pathlib import Path
@@ -14,7 +15,10 @@ from urllib.parse import urlsplit
 
 from seqlake.config import Config
 from seqlake.errors import ConfigError, SetupError
+from seqlake.logs import spark_log_level
 from seqlake.uris import masked_uri
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -201,8 +205,9 @@ def spark_session(config: Config, app_name: str = "seqlake", master: str | None 
     settings = session_settings(settings, submitted)
     for key, value in settings.items():
         builder = builder.config(key, value)
+    log.debug("starting Spark (%s) for %s", settings.get("spark.master", submitted.get("spark.master")), app_name)
     session = builder.getOrCreate()
-    session.sparkContext.setLogLevel("ERROR")
+    session.sparkContext.setLogLevel(spark_log_level())  # what the user chose (--log-level), WARN by default
     return session
 
 
@@ -234,19 +239,21 @@ def pack_code(target: Path) -> Path:
 def main(argv: list[str] | None = None) -> None:
     """`python -m seqlake.spark_session --jars [--s3]` prints the value of spark-submit's --jars;
     `--py-files ZIP` writes seqlake's code for spark-submit's --py-files."""
-    import argparse
+    import click
 
-    parser = argparse.ArgumentParser(prog="python -m seqlake.spark_session")
-    action = parser.add_mutually_exclusive_group(required=True)
-    action.add_argument("--jars", action="store_true", help="print the value of spark-submit --jars")
-    action.add_argument("--py-files", metavar="ZIP", type=Path, help="write seqlake's code as a zip for --py-files")
-    parser.add_argument("--s3", action="store_true", help="with --jars: add the S3 jars (for s3:// warehouses)")
-    args = parser.parse_args(argv)
-    if args.py_files:
-        print(pack_code(args.py_files))
-        return
-    jars = spark_jars() + (s3_jars() if args.s3 else [])
-    print(",".join(str(jar) for jar in jars))
+    @click.command(context_settings={"help_option_names": ["-h", "--help"]})
+    @click.option("--jars", is_flag=True, help="Print the value of spark-submit --jars.")
+    @click.option("--s3", is_flag=True, help="With --jars: add the S3 jars (for s3:// warehouses).")
+    @click.option("--py-files", metavar="ZIP", type=click.Path(path_type=Path), help="Write seqlake's code as a zip.")
+    def helper(jars: bool, s3: bool, py_files: Path | None) -> None:
+        if jars == (py_files is not None):
+            raise click.UsageError("give one of --jars and --py-files")
+        if py_files is not None:
+            click.echo(pack_code(py_files))
+            return
+        click.echo(",".join(str(jar) for jar in spark_jars() + (s3_jars() if s3 else [])))
+
+    helper.main(args=argv, prog_name="python -m seqlake.spark_session")
 
 
 if __name__ == "__main__":

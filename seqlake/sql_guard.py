@@ -14,7 +14,7 @@ from pathlib import Path
 
 import duckdb
 
-from seqlake.errors import SeqlakeError
+from seqlake.errors import ReadOnlyError
 
 _Type = duckdb.StatementType
 # Statement kinds that act on the session's own in-memory objects only (or are refused by DuckDB's
@@ -46,10 +46,6 @@ SAFE = frozenset(
 WRITES_FILES = frozenset({_Type.COPY, _Type.EXPORT})
 # Functions that write files wherever DuckDB may read (file logging takes a storage path).
 WRITING_FUNCTIONS = frozenset({"enable_logging"})
-
-
-class ReadOnlyError(SeqlakeError):
-    """A statement would write, attach or load something the read-only analyst session does not allow."""
 
 
 def _tokens(query: str) -> list[tuple[str, duckdb.token_type]]:

@@ -12,14 +12,13 @@ pyiceberg's FileIO gets them as `s3.*` catalog properties, seqlake's reader and 
 S3FileSystem, DuckDB as a secret of its httpfs extension. Secrets are never printed: errors name the
 setting, not its value.
 
-`python -m seqlake.storage create|list|empty BUCKET` does the bucket chores with boto3.
+`seqlake storage create|list|empty BUCKET` (jobs/storage.py) does the bucket chores with boto3.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import sys
 from dataclasses import dataclass
 from functools import cache
 from urllib.parse import urlsplit
@@ -155,7 +154,7 @@ def _checked(settings: S3Settings, bucket: str) -> None:
         if code in ("404", "NoSuchBucket"):
             raise SetupError(
                 f"bucket s3://{bucket} does not exist at {settings.endpoint or 'AWS'}: "
-                f"create it (python -m seqlake.storage create {bucket}) or check AWS_ENDPOINT_URL"
+                f"create it (seqlake storage create {bucket}) or check AWS_ENDPOINT_URL"
             ) from None
         raise SetupError(f"s3://{bucket}: {code or error}") from None
     except BotoCoreError as error:
@@ -201,28 +200,7 @@ def empty_bucket(bucket: str, prefix: str = "", settings: S3Settings | None = No
     return len(keys)
 
 
-def main(argv: list[str] | None = None) -> int:
-    from seqlake.cli_args import ArgumentParser
-
-    parser = ArgumentParser(prog="seqlake storage", description="S3 bucket chores (settings: AWS_* variables)")
-    parser.add_argument("action", choices=["create", "list", "empty"])
-    parser.add_argument("bucket")
-    parser.add_argument("--prefix", default="", help="list or empty only the objects under this prefix")
-    args = parser.parse_args(argv)
-    try:
-        if args.action == "create":
-            create_bucket(args.bucket)
-            print(f"bucket s3://{args.bucket} ready")
-        elif args.action == "list":
-            for key, size in list_objects(args.bucket, args.prefix):
-                print(f"{size:>12} s3://{args.bucket}/{key}")
-        else:
-            print(f"deleted {empty_bucket(args.bucket, args.prefix)} objects from s3://{args.bucket}/{args.prefix}")
-    except Exception as error:  # boto3's errors: one line, never a credential
-        print(f"seqlake storage: {type(error).__name__}: {error}", file=sys.stderr)
-        return 1
-    return 0
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    from seqlake.cli import script_main
+
+    script_main("storage")

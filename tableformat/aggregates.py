@@ -40,7 +40,7 @@ def history_stats(reader: HistoryReader, user_id: int, selection: Selection | No
     rest = segments.take(~known)
     if len(rest):
         keys = Selection(**{**selection.__dict__, "columns": ("event_ts",), "newest_first": False})
-        empty = reader.empty(["event_ts"])
+        empty = lambda: reader.empty(["event_ts"])  # noqa: E731
         times = read_segments(reader.read_groups, entries, {user: rest}, keys, ["event_ts"], empty)[user]
         if times.num_rows:
             count += times.num_rows

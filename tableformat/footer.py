@@ -86,11 +86,16 @@ def layout_digest_of(meta) -> str:
     names = [meta.schema.column(i).name for i in range(meta.num_columns)]
     digest = LayoutDigest(names)
     index = {name: i for i, name in enumerate(names)}
+    types = {name: meta.schema.column(index[name]).physical_type for name in digest._columns}
     for g in range(meta.num_row_groups):
         group = meta.row_group(g)
         bounds = []
         for name in digest._columns:
-            stats = group.column(index[name]).statistics
+            chunk = group.column(index[name])
+            # pyarrow aborts the process when it builds statistics of a chunk whose type is damaged
+            if chunk.physical_type != types[name]:
+                raise ValueError(f"corrupt metadata: row group {g} column {name} is {chunk.physical_type}")
+            stats = chunk.statistics
             has = stats is not None and stats.has_min_max
             bounds.append((stats.min_raw, stats.max_raw) if has else (None, None))
         digest.add(group.num_rows, bounds)

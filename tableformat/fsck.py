@@ -21,23 +21,16 @@ import pyarrow.parquet as pq
 from pyiceberg.manifest import DataFile
 from pyiceberg.table import Table
 
-from seqlake.errors import SeqlakeError
+from seqlake.errors import CorruptFileError, FsckError, UnsortedInputError
+from seqlake.progress import Progress
 from tableformat.bucketing import bucket_of
 from tableformat.checksum import ContentChecksum
 from tableformat.footer import FileFacts, layout_digest_of
 from tableformat.io import read_footer
 from tableformat.registry import FORMAT_PROPERTY, GROUPS_PROPERTY, live_runs, run_id_of_path
 from tableformat.schema import FORMAT_VERSION, KEY_COLUMNS, STORAGE_ORDER
-from tableformat.verified import DAMAGE, CorruptFileError, describe, open_verified, verified_file
-from tableformat.writer import KeyOrder, UnsortedInputError, open_output
-
-
-class FsckError(SeqlakeError):
-    """Invariants are broken; the message lists every finding (file or table, invariant, what is wrong)."""
-
-    def __init__(self, findings: list[Finding]) -> None:
-        super().__init__("\n".join(str(f) for f in findings))
-        self.findings = findings
+from tableformat.verified import DAMAGE, describe, open_verified, verified_file
+from tableformat.writer import KeyOrder, open_output
 
 
 @dataclass(frozen=True)
@@ -208,8 +201,9 @@ def fsck_table(table: Table, full: bool = True) -> FsckReport:
     return report
 
 
-def check_table(table: Table, full: bool = True) -> FsckReport:
-    """Check every invariant of the table and every live file; the report lists what is broken."""
+def check_table(table: Table, full: bool = True, progress: Progress | None = None) -> FsckReport:
+    """Check every invariant of the table and every live file; the report lists what is broken.
+    `progress` counts the files checked (of all live files), their rows and bytes."""
     found = _Findings()
     name = ".".join(table.name())
     if table.metadata.properties.get(FORMAT_PROPERTY) != FORMAT_VERSION:
@@ -229,6 +223,8 @@ def check_table(table: Table, full: bool = True) -> FsckReport:
     rows_per_run: dict[str, int] = defaultdict(int)
     users_per_run: dict[str, list[tuple[int, int, int, str]]] = defaultdict(list)
     files = rows = size = 0
+    if progress is not None:
+        progress.set_total(len(tasks))
     for task in tasks:
         data_file = task.file
         run = run_id_of_path(data_file.file_path)
@@ -243,6 +239,8 @@ def check_table(table: Table, full: bool = True) -> FsckReport:
         rows += count
         if facts is not None and facts.row_count and facts.key_min:
             users_per_run[run].append((facts.bucket, facts.key_min[0], facts.key_max[0], data_file.file_path))
+        if progress is not None:
+            progress.add(rows=count, nbytes=data_file.file_size_in_bytes, steps=1)
     for run, spans in users_per_run.items():
         spans.sort()
         for (b1, _, hi1, p1), (b2, lo2, _, p2) in itertools.pairwise(spans):

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import io
 import threading
-from collections import OrderedDict
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -14,6 +13,8 @@ from dataclasses import field as dataclass_field
 import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
+from cachetools import LRUCache
+from pyarrow._parquet import ParquetReader  # the reader without ParquetFile's per-open Python set-up
 
 
 @dataclass
@@ -137,12 +138,12 @@ def is_local(uri: str) -> bool:
 
 
 class FooterCache:
-    """A bounded LRU of parsed Parquet footers: a reader that looks up many users in the same file
-    parses its footer once. Files are immutable, so an entry never goes stale."""
+    """A bounded LRU of parsed Parquet footers (cachetools): a reader that looks up many users in the
+    same file parses its footer once. Files are immutable, so an entry never goes stale."""
 
     def __init__(self, capacity: int = 1024) -> None:
         self.capacity = capacity
-        self._entries: OrderedDict[str, pq.FileMetaData] = OrderedDict()
+        self._entries: LRUCache[str, pq.FileMetaData] = LRUCache(maxsize=capacity)
         self._lock = threading.Lock()
         self.hits = self.misses = 0
 
@@ -153,15 +154,11 @@ class FooterCache:
                 self.misses += 1
                 return None
             self.hits += 1
-            self._entries.move_to_end(uri)
             return meta
 
     def put(self, uri: str, meta: pq.FileMetaData) -> None:
         with self._lock:
             self._entries[uri] = meta
-            self._entries.move_to_end(uri)
-            while len(self._entries) > self.capacity:
-                self._entries.popitem(last=False)
 
 
 def read_footer(handle: pa.NativeFile) -> pq.FileMetaData:
@@ -221,24 +218,36 @@ def open_parquet(
     )
 
 
+class _IdleFiles(LRUCache):
+    """uri -> idle (handle, ParquetFile) pairs; the pairs of an evicted file are kept to be closed."""
+
+    def __init__(self, maxsize: int) -> None:
+        super().__init__(maxsize=maxsize)
+        self.evicted: list[tuple[pa.NativeFile, pq.ParquetFile]] = []
+
+    def popitem(self):
+        uri, pairs = super().popitem()
+        self.evicted += pairs
+        return uri, pairs
+
+
 class OpenFiles:
     """Opened data files kept between lookups: per file, idle (handle, ParquetFile) pairs, LRU-bounded
-    by files. Opening a file and building pyarrow's reader (its schema manifest, the dictionary
-    columns) costs about as much as decoding a 10K-event lookup's two columns, and files are
+    by files (cachetools). Opening a file and building pyarrow's reader (its schema manifest, the
+    dictionary columns) costs about as much as decoding a 10K-event lookup's two columns, and files are
     immutable, so a reader keeps them. A pair is used by one thread at a time (checked out, then
     returned); at most `per_file` idle pairs are kept per file, so threads reading one file each
     get their own."""
 
     def __init__(self, capacity: int = 64, per_file: int = 4) -> None:
         self.capacity, self.per_file = capacity, per_file
-        self._idle: OrderedDict[str, list[tuple[pa.NativeFile, pq.ParquetFile]]] = OrderedDict()
+        self._idle = _IdleFiles(capacity)
         self._lock = threading.Lock()
 
     def take(self, fs, uri: str, meta: pq.FileMetaData) -> tuple[pa.NativeFile, pq.ParquetFile]:
         with self._lock:
-            idle = self._idle.get(uri)
+            idle = self._idle.get(uri)  # a hit is the most recently used file now
             if idle:
-                self._idle.move_to_end(uri)
                 return idle.pop()
         handle = fs.open_input_file(uri)
         try:
@@ -249,49 +258,61 @@ class OpenFiles:
             raise
 
     def give_back(self, uri: str, opened: tuple[pa.NativeFile, pq.ParquetFile]) -> None:
+        if not (self.capacity and self.per_file):  # keeps nothing: a one-off read's files
+            opened[0].close()
+            return
         with self._lock:
-            idle = self._idle.setdefault(uri, [])
-            self._idle.move_to_end(uri)
+            idle = self._idle.get(uri)
+            if idle is None:
+                idle = self._idle[uri] = []  # may evict the least recently used file
             if len(idle) < self.per_file:
                 idle.append(opened)
                 opened = None
-            evicted = []
-            while len(self._idle) > self.capacity:
-                evicted += self._idle.popitem(last=False)[1]
+            evicted, self._idle.evicted = self._idle.evicted, []
         for handle, _ in evicted + ([opened] if opened is not None else []):
             handle.close()
 
-    @contextmanager
-    def opened(self, fs, uri: str, meta: pq.FileMetaData) -> Iterator[tuple[pa.NativeFile, pq.ParquetFile]]:
-        """A file's (handle, ParquetFile) for the block; damage met while reading is raised as
+    def opened(self, fs, uri: str, meta: pq.FileMetaData) -> _Opened:
+        """A file's (handle, ParquetFile) for a `with` block; damage met while reading is raised as
         CorruptFileError (`tableformat.verified`), and a pair that failed is not kept."""
-        from tableformat.verified import DAMAGE, CorruptFileError, describe, table_of
-
-        try:
-            pair = self.take(fs, uri, meta)
-        except CorruptFileError:
-            raise
-        except DAMAGE as error:
-            raise CorruptFileError(table_of(uri), uri, describe(error)) from error
-        try:
-            yield pair
-        except CorruptFileError:
-            pair[0].close()
-            raise
-        except DAMAGE as error:
-            pair[0].close()
-            raise CorruptFileError(table_of(uri), uri, describe(error)) from error
-        except BaseException:
-            pair[0].close()
-            raise
-        self.give_back(uri, pair)
+        return _Opened(self, fs, uri, meta)
 
     def clear(self) -> None:
         with self._lock:
-            idle, self._idle = list(self._idle.values()), OrderedDict()
+            idle, self._idle = [*self._idle.values(), self._idle.evicted], _IdleFiles(self.capacity)
         for pairs in idle:
             for handle, _ in pairs:
                 handle.close()
+
+
+class _Opened:
+    """`OpenFiles.opened`: a class, not a generator, as it runs on every lookup."""
+
+    __slots__ = ("files", "fs", "uri", "meta", "pair")
+
+    def __init__(self, files: OpenFiles, fs, uri: str, meta: pq.FileMetaData) -> None:
+        self.files, self.fs, self.uri, self.meta = files, fs, uri, meta
+
+    def __enter__(self) -> tuple[pa.NativeFile, pq.ParquetFile]:
+        from tableformat.verified import DAMAGE, CorruptFileError, describe, table_of
+
+        try:
+            self.pair = self.files.take(self.fs, self.uri, self.meta)
+        except CorruptFileError:
+            raise
+        except DAMAGE as error:
+            raise CorruptFileError(table_of(self.uri), self.uri, describe(error)) from error
+        return self.pair
+
+    def __exit__(self, kind, error, traceback) -> None:
+        if kind is None:
+            self.files.give_back(self.uri, self.pair)
+            return
+        self.pair[0].close()
+        from tableformat.verified import DAMAGE, CorruptFileError, describe, table_of
+
+        if isinstance(error, DAMAGE) and not isinstance(error, CorruptFileError):
+            raise CorruptFileError(table_of(self.uri), self.uri, describe(error)) from error
 
 
 def _is_string(kind: pa.DataType) -> bool:
@@ -310,17 +331,19 @@ def read_row_groups(
     to the caller."""
     files = files if files is not None else OpenFiles(capacity=0, per_file=0)
     with files.opened(fs, uri, meta) as (_, parquet):
-        return dictionaries_decoded(parquet.read_row_groups(groups, columns=columns, use_threads=False))
+        indices = [parquet.reader.column_name_idx(c) for c in columns]  # ParquetFile's own lookup, no Python wrapper
+        return dictionaries_decoded(parquet.reader.read_row_groups(groups, column_indices=indices, use_threads=False))
 
 
 def dictionaries_decoded(table: pa.Table) -> pa.Table:
     """`table` with its dictionary-typed columns as plain values. Parquet decodes a dictionary-encoded
     string chunk into dictionary indices cheaply, and Arrow's take builds the strings faster than
     pyarrow's per-value string building (about 8% of a 15-column lookup, `seqlake bench-peers`)."""
-    for i, field in enumerate(table.schema):
-        if pa.types.is_dictionary(field.type):
+    schema = table.schema
+    for i, kind in enumerate(schema.types):
+        if isinstance(kind, pa.DictionaryType):
             values = [chunk.dictionary_decode() for chunk in table.column(i).chunks]
-            plain = field.with_type(field.type.value_type)
+            plain = schema.field(i).with_type(kind.value_type)
             table = table.set_column(i, plain, pa.chunked_array(values, plain.type))
     return table
 
@@ -332,7 +355,7 @@ def read_byte_ranges(
     opened file of `files` when given (with the file's footer `meta`), else in one open."""
     if files is not None and meta is not None:
         with files.opened(fs, uri, meta) as (handle, _):
-            return [_read_at(handle, offset, length) for offset, length in ranges]
+            return [handle.read_at(length, offset) for offset, length in ranges]
     from tableformat.verified import verified_file
 
     with verified_file(fs, uri) as handle:
@@ -340,10 +363,19 @@ def read_byte_ranges(
 
 
 def _read_at(handle, offset: int, length: int) -> bytes:
-    handle.seek(offset)
-    return handle.read(length)
+    return handle.read_at(length, offset)
 
 
-def decode_parquet(data: bytes) -> pa.Table:
-    """All rows of a small Parquet file held in memory."""
-    return open_parquet(pa.BufferReader(data)).read_row_group(0, use_threads=False)
+def decode_pages(data: bytes, meta: pq.FileMetaData, strings: list[int] | None = None) -> pa.Table:
+    """The rows of a small Parquet file held in memory whose footer `meta` is already parsed (the
+    pages `tableformat.page_reader` cuts out of column chunks), every page's CRC checked; the columns
+    at `strings` are read as dictionary indices."""
+    reader = ParquetReader()
+    reader.open(
+        pa.BufferReader(data),
+        metadata=meta,
+        pre_buffer=False,
+        page_checksum_verification=_verify,
+        read_dictionary=strings,
+    )
+    return reader.read_row_group(0, column_indices=range(meta.num_columns), use_threads=False)

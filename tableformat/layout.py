@@ -20,9 +20,15 @@ class LayoutPolicy:
     packed_row_group_rows: int = 16_384
     # A very long history is cut into row groups of at most this many rows (Top-K reads the last).
     max_row_group_rows: int = 65_536
-    compression: str = "zstd"
-    compression_level: int = 3
+    # Codec of the float, string and user_id columns (LZ4_RAW: no decompression context to set up per
+    # page, unlike zstd). Integer and boolean columns are bit-packed by their encoding and stored with
+    # `packed_compression` (SPEC.md, "Encodings").
+    compression: str = "lz4"
+    compression_level: int = 3  # for codecs with levels (zstd)
+    packed_compression: str = "none"
     data_page_size: int = 64 * 1024
+    # Pages hold at most this many rows, so a Top-K decodes at most this many rows per column.
+    max_rows_per_page: int | None = 16_384
     bloom_filter_fpp: float = 0.01
 
     def __post_init__(self) -> None:
@@ -32,12 +38,14 @@ class LayoutPolicy:
             raise ValueError("need 0 < dedicated_user_rows <= max_row_group_rows")
         if self.packed_row_group_rows > self.max_row_group_rows:
             raise ValueError("packed_row_group_rows may not exceed max_row_group_rows")
+        if self.max_rows_per_page is not None and self.max_rows_per_page < 1:
+            raise ValueError(f"max_rows_per_page must be >= 1, got {self.max_rows_per_page}")
 
 
 DEFAULT_POLICY = LayoutPolicy()
 
-# Monotonic within a user: delta encoding stores them in a few bits per row.
-DELTA_COLUMNS = ("event_ts", "lsn", "min_lsn")
+# Dictionary-encoded: the user key (a run per user) and every string column.
+DICTIONARY_KEYS = ("user_id",)
 # Only keys get min/max statistics: they are what readers prune on, and skipping the rest keeps the
 # footer (read by every lookup) small.
 STATISTICS_COLUMNS = ("user_id", "feature_group", "event_ts", "lsn", "window_id")
@@ -47,16 +55,15 @@ def parquet_writer_options(schema: pa.Schema, policy: LayoutPolicy, expected_use
     """Keyword arguments for pyarrow.parquet.ParquetWriter implementing the policy."""
     import pyarrow.parquet as pq
 
-    # Dictionaries for strings and the user key only. Integer attributes (item, author, session ids,
-    # durations) are high-cardinality: their dictionary page (up to a row group's distinct values)
-    # must be decoded whole to read any page, so a Top-K paid for it on every lookup. Plain pages
-    # under zstd are as small or smaller and decode as fast in full (SPEC.md, "Encodings").
-    dictionary = [f.name for f in schema if f.name not in DELTA_COLUMNS and pa.types.is_string(f.type)]
-    return {
-        "compression": policy.compression,
-        "compression_level": policy.compression_level,
-        "use_dictionary": dictionary + ["user_id"],
-        "column_encoding": {name: "DELTA_BINARY_PACKED" for name in DELTA_COLUMNS if name in schema.names},
+    encodings = column_encodings(schema)
+    dictionary = [name for name, encoding in encodings.items() if encoding == "RLE_DICTIONARY"]
+    packed = {name for name, encoding in encodings.items() if encoding in ("DELTA_BINARY_PACKED", "PLAIN")}
+    codecs = {f.name: policy.packed_compression if f.name in packed else policy.compression for f in schema}
+    levels = {name: policy.compression_level for name, codec in codecs.items() if _has_levels(codec)}
+    options = {
+        "compression": codecs,
+        "use_dictionary": dictionary,
+        "column_encoding": {n: e for n, e in encodings.items() if e not in ("RLE_DICTIONARY", "PLAIN")},
         "write_statistics": [c for c in STATISTICS_COLUMNS if c in schema.names],
         "write_page_index": True,
         "data_page_size": policy.data_page_size,
@@ -64,3 +71,37 @@ def parquet_writer_options(schema: pa.Schema, policy: LayoutPolicy, expected_use
         "bloom_filter_options": {"user_id": {"ndv": max(1024, expected_users), "fpp": policy.bloom_filter_fpp}},
         "store_schema": False,  # the Parquet schema (with field ids) is enough; keeps footers small
     }
+    if levels:
+        options["compression_level"] = levels
+    if policy.max_rows_per_page is not None:
+        options["max_rows_per_page"] = policy.max_rows_per_page
+    return options
+
+
+def column_encodings(schema: pa.Schema) -> dict[str, str]:
+    """Each column's Parquet encoding (SPEC.md, "Encodings"):
+
+    - integers and timestamps, except the user key: DELTA_BINARY_PACKED. Sequence keys are monotonic
+      within a user (a few bits a row); attribute ids and counts are bit-packed at their range's
+      width, which decodes several times faster than plain values under a codec and, on uniform ids,
+      takes less space. Their dictionary would hold most of a row group's values and would have to
+      be decoded whole before any page (a Top-K's);
+    - strings and `user_id`: dictionary (falling back to plain);
+    - floats: BYTE_STREAM_SPLIT, so the codec finds the redundancy of their exponent bytes;
+    - booleans: plain (one bit a value)."""
+    out = {}
+    for f in schema:
+        kind = f.type
+        if f.name in DICTIONARY_KEYS or pa.types.is_string(kind) or pa.types.is_large_string(kind):
+            out[f.name] = "RLE_DICTIONARY"
+        elif pa.types.is_integer(kind) or pa.types.is_timestamp(kind):
+            out[f.name] = "DELTA_BINARY_PACKED"
+        elif pa.types.is_floating(kind):
+            out[f.name] = "BYTE_STREAM_SPLIT"
+        else:
+            out[f.name] = "PLAIN"
+    return out
+
+
+def _has_levels(codec: str) -> bool:
+    return codec.lower() in ("zstd", "gzip", "brotli")

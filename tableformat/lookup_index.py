@@ -20,9 +20,10 @@ cached or not):
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from typing import TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -41,6 +42,7 @@ USERS_REMEMBERED = 8192  # users whose segments an index keeps (a few KiB each)
 _MASK_CELLS = 1 << 22  # files x users compared at once when assigning users to files
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
+T = TypeVar("T")
 # (uri, row groups ascending, columns) -> the groups' rows, in group order.
 ReadGroups = Callable[[str, list[int], list[str]], pa.Table]
 
@@ -357,6 +359,7 @@ class LookupIndex:
         self._entries = {uri: e for uri, e in (entries or {}).items() if uri in live}
         self._users: dict[int, tuple[list[FileEntry], Segments]] = {}
         self._plans: dict[tuple, tuple[list[FileEntry], Segments]] = {}  # (user, selection bounds) -> plan
+        self._derived: dict[Hashable, object] = {}  # what readers derive from a hot user's plan
         self._lock = threading.Lock()
 
     def entry(self, uri: str) -> FileEntry:
@@ -381,7 +384,10 @@ class LookupIndex:
     ) -> tuple[list[FileEntry], dict[int, Segments]]:
         """The files that hold any of the users' selected rows (plan order) and each user's selected
         segments (`file` refers to the position in that list)."""
-        ids = list(dict.fromkeys(int(u) for u in user_ids))
+        if isinstance(user_ids, list | tuple) and len(user_ids) == 1:
+            ids = [int(user_ids[0])]
+        else:
+            ids = list(dict.fromkeys(int(u) for u in user_ids))
         if len(ids) == 1:  # a hot user's repeated lookup: its plan is remembered, not recomputed
             key = (
                 ids[0],
@@ -428,6 +434,18 @@ class LookupIndex:
                 segments = Segments(**{**segments.__dict__, "file": renumber[segments.file]})
             found[user] = select_segments(segments, selection)
         return entries, found
+
+    def derived(self, key: Hashable, build: Callable[[], T]) -> T:
+        """A reader's value derived from this snapshot's plans (a hot user's read program), built once
+        per key and kept, at most USERS_REMEMBERED of them, with the snapshot."""
+        found = self._derived.get(key)
+        if found is None:
+            found = build()
+            with self._lock:
+                if len(self._derived) >= USERS_REMEMBERED:
+                    self._derived.pop(next(iter(self._derived)))
+                self._derived[key] = found
+        return found
 
     def user_segments(self, user: int, read_groups: ReadGroups) -> tuple[list[FileEntry], Segments]:
         """One user's files and all its segments, remembered for the next lookups of hot users."""

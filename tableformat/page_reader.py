@@ -3,21 +3,21 @@
 pyarrow decodes whole column chunks; its Python API exposes neither the offset index nor row ranges.
 For a Top-K of a long history, which needs the last K rows of a row group of up to 65,536, this
 module reads the offset index (page locations and first rows) of the asked columns, then only the
-pages that hold the rows (plus the dictionary page), and has pyarrow decode them as a one-column
-Parquet file whose footer is the original column chunk's metadata narrowed to those pages. Pages are
+pages that hold the rows (plus the dictionary page), and has pyarrow decode them as a small Parquet
+file whose footer is the original column chunks' metadata narrowed to those pages (one file for all
+the columns whose pages cover the same rows, which the 16,384-row page cap makes the rule). Pages are
 self-contained (their levels and values start at the page), so the decoded rows are exactly the
-original ones; the caller slices the asked range out of the pages' rows.
+original ones, each page's checksum checked as pyarrow decodes it; the caller slices the asked range
+out of the pages' rows.
 
-Fixed-width columns without nulls in PLAIN pages (the history's integer and float columns) skip that
-machinery once their Arrow field is known: each page's CRC is checked, its body decompressed and its
-values taken as they are (`plain_values`); anything else (a dictionary page, another encoding, a null,
-another codec) goes through pyarrow.
+A hot user's Top-K asks for the same pages again: the byte ranges and the parsed narrowed footer are
+planned once per row range and kept (a few hundred bytes each), so a repeated Top-K costs one read of
+each column's pages and one decoding call.
 """
 
 from __future__ import annotations
 
 import threading
-import zlib
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -28,12 +28,11 @@ from tableformat import thrift_compact as tc
 
 # [(offset, length)] -> the bytes of each range, read in one open of the file.
 ReadRanges = Callable[[list[tuple[int, int]]], list[bytes]]
-# The decoder of a one-column Parquet file held in memory (tableformat.io.decode_parquet).
-Decode = Callable[[bytes], pa.Table]
-FOOTERS_KEPT = 4096  # narrowed footers a file keeps (a few hundred bytes each)
-_WIDTH = {1: 4, 2: 8, 4: 4, 5: 8}  # Parquet physical type (INT32, INT64, FLOAT, DOUBLE) -> bytes a value
-_DTYPE = {1: "<i4", 2: "<i8", 4: "<f4", 5: "<f8"}
-_CODECS = {0: None, 6: "zstd"}  # UNCOMPRESSED, ZSTD
+# (small Parquet file held in memory, its parsed footer, the columns to read as dictionary indices)
+# -> its rows (tableformat.io.decode_pages).
+Decode = Callable[[bytes, pq.FileMetaData, list[int]], pa.Table]
+FOOTERS_KEPT = 4096  # page plans a file keeps, each with its narrowed footer (a few hundred bytes)
+_BINARY = 6  # Parquet physical type BYTE_ARRAY: strings, read as dictionary indices and expanded once
 
 
 class PagedFile:
@@ -51,24 +50,27 @@ class PagedFile:
         self.leaves = leaves
         self.column = {tc.get(e, 4).decode(): i for i, e in enumerate(leaves)}
         self.row_groups = tc.get(self.fields, 4)[1]
+        self.metadata = meta.metadata  # the key-value metadata, which rows read whole carry too
+        self._rows = [tc.get(group, 3) for group in self.row_groups]
         orders = tc.get(self.fields, 7)
         self.orders = orders[1] if orders is not None else None
         self.pages_read = 0  # data pages handed to the decoder, for tests and benchmarks
-        self.plain_pages_read = 0  # of those, pages whose values were taken as stored (`plain_values`)
         self._locations: dict[tuple[int, int], tuple[np.ndarray, np.ndarray, np.ndarray] | None] = {}
-        self._footers: dict[tuple[int, int, int, int], bytes] = {}  # (rg, column, first row, end row)
-        self._fields: dict[int, pa.Field] = {}  # column -> its Arrow field, as pyarrow decoded it once
+        self._plans: dict[tuple, tuple | None] = {}  # (rg, first row, end row, columns) -> `_plan`
         self._lock = threading.Lock()
 
     def chunk(self, rg: int, column: int) -> tc.Fields:
         return tc.get(self.row_groups[rg], 1)[1][column]
 
     def num_rows(self, rg: int) -> int:
-        return tc.get(self.row_groups[rg], 3)
+        return self._rows[rg]
 
     def locations(self, rg: int, columns: Sequence[int], read: ReadRanges) -> list:
         """(page offsets, compressed sizes, first rows) of each column's pages in row group `rg`; None
         for a column without an offset index. Read once, in one call for the missing columns."""
+        known = self._locations
+        if all((rg, c) in known for c in columns):  # a hot user's row group: no lock, no reads
+            return [known[rg, c] for c in columns]
         with self._lock:
             missing = [c for c in columns if (rg, c) not in self._locations]
         ranges, asked = [], []
@@ -95,151 +97,120 @@ class PagedFile:
     ) -> pa.Table | None:
         """Rows [low, high) of row group `rg` with columns `names`, decoding only the pages that hold
         them; None when the file has no usable page index (then read the row group whole)."""
+        key = (rg, low, high, tuple(names))
+        plan = self._plans.get(key)
+        if plan is None:
+            plan = self._plan(rg, low, high, names, read)
+            with self._lock:
+                if len(self._plans) >= FOOTERS_KEPT:
+                    self._plans.pop(next(iter(self._plans)))
+                self._plans[key] = plan
+        if not plan:
+            return None
+        ranges, files, pages = plan
+        blobs = read(ranges)
+        with self._lock:
+            self.pages_read += pages
+        if len(files) == 1 and not files[0][3]:  # one file, no strings: its rows are the answer
+            _, _, meta, _, offset = files[0]
+            return decode(b"".join([b"PAR1", *blobs]), meta, None).slice(offset, high - low)
+        arrays: list = [None] * len(names)
+        fields: list = [None] * len(names)
+        at = 0
+        for outputs, count, meta, strings, offset in files:
+            # One small Parquet file per set of columns whose pages cover the same rows (usually all).
+            data = b"".join([b"PAR1", *blobs[at : at + count]])
+            at += count
+            decoded = decode(data, meta, strings).slice(offset, high - low)
+            for i, position in enumerate(outputs):
+                field, values = decoded.schema.field(i), decoded.column(i)
+                if i in strings:  # only the asked rows' strings are built
+                    field = field.with_type(field.type.value_type)
+                    values = pa.chunked_array([chunk.dictionary_decode() for chunk in values.chunks], field.type)
+                arrays[position], fields[position] = values, field
+        return pa.Table.from_arrays(arrays, schema=pa.schema(fields, metadata=self.metadata))
+
+    def _plan(self, rg: int, low: int, high: int, names: Sequence[str], read: ReadRanges) -> tuple | None:
+        """The byte ranges to read for rows [low, high) and how to decode them: columns whose pages
+        cover the same rows go into one narrowed file. A hot user's Top-K asks for the same rows again,
+        so the plan is kept. None without a usable page index."""
         if not self.flat or not 0 <= low <= high <= self.num_rows(rg):
             return None
         columns = [self.column[n] for n in names]
         locations = self.locations(rg, columns, read)
         if any(loc is None or not len(loc[0]) for loc in locations):
             return None
-        ranges, plans = [], []
-        for column, (offsets, sizes, first) in zip(columns, locations, strict=True):
-            meta = tc.get(self.chunk(rg, column), 3)
-            p = max(0, int(np.searchsorted(first, low, "right")) - 1)
-            q = max(p, int(np.searchsorted(first, high, "left")) - 1)
+        by_rows: dict[tuple[int, int], list] = {}  # (first row, end row) -> the columns' pages
+        pages = 0
+        for position, (column, (offsets, sizes, first)) in enumerate(zip(columns, locations, strict=True)):
+            p = max(0, int(first.searchsorted(low, "right")) - 1)
+            q = max(p, int(first.searchsorted(high, "left")) - 1)
             start_row = int(first[p])
             end_row = int(first[q + 1]) if q + 1 < len(first) else self.num_rows(rg)
-            dictionary = tc.get(meta, 11)
-            has_dictionary = dictionary is not None and dictionary < offsets[0]
-            if has_dictionary:
-                ranges.append((int(dictionary), int(offsets[0] - dictionary)))
-            ranges.append((int(offsets[p]), int(offsets[q] + sizes[q] - offsets[p])))
-            plans.append((column, meta, has_dictionary, start_row, end_row, q - p + 1))
-        blobs = iter(read(ranges))
-        arrays, fields = [], []
-        for column, meta, has_dictionary, start_row, end_row, pages in plans:
-            dictionary = next(blobs) if has_dictionary else b""
-            data = next(blobs)
-            field = self._fields.get(column)
-            values = None if has_dictionary or field is None else self.plain_values(column, meta, data)
-            if values is not None and len(values) == end_row - start_row:
-                arrays.append(pa.Array.from_buffers(field.type, len(values), [None, pa.py_buffer(values)]))
-                arrays[-1] = arrays[-1].slice(low - start_row, high - low)
-                fields.append(field)
-                with self._lock:
-                    self.pages_read += pages
-                    self.plain_pages_read += pages
-                continue
-            key = (rg, column, start_row, end_row)
-            with self._lock:
-                footer = self._footers.get(key)
-            if footer is None:  # the same pages are asked again for a hot user's Top-K
-                footer = self._footer(column, meta, len(dictionary), len(data), end_row - start_row)
-                with self._lock:
-                    if len(self._footers) >= FOOTERS_KEPT:
-                        self._footers.pop(next(iter(self._footers)))
-                    self._footers[key] = footer
-            table = decode(b"".join([b"PAR1", dictionary, data, footer]))
-            arrays.append(table.column(0).slice(low - start_row, high - low))
-            fields.append(table.schema.field(0))
-            if _plain_type(table.schema.field(0).type, tc.get(meta, 1)):
-                with self._lock:
-                    self._fields.setdefault(column, table.schema.field(0))
-            with self._lock:
-                self.pages_read += pages
-        return pa.Table.from_arrays(arrays, schema=pa.schema(fields))
+            dictionary = self._dictionary_offset(rg, column, int(offsets[0]))
+            data = (int(offsets[p]), int(offsets[q] + sizes[q] - offsets[p]))
+            by_rows.setdefault((start_row, end_row), []).append((position, column, dictionary, int(offsets[0]), data))
+            pages += q - p + 1
+        ranges, files = [], []
+        for (start_row, end_row), chosen in by_rows.items():
+            parts, strings, first_range = [], [], len(ranges)
+            for i, (_, column, dictionary, first_page, data) in enumerate(chosen):
+                dictionary_size = 0 if dictionary is None else first_page - dictionary
+                if dictionary is not None:
+                    ranges.append((dictionary, dictionary_size))
+                    if tc.get(tc.get(self.chunk(rg, column), 3), 1) == _BINARY:
+                        strings.append(i)
+                ranges.append(data)
+                parts.append((column, dictionary_size, data[1]))
+            footer = self._footer(rg, parts, end_row - start_row)
+            meta = pq.read_metadata(pa.BufferReader(b"PAR1" + footer))
+            outputs = [position for position, *_ in chosen]
+            files.append((outputs, len(ranges) - first_range, meta, strings, low - start_row))
+        return ranges, files, pages
 
-    def plain_values(self, column: int, meta: tc.Fields, data: bytes) -> np.ndarray | None:
-        """The values of consecutive data pages of a fixed-width column, when every page is a v1
-        PLAIN page without nulls; None otherwise (then pyarrow decodes them). Each page's CRC is
-        checked first (a mismatch raises, as pyarrow's check does)."""
-        physical, codec = tc.get(meta, 1), tc.get(meta, 4)
-        if physical not in _WIDTH or codec not in _CODECS:
-            return None
-        optional = tc.get(self.leaves[column], 3) == 1
-        view, position, parts = memoryview(data), 0, []
-        while position < len(data):
-            header, body = tc.decode(view, position)
-            size = tc.get(header, 3)
-            page = view[body : body + size]
-            position = body + size
-            if tc.get(header, 1) != 0 or size is None or len(page) != size:
-                return None
-            crc = tc.get(header, 4)
-            if crc is not None and zlib.crc32(page) != crc & 0xFFFFFFFF:
-                raise OSError("CRC checksum verification failed for a data page (page_reader)")
-            values, encoding = tc.get(tc.get(header, 5), 1), tc.get(tc.get(header, 5), 2)
-            if encoding != 0:
-                return None
-            raw = memoryview(_decompress(page, codec, tc.get(header, 2)))
-            if optional:  # definition levels: all present is one RLE run of `values` ones
-                length = int.from_bytes(raw[:4], "little")
-                levels = tc._Reader(raw[4 : 4 + length])
-                run = levels.varint()
-                if run & 1 or run >> 1 != values or levels.byte() != 1 or levels.position != length:
-                    return None
-                raw = raw[4 + length :]
-            if len(raw) != values * _WIDTH[physical]:
-                return None
-            parts.append(np.frombuffer(raw, _DTYPE[physical]))
-        return parts[0] if len(parts) == 1 else np.concatenate(parts)
+    def _dictionary_offset(self, rg: int, column: int, first_page: int) -> int | None:
+        offset = tc.get(tc.get(self.chunk(rg, column), 3), 11)
+        return offset if offset is not None and offset < first_page else None
 
-    def _footer(self, column: int, meta: tc.Fields, dictionary: int, data: int, rows: int) -> bytes:
-        """The footer (thrift, length, magic) of a Parquet file of one row group and one column chunk
-        made of a dictionary page of `dictionary` bytes (0: none) and data pages of `data` bytes."""
-        data_offset = 4 + dictionary
-        size = dictionary + data
-        chunk_meta = tc.replaced(
-            meta,
-            {
-                5: (tc.I64, rows),  # num_values: flat columns have one value (or null) per row
-                6: (tc.I64, size),
-                7: (tc.I64, size),
-                9: (tc.I64, data_offset),
-                10: None,
-                11: (tc.I64, 4) if dictionary else None,
-                12: None,  # statistics, bloom filter and size statistics describe the whole chunk
-                14: None,
-                15: None,
-                16: None,
-            },
-        )
-        chunk = [[2, tc.I64, 4], [3, tc.STRUCT, chunk_meta]]
-        row_group = [[1, tc.LIST, (tc.STRUCT, [chunk])], [2, tc.I64, size], [3, tc.I64, rows]]
+    def _footer(self, rg: int, parts: list[tuple[int, int, int]], rows: int) -> bytes:
+        """The footer (thrift, length, magic) of a Parquet file of one row group whose column chunks,
+        one per (column, dictionary page bytes (0: none), data page bytes) of `parts`, follow its
+        magic back to back."""
+        chunks, position = [], 4
+        for column, dictionary, data in parts:
+            size = dictionary + data
+            chunk_meta = tc.replaced(
+                tc.get(self.chunk(rg, column), 3),
+                {
+                    5: (tc.I64, rows),  # num_values: flat columns have one value (or null) per row
+                    6: (tc.I64, size),
+                    7: (tc.I64, size),
+                    9: (tc.I64, position + dictionary),
+                    10: None,
+                    11: (tc.I64, position) if dictionary else None,
+                    12: None,  # statistics, bloom filter and size statistics describe the whole chunk
+                    14: None,
+                    15: None,
+                    16: None,
+                },
+            )
+            chunks.append([[2, tc.I64, position], [3, tc.STRUCT, chunk_meta]])
+            position += size
+        row_group = [[1, tc.LIST, (tc.STRUCT, chunks)], [2, tc.I64, position - 4], [3, tc.I64, rows]]
+        leaves = [self.leaves[column] for column, _, _ in parts]
         footer = [
             [1, tc.I32, tc.get(self.fields, 1)],
-            [2, tc.LIST, (tc.STRUCT, [tc.replaced(self.root, {5: (tc.I32, 1)}), self.leaves[column]])],
+            [2, tc.LIST, (tc.STRUCT, [tc.replaced(self.root, {5: (tc.I32, len(parts))}), *leaves])],
             [3, tc.I64, rows],
             [4, tc.LIST, (tc.STRUCT, [row_group])],
         ]
+        metadata = tc.get(self.fields, 5)
+        if metadata is not None:  # the file's key-value metadata: decoded rows carry it as read rows do
+            footer.append([5, tc.LIST, metadata])
         created_by = tc.get(self.fields, 6)
         if created_by is not None:  # readers apply writer-version fixes by it
             footer.append([6, tc.BINARY, created_by])
         if self.orders is not None:
-            footer.append([7, tc.LIST, (tc.STRUCT, [self.orders[column]])])
+            footer.append([7, tc.LIST, (tc.STRUCT, [self.orders[column] for column, _, _ in parts])])
         encoded = tc.encode(footer)
         return encoded + len(encoded).to_bytes(4, "little") + b"PAR1"
-
-
-def _plain_type(kind: pa.DataType, physical: int) -> bool:
-    """Whether an Arrow type is the Parquet physical type's values as stored (no conversion)."""
-    if physical == 1:
-        return kind == pa.int32()
-    if physical == 2:
-        return kind == pa.int64() or (pa.types.is_timestamp(kind) and kind.unit == "us")
-    return kind == (pa.float32() if physical == 4 else pa.float64())
-
-
-_DECOMPRESSORS = threading.local()
-
-
-def _decompress(page: memoryview, codec: int, size: int) -> bytes | memoryview:
-    """A page body decompressed with a per-thread zstd context (reused: creating one per page costs
-    as much as decompressing a small page)."""
-    if _CODECS[codec] is None:
-        return page
-    decompressor = getattr(_DECOMPRESSORS, "zstd", None)
-    if decompressor is None:
-        import zstandard
-
-        decompressor = _DECOMPRESSORS.zstd = zstandard.ZstdDecompressor()
-    return decompressor.decompress(page, max_output_size=size)

@@ -39,7 +39,7 @@ from tableformat.io import (
     FooterCache,
     OpenFiles,
     PlainFileSystem,
-    decode_parquet,
+    decode_pages,
     load_footer,
     read_byte_ranges,
     read_row_groups,
@@ -86,6 +86,8 @@ class HistoryReader:
         self._index: LookupIndex | None = None
         self._empties: dict[tuple, pa.Table] = {}
         self._index_lock = threading.Lock()
+        self._paged: dict[str, tuple] = {}  # uri -> (its PagedFile, how to read its byte ranges)
+        self._wanted: dict[Selection, list[str]] = {}  # checked selections -> the columns they return
 
     def check(self, selection: Selection) -> None:
         """Identifiers from users are checked against the schema, never pasted anywhere."""
@@ -146,25 +148,30 @@ class HistoryReader:
 
     def read_rows(self, uri: str, rg: int, low: int, high: int, columns: list[str]) -> pa.Table | None:
         """Rows [low, high) of one row group, decoded from the pages that hold them (page index)."""
-        entry = self.lookup_index().entry(uri)
-        found = self.projection(uri)
-        stored = columns if found.identity else found.file_columns(columns)
+        projected = self.projection(uri)
+        stored = columns if projected.identity else projected.file_columns(columns)
         if not stored:
             return None  # only columns the file predates: read_groups gives their nulls
+        found = self._paged.get(uri)
+        if found is None:  # files are immutable: a file's pages are read the same way in any snapshot
+            entry = self.lookup_index().entry(uri)
 
-        def read(ranges: list[tuple[int, int]]) -> list[bytes]:
-            return read_byte_ranges(self.fs, uri, ranges, entry.meta, self.files)
+            def read(ranges: list[tuple[int, int]]) -> list[bytes]:
+                return read_byte_ranges(self.fs, uri, ranges, entry.meta, self.files)
 
+            found = self._paged[uri] = (entry.paged(), read)
+            if len(self._paged) > self.files.capacity:
+                self._paged.pop(next(iter(self._paged)))
+        paged, read = found
         try:
-            rows = entry.paged().read_rows(rg, low, high, stored, read, decode_parquet)
+            rows = paged.read_rows(rg, low, high, stored, read, decode_pages)
         except CorruptFileError:
             raise
         except DAMAGE as error:  # a page whose checksum or encoding fails: the file is damaged
             raise CorruptFileError(table_of(uri), uri, describe(error)) from error
-        if rows is None:
-            return None
-        rows = rows.replace_schema_metadata(entry.schema.metadata)
-        return rows if found.identity else found.apply(rows, columns, high - low)
+        if rows is None or projected.identity:
+            return rows
+        return projected.apply(rows, columns, high - low)
 
     def read_user(
         self, user_id: int, columns: Sequence[str] | None = None, selection: Selection | None = None
@@ -178,12 +185,32 @@ class HistoryReader:
     ) -> dict[int, pa.Table]:
         """Each user's selected rows, as `read_user` returns them, keyed in first-given order; one read
         per file for all the users it holds (files in parallel with `max_workers` > 1)."""
-        self.check(selection)
-        wanted = list(dict.fromkeys(selection.columns or self.columns))
-        entries, segments = self.lookup_index().segments(user_ids, selection, self.read_groups)
-        empty = self.empty(wanted)
+        wanted = self._wanted.get(selection)
+        if wanted is None:  # checked once per selection: a hot lookup repeats it
+            self.check(selection)
+            wanted = list(dict.fromkeys(selection.columns or self.columns))
+            if len(self._wanted) >= 1024:
+                self._wanted.pop(next(iter(self._wanted)))
+            self._wanted[selection] = wanted
+        index = self.lookup_index()
+        entries, segments = index.segments(user_ids, selection, self.read_groups)
+        program = None
+        if len(segments) == 1:  # a hot user's repeated lookup: its read program is kept with its plan
+            (user,) = segments
+            program = index.derived(
+                ("reads", user, selection),
+                lambda: plan_reads(entries, segments, selection, wanted, paging=True),
+            )
         return read_segments(
-            self.read_groups, entries, segments, selection, wanted, empty, max_workers, read_rows=self.read_rows
+            self.read_groups,
+            entries,
+            segments,
+            selection,
+            wanted,
+            lambda: self.empty(wanted),
+            max_workers,
+            read_rows=self.read_rows,
+            program=program,
         )
 
     def read_user_in_file(
@@ -195,7 +222,13 @@ class HistoryReader:
         entry = self.lookup_index().entry(uri)
         segments = select_segments(entry.segments(0, user, self.read_groups), selection)
         found = read_segments(
-            self.read_groups, [entry], {user: segments}, selection, wanted, self.empty(wanted), read_rows=self.read_rows
+            self.read_groups,
+            [entry],
+            {user: segments},
+            selection,
+            wanted,
+            lambda: self.empty(wanted),
+            read_rows=self.read_rows,
         )
         return found[user]
 
@@ -232,81 +265,170 @@ def read_segments(
     segments: dict[int, Segments],
     selection: Selection,
     wanted: list[str],
-    empty: pa.Table,
+    empty: Callable[[], pa.Table],
     max_workers: int = 1,
     with_lsn: bool = False,
     read_rows: ReadRows | None = None,
+    program: ReadProgram | None = None,
 ) -> dict[int, pa.Table]:
     """Each user's rows of its segments, cut to the selection and put in sequence order.
 
     Per file, one read of the union of the users' row groups, with the columns wanted plus the keys
     that cutting or merging needs. For a Top-K, a long segment's newest K rows are read by pages
-    (`read_rows`) instead of its whole row group."""
-    merging = {u: needs_merge(s) for u, s in segments.items()}
-
-    def columns_for(user: int, cut_ts: bool = False, cut_lsn: bool = False) -> list[str]:
-        keys = ["event_ts"] if merging[user] or cut_ts else []
-        keys += ["lsn"] if cut_lsn or (with_lsn and merging[user]) else []
-        return list(dict.fromkeys(wanted + keys))
-
+    (`read_rows`) instead of its whole row group. `program` is `plan_reads` of the same arguments,
+    when the caller keeps it (a hot user's)."""
+    if program is None:
+        program = plan_reads(entries, segments, selection, wanted, with_lsn, read_rows is not None)
     paged: dict[tuple[int, int], pa.Table] = {}  # (user, segment) -> its newest rows
-    if read_rows is not None and selection.top_k is not None:
-        k = selection.top_k
-        for user, s in segments.items():
-            for i in np.flatnonzero(s.exact & (s.length - k >= PAGED_SKIP_ROWS)).tolist():
-                end = int(s.start[i] + s.length[i])
-                rows = read_rows(entries[s.file[i]].uri, int(s.rg[i]), end - k, end, columns_for(user))
-                if rows is not None:
-                    paged[user, i] = rows
+    for user, plan in program.users.items():
+        for i, position, rg, low, high in plan.paged:
+            rows = read_rows(entries[position].uri, rg, low, high, plan.paged_columns)
+            if rows is None:  # a file without a usable page index: its row groups are read whole
+                return read_segments(read_groups, entries, segments, selection, wanted, empty, max_workers, with_lsn)
+            paged[user, i] = rows
 
-    groups: list[set[int]] = [set() for _ in entries]
-    need_ts, need_lsn = [False] * len(entries), [False] * len(entries)
-    for user, s in segments.items():  # a handful of segments per user: plain Python is cheapest
-        merge, lsn_for_ties = merging[user], with_lsn and merging[user]
-        for i, (position, rg, cut_ts, cut_lsn) in enumerate(
-            zip(s.file.tolist(), s.rg.tolist(), s.cut_ts.tolist(), s.cut_lsn.tolist(), strict=True)
-        ):
-            if (user, i) in paged:
-                continue
-            groups[position].add(rg)
-            need_ts[position] |= merge or cut_ts
-            need_lsn[position] |= cut_lsn or lsn_for_ties
+    def read(file: FileRead) -> pa.Table:
+        return read_groups(entries[file.position].uri, file.groups, file.columns)
 
-    def read(position: int) -> tuple[pa.Table, dict[int, int]] | None:
-        chosen = sorted(groups[position])
-        keys = (["event_ts"] if need_ts[position] else []) + (["lsn"] if need_lsn[position] else [])
-        table = read_groups(entries[position].uri, chosen, list(dict.fromkeys(wanted + keys)))
-        offsets, offset = {}, 0
-        for rg in chosen:
-            offsets[rg] = offset
-            offset += int(entries[position].rows[rg])
-        return table, offsets
-
-    used = [p for p in range(len(entries)) if groups[p]]
-    if max_workers > 1 and len(used) > 1:
-        found = dict(zip(used, file_pool(max_workers).map(read, used), strict=True))
+    files = program.files
+    if max_workers > 1 and len(files) > 1:
+        tables = list(file_pool(max_workers).map(read, files))
     else:
-        found = {p: read(p) for p in used}
+        tables = [read(f) for f in files]
 
     result: dict[int, pa.Table] = {}
-    for user, s in segments.items():
-        parts = []
-        for i, (f, rg, start, n, ct, cl) in enumerate(
-            zip(s.file, s.rg, s.start, s.length, s.cut_ts, s.cut_lsn, strict=True)
-        ):
-            if (user, i) in paged:
-                parts.append(paged[user, i])
-            else:
-                table, offsets = found[int(f)]
-                parts.append(cut(table, offsets[int(rg)] + int(start), int(n), bool(ct), bool(cl), selection))
-        keep = [i for i, p in enumerate(parts) if p.num_rows]
-        rows = in_sequence([parts[i] for i in keep], s.take(np.asarray(keep, np.int64)) if keep else s, merging[user])
+    for user, plan in program.users.items():
+        if plan.whole >= 0:  # the read is the user's rows, in order: nothing to cut or combine
+            result[user] = shape(tables[plan.whole], wanted, selection, empty)
+            continue
+        parts = [
+            paged[user, i] if table < 0 else cut(tables[table], offset, n, ct, cl, selection)
+            for i, (table, offset, n, ct, cl) in enumerate(plan.slices)
+        ]
+        if len(parts) == 1:
+            rows = parts[0]
+        else:
+            order = [i for i in plan.order if parts[i].num_rows]
+            rows = in_sequence([parts[i] for i in order], plan.merging)
         if rows is None:  # event-time ties across segments: read again with `lsn` to order them
-            again = read_segments(read_groups, entries, {user: s}, selection, wanted, empty, 1, True, read_rows)
+            again = read_segments(
+                read_groups, entries, {user: segments[user]}, selection, wanted, empty, 1, True, read_rows
+            )
             result[user] = again[user]
             continue
         result[user] = shape(rows, wanted, selection, empty)
     return result
+
+
+@dataclass(frozen=True)
+class FileRead:
+    position: int  # the file's place in the lookup's entries
+    groups: list[int]  # row groups read, ascending
+    columns: list[str]  # the wanted columns, then the keys that cutting or merging needs
+
+
+@dataclass(frozen=True)
+class UserRead:
+    # Per segment: (index into the file reads, or -1 for a segment read by pages; first row in that
+    # read; rows; cut by time; cut by LSN).
+    slices: list[tuple[int, int, int, bool, bool]]
+    paged: list[tuple[int, int, int, int, int]]  # (segment, file position, row group, first row, end row)
+    paged_columns: list[str]
+    merging: bool  # the segments' time ranges overlap: merged on the key, else concatenated
+    order: list[int]  # segments by their oldest event time
+    whole: int = -1  # the file read that is exactly the user's rows in sequence order, if one is
+
+
+@dataclass(frozen=True)
+class ReadProgram:
+    """What `read_segments` reads and how it cuts, derived from the segments and the selection alone:
+    built once for a hot user's plan and kept with it (`HistoryReader.read_users`)."""
+
+    files: list[FileRead]
+    users: dict[int, UserRead]
+
+
+def plan_reads(
+    entries: list[FileEntry],
+    segments: dict[int, Segments],
+    selection: Selection,
+    wanted: list[str],
+    with_lsn: bool = False,
+    paging: bool = True,
+) -> ReadProgram:
+    """Which row groups of which files to read with which columns, and which segments of a Top-K to
+    read by pages instead."""
+    k = selection.top_k
+    groups: list[set[int]] = [set() for _ in entries]
+    need_ts, need_lsn = [False] * len(entries), [False] * len(entries)
+    users = {}
+    for user, s in segments.items():  # a handful of segments per user: plain Python is cheapest
+        merge = needs_merge(s)
+        lsn_for_ties = with_lsn and merge
+        by_pages = set()
+        if paging and k is not None:
+            by_pages = set(np.flatnonzero(s.exact & (s.length - k >= PAGED_SKIP_ROWS)).tolist())
+        paged = []
+        rows = list(
+            zip(
+                s.file.tolist(),
+                s.rg.tolist(),
+                s.start.tolist(),
+                s.length.tolist(),
+                s.cut_ts.tolist(),
+                s.cut_lsn.tolist(),
+                strict=True,
+            )
+        )
+        for i, (position, rg, start, n, cut_ts, cut_lsn) in enumerate(rows):
+            if i in by_pages:
+                paged.append((i, position, rg, start + n - k, start + n))
+                continue
+            groups[position].add(rg)
+            need_ts[position] |= merge or cut_ts
+            need_lsn[position] |= cut_lsn or lsn_for_ties
+        keys = (["event_ts"] if merge else []) + (["lsn"] if lsn_for_ties else [])
+        order = np.argsort(s.ts_min, kind="stable").tolist()
+        users[user] = (rows, merge, paged, list(dict.fromkeys(wanted + keys)), order, by_pages)
+
+    files, table_of = [], {}
+    for position in range(len(entries)):
+        if not groups[position]:
+            continue
+        chosen = sorted(groups[position])
+        keys = (["event_ts"] if need_ts[position] else []) + (["lsn"] if need_lsn[position] else [])
+        offsets, offset = {}, 0
+        for rg in chosen:
+            offsets[rg] = offset
+            offset += int(entries[position].rows[rg])
+        table_of[position] = (len(files), offsets)
+        files.append(FileRead(position, chosen, list(dict.fromkeys(wanted + keys))))
+
+    reads = {}
+    for user, (rows, merge, paged, paged_columns, order, by_pages) in users.items():
+        slices = []
+        for i, (position, rg, start, n, cut_ts, cut_lsn) in enumerate(rows):
+            if i in by_pages:
+                slices.append((-1, 0, 0, False, False))
+            else:
+                table, offsets = table_of[position]
+                slices.append((table, offsets[rg] + start, n, cut_ts, cut_lsn))
+        reads[user] = UserRead(slices, paged, paged_columns, merge, order, _whole(slices, order, merge, files, entries))
+    return ReadProgram(files, reads)
+
+
+def _whole(slices: list, order: list[int], merging: bool, files: list[FileRead], entries: list[FileEntry]) -> int:
+    """The file read that is exactly a user's rows in sequence order (its segments whole, uncut, back
+    to back from the read's first row, in time order), or -1."""
+    if merging or not slices or order != list(range(len(slices))):
+        return -1
+    table, expected = slices[0][0], 0
+    for read, offset, n, cut_ts, cut_lsn in slices:
+        if read != table or read < 0 or offset != expected or cut_ts or cut_lsn:
+            return -1
+        expected += n
+    file = files[table]
+    return table if expected == sum(int(entries[file.position].rows[rg]) for rg in file.groups) else -1
 
 
 _POOLS: dict[int, ThreadPoolExecutor] = {}
@@ -326,7 +448,7 @@ def file_pool(workers: int) -> ThreadPoolExecutor:
 def cut(table: pa.Table, offset: int, length: int, cut_ts: bool, cut_lsn: bool, selection: Selection) -> pa.Table:
     """One segment's selected rows: a slice, narrowed by a binary search on its (sorted) event times,
     filtered by LSN, and for Top-K its newest K rows."""
-    rows = table.slice(offset, length)
+    rows = table if offset == 0 and length == table.num_rows else table.slice(offset, length)
     if cut_ts:
         ts = timestamps(rows["event_ts"])
         low = 0 if selection.start is None else int(np.searchsorted(ts, micros(selection.start), "left"))
@@ -347,9 +469,9 @@ def needs_merge(segments: Segments) -> bool:
     return not bool(np.all(segments.ts_max[order][:-1] < segments.ts_min[order][1:]))
 
 
-def in_sequence(parts: list[pa.Table], segments: Segments, merging: bool) -> pa.Table | None:
-    """The parts (each in sequence order) as one table in sequence order; None when event-time ties
-    across parts need `lsn`, which was not read."""
+def in_sequence(parts: list[pa.Table], merging: bool) -> pa.Table | None:
+    """The parts (each in sequence order, given in order of their oldest event) as one table in
+    sequence order; None when event-time ties across parts need `lsn`, which was not read."""
     if not parts:
         return pa.table({})
     if len(parts) == 1:
@@ -359,7 +481,7 @@ def in_sequence(parts: list[pa.Table], segments: Segments, merging: bool) -> pa.
     common = [c for c in parts[0].column_names if all(c in n for n in names)]
     parts = [p.select(common) if p.column_names != common else p for p in parts]
     if not merging:  # disjoint time ranges: concatenate in time order
-        return pa.concat_tables([parts[i] for i in np.argsort(segments.ts_min, kind="stable").tolist()])
+        return pa.concat_tables(parts)
     ts = [timestamps(p["event_ts"]) for p in parts]
     lsn = [p["lsn"].to_numpy() for p in parts] if "lsn" in common else None
     order = merge_order(ts, lsn)
@@ -385,15 +507,15 @@ def merge_order(ts: list[np.ndarray], lsn: list[np.ndarray] | None) -> np.ndarra
     return order
 
 
-def shape(rows: pa.Table, wanted: list[str], selection: Selection, empty: pa.Table) -> pa.Table:
+def shape(rows: pa.Table, wanted: list[str], selection: Selection, empty: Callable[[], pa.Table]) -> pa.Table:
     """Top-K, direction and projection of a user's rows in sequence order."""
     if not rows.num_rows:
-        return empty
-    if selection.top_k is not None:
-        rows = rows.slice(max(0, rows.num_rows - selection.top_k))
+        return empty()
+    if selection.top_k is not None and rows.num_rows > selection.top_k:
+        rows = rows.slice(rows.num_rows - selection.top_k)
     if selection.newest_first:
         rows = rows.take(pa.array(np.arange(rows.num_rows - 1, -1, -1, dtype=np.int64)))
-    return rows.select(wanted)
+    return rows if rows.num_columns == len(wanted) and rows.column_names == wanted else rows.select(wanted)
 
 
 def timestamps(column: pa.ChunkedArray | pa.Array) -> np.ndarray:
@@ -415,7 +537,7 @@ def read_user_from_file(
     wanted = list(dict.fromkeys(list(columns) + list(SEQUENCE_ORDER)))
     segments = select_segments(entry.segments(0, int(user_id), read), selection)
     empty = pa.table({c: pa.array([], entry.schema.field(c).type) for c in wanted})
-    return read_segments(read, [entry], {int(user_id): segments}, selection, wanted, empty)[int(user_id)]
+    return read_segments(read, [entry], {int(user_id): segments}, selection, wanted, lambda: empty)[int(user_id)]
 
 
 def scan_condition(selection: Selection, user_ids: Iterable[int] | None = None) -> BooleanExpression:

@@ -31,7 +31,7 @@ from pyiceberg.transforms import BucketTransform
 from pyiceberg.typedef import Record
 
 from seqlake.config import Config
-from seqlake.errors import SchemaError, SeqlakeError
+from seqlake.errors import RunsChanged, SchemaError, SeqlakeError, WindowsAlreadyPublished
 from tableformat.evolution import (
     COLUMN_TYPES_PROPERTY,
     SchemaDiff,
@@ -49,23 +49,13 @@ from tableformat.schema import (
 )
 from tableformat.writer import WrittenFile, open_output
 
+log = logging.getLogger(__name__)
+
 RUNS_PROPERTY = "seqlake.runs"
 FRONTIER_PROPERTY = "seqlake.frontier"  # highest published LSN per source partition (JSON object)
 FORMAT_PROPERTY = "seqlake.format-version"
 GROUPS_PROPERTY = "seqlake.feature-groups"
 COMMIT_RETRIES = "commit.retry.num-retries"
-
-
-class RunsChanged(SeqlakeError):
-    """A concurrent commit changed the table between our read of its runs and our commit."""
-
-
-class WindowsAlreadyPublished(SeqlakeError):
-    """A run would publish a window that a live run already holds."""
-
-    def __init__(self, table: str, windows: set[int]) -> None:
-        super().__init__(f"windows {sorted(windows)} are already published in {table}")
-        self.windows = windows
 
 
 @dataclass(frozen=True)
@@ -283,6 +273,9 @@ def commit_runs(
                         files.append_data_file(data_file_for(table, item))
     except CommitFailedException as error:
         raise RunsChanged(f"{table.name()} changed while committing runs: {error}") from error
+    log.debug(
+        "%s: committed runs %s (replacing %s)", ".".join(table.name()), properties["seqlake.added-runs"], replaces
+    )
     table.refresh()
     return table.current_snapshot().snapshot_id
 

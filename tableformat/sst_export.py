@@ -42,7 +42,7 @@ from pyiceberg.table import Table
 from rocksdict import DBCompressionType, Options, SstFileWriter
 
 from seqlake.duckdb_session import connect, sql_literal
-from seqlake.errors import SchemaError, SeqlakeError
+from seqlake.errors import SchemaError, SeqlakeError, UnknownRunError
 from seqlake.progress import Progress
 from tableformat.registry import live_runs, run_id_of_path
 from tableformat.schema import KEY_COLUMNS
@@ -60,10 +60,6 @@ _GROUP_END = b"\x00\x01"
 _VALUE_PREFIX = bytes([VALUE_FORMAT_VERSION])
 # One encoder for every value: compact separators, UTF-8 kept as is (smaller than \u escapes).
 _JSON = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
-
-
-class UnknownRunError(SeqlakeError):
-    """The requested sorted run is not live in the table's current snapshot."""
 
 
 # -- keys and values ---------------------------------------------------------------------------
@@ -207,6 +203,8 @@ def export_run_sst(
     if any(t.delete_files for t in tasks):
         raise SeqlakeError(f"run {run_id} has delete files; the SST export does not apply deletes")
     expected_rows = sum(t.file.record_count for t in tasks)
+    if progress is not None:
+        progress.set_total(expected_rows)
     paths = sorted(_local_path(t.file.file_path) for t in tasks)
 
     out = Path(out_dir)

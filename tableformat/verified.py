@@ -24,20 +24,12 @@ from contextlib import contextmanager
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from seqlake.errors import SeqlakeError
+from seqlake.errors import CorruptFileError
 from tableformat.footer import FileFacts, layout_digest_of
 from tableformat.io import read_footer
 
 # Errors pyarrow, the file system and footer parsing raise on damaged bytes (ArrowInvalid is a ValueError).
 DAMAGE = (OSError, EOFError, pa.ArrowException, ValueError, KeyError, IndexError, UnicodeDecodeError, struct.error)
-
-
-class CorruptFileError(SeqlakeError):
-    """A table's data file cannot be read as written: missing, truncated or corrupt. Never rows from it."""
-
-    def __init__(self, table: str, uri: str, problem: str) -> None:
-        super().__init__(f"table {table}: file {uri}: {problem}")
-        self.table, self.uri, self.problem = table, uri, problem
 
 
 def table_of(uri: str) -> str:

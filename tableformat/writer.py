@@ -18,16 +18,12 @@ import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from seqlake.errors import SeqlakeError
+from seqlake.errors import SeqlakeError, UnsortedInputError
 from tableformat.checksum import ContentChecksum
 from tableformat.footer import FileFacts, LayoutDigest
 from tableformat.io import resolve_uri
 from tableformat.layout import DEFAULT_POLICY, LayoutPolicy, parquet_writer_options
 from tableformat.schema import FORMAT_VERSION
-
-
-class UnsortedInputError(SeqlakeError):
-    """Rows reached the writer out of key order (or with a repeated key)."""
 
 
 @dataclass(frozen=True)

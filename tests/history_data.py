@@ -7,45 +7,36 @@ from datetime import UTC, datetime, timedelta
 import numpy as np
 import pyarrow as pa
 
-from benchmarks.synthetic import column_values
+from benchmarks.synthetic import increasing_per_user, pick_groups, synthetic_rows
 from seqlake.config import Config
-from tableformat.bucketing import bucket_of
 from tableformat.layout import LayoutPolicy
-from tableformat.schema import KEY_COLUMNS, history_arrow_schema
+from tableformat.schema import history_arrow_schema
 
 BASE_TS_US = 1_767_571_200_000_000  # 2026-01-05T00:00:00Z
 
 
 def synthetic_history(config: Config, lengths: dict[int, int], seed: int = 1) -> pa.Table:
-    """History rows for users {user_id: rows}, ordered by (bucket, user, group, event_ts, lsn)."""
+    """History rows for users {user_id: rows}, ordered by (bucket, user, group, event_ts, lsn): event
+    times from BASE_TS_US 1-60 s apart, LSNs a few units apart (user-specific bases), hourly windows."""
     rng = np.random.default_rng(seed)
-    schema = history_arrow_schema(config)
-    groups = list(config.feature_groups)
-    parts = []
-    for user, n in lengths.items():
-        group = rng.choice(groups, n, p=[0.8] + [0.2 / (len(groups) - 1)] * (len(groups) - 1))
-        ts = BASE_TS_US + np.cumsum(rng.integers(1_000_000, 60_000_000, n))
-        lsn = np.cumsum(rng.integers(1, 5, n)) + user % 1000 * 1_000_000
-        columns = {
-            "user_id": pa.array(np.full(n, user, dtype=np.int64)),
-            "feature_group": pa.array(group),
-            "event_ts": pa.array(ts, pa.timestamp("us", tz="UTC")),
-            "lsn": pa.array(lsn),
-            "min_lsn": pa.array(lsn - rng.integers(0, 2, n)),
-            "source_partition": pa.array(np.full(n, user % 4, dtype=np.int32)),
-            "event_count": pa.array(rng.integers(1, 4, n).astype(np.int32)),
-            "window_id": pa.array((ts - BASE_TS_US) // 3_600_000_000),
-        }
-        for name, kind in config.column_types().items():
-            values = column_values(kind, n, rng)
-            owners = [g for g, spec in config.feature_groups.items() if name in spec.columns]
-            mask = pa.array(~np.isin(group, owners))
-            columns[name] = pa.compute.if_else(mask, pa.nulls(n, values.type), values)
-        parts.append(pa.table(columns))
-    table = pa.concat_tables(parts)
-    table = table.append_column("_bucket", pa.array(bucket_of(table["user_id"], config.layout.bucket_count)))
-    table = table.sort_by([("_bucket", "ascending")] + [(k, "ascending") for k in KEY_COLUMNS])
-    return table.drop_columns(["_bucket"]).cast(schema)
+    users = np.fromiter(lengths, np.int64)
+    counts = np.fromiter(lengths.values(), np.int64)
+    n = int(counts.sum())
+    user = np.repeat(users, counts)
+    ts = BASE_TS_US + increasing_per_user(counts, rng, 1_000_000, 60_000_000)
+    lsn = increasing_per_user(counts, rng, 1, 5) + user % 1000 * 1_000_000
+    return synthetic_rows(
+        config,
+        user_id=user,
+        feature_group=pick_groups(config, n, rng),
+        event_ts_us=ts,
+        lsn=lsn,
+        min_lsn=lsn - rng.integers(0, 2, n),
+        source_partition=user % 4,
+        event_count=rng.integers(1, 4, n),
+        window_id=(ts - BASE_TS_US) // 3_600_000_000,
+        rng=rng,
+    )
 
 
 def publish_run(table, config: Config, data: pa.Table, run_id: str, batch_rows: int = 4096, policy=None):

@@ -9,12 +9,12 @@ import pyarrow.parquet as pq
 import pytest
 
 from jobs.backfill import main as backfill_main
-from pipelines.compaction import compact_window, history_tables
+from pipelines.compaction import HISTORY, compact_window, history_tables, spark_name
 from pipelines.landing import landing_paths
 from pipelines.training.backfill import write_backfill
 from pipelines.training.materialize import write_arrow_samples
 from pipelines.training.online_view import ViewSnapshot
-from pipelines.training.spark_backfill import write_spark_backfill
+from pipelines.training.spark_backfill import label_candidates, write_label_pointers, write_spark_backfill
 from pipelines.training.tables import samples_table_name, training_table_name
 from seqlake.catalog import load_existing_table
 from tests.test_late_materialization import (
@@ -22,6 +22,7 @@ from tests.test_late_materialization import (
     WINDOW,
     capture_now,
     event,
+    exchanges,
     fresh_lake,
     land,
     minutes,
@@ -93,6 +94,41 @@ def test_arrival_semantics_equal_the_samples_of_captured_requests(spark, lake_co
         assert count == expected.num_rows
         leaks = (2, 4) if as_of == "event-time" else (1, 2)
         assert (report.leaking_rows, report.leaked_events) == leaks
+
+    # The label pointers join history bucket by bucket: event time needs no shuffle at all; arrival
+    # shuffles only the open window rebuilt from detail (partitioned by window), never history.
+    write_label_pointers(config, labels, tenant, "bf_pointers")
+    history = spark_name(config, HISTORY)
+    by_time = label_candidates(spark, config, tenant, "bf_pointers", "event-time")._jdf.queryExecution()
+    assert exchanges(by_time.executedPlan()) == []
+    by_arrival = label_candidates(spark, config, tenant, "bf_pointers", "arrival")._jdf.queryExecution()
+    scans = scans_below_exchanges(by_arrival.executedPlan())
+    of_history = {
+        shuffled: [s for s in found if s.startswith(f"BatchScan {history}[")] for shuffled, found in scans.items()
+    }
+    assert of_history[False] and not of_history[True]
+
+
+def scans_below_exchanges(plan) -> dict[bool, list[str]]:
+    """The batch scans of an executed Spark plan (AQE stages included), by whether a shuffle or
+    broadcast lies between them and the root."""
+    found: dict[bool, list[str]] = {False: [], True: []}
+
+    def walk(node, shuffled: bool) -> None:
+        name = node.getClass().getSimpleName()
+        if name == "AdaptiveSparkPlanExec":
+            return walk(node.executedPlan(), shuffled)
+        shuffled = shuffled or name in ("ShuffleQueryStageExec", "BroadcastQueryStageExec") or "Exchange" in name
+        if name.endswith("QueryStageExec"):
+            return walk(node.plan(), shuffled)
+        if "BatchScan" in name:
+            found[shuffled].append(node.simpleString(1000))
+        children = node.children()
+        for i in range(children.size()):
+            walk(children.apply(i), shuffled)
+
+    walk(plan, False)
+    return found
 
 
 def _config_args(config, tmp_path) -> list[str]:

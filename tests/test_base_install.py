@@ -48,10 +48,10 @@ def test_the_in_process_path_imports_no_extra():
 
 
 def test_a_command_without_its_extra_names_the_extra():
-    # pyspark made unimportable, as in a base install: one line naming the extra, exit 2 (a user error).
+    # pyspark made unimportable, as in a base install: one line naming the extra, exit 1 (a failure, not a usage error).
     code = "import sys; sys.modules['pyspark'] = None\nfrom seqlake.cli import main\nsys.exit(main(['ingest']))\n"
     done = _python(code)
-    assert done.returncode == 2
+    assert done.returncode == 1
     assert done.stderr.strip().splitlines() == [
         "seqlake ingest: error: this command needs pyspark: pip install 'seqlake[spark]'"
     ]

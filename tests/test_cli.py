@@ -33,7 +33,7 @@ def test_bad_config_is_reported_without_traceback(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("feature_groups: {}\nlayout: {bucket_count: -1}\n")
     result = run_cli("generate", "--config", str(bad), "--out", str(tmp_path / "x.parquet"))
-    assert result.returncode == 2
+    assert result.returncode == 1
     assert "layout.bucket_count = -1" in result.stderr
     assert "Traceback" not in result.stderr
 
@@ -68,11 +68,11 @@ def test_history_prints_a_users_selected_rows(tmp_path):
     config = make_config(warehouse)
     publish_run(history_table(config), config, synthetic_history(config, {7: 40, 8: 5}), "w1")
     env = {**os.environ, "SEQLAKE_WAREHOUSE": str(warehouse)}
-    result = run_cli("history", "--user", "7", "--columns", "item_id", "--top-k", "3", "--json", env=env)
+    result = run_cli("history", "--user", "7", "--columns", "item_id", "--top-k", "3", "--output", "json", env=env)
     assert result.returncode == 0, result.stderr
-    rows = [json.loads(line) for line in result.stdout.splitlines()]
-    assert len(rows) == 3 and set(rows[0]) == {"feature_group", "event_ts", "lsn", "item_id"}
+    rows = json.loads(result.stdout)["rows"]
+    assert len(rows) == 3 and set(rows[0]) == {"user_id", "feature_group", "event_ts", "lsn", "item_id"}
     assert [r["event_ts"] for r in rows] == sorted(r["event_ts"] for r in rows)
 
     bad = run_cli("history", "--user", "7", "--fg", "clicks", env=env)
-    assert bad.returncode == 2 and "unknown feature groups ['clicks']" in bad.stderr
+    assert bad.returncode == 1 and "unknown feature groups ['clicks']" in bad.stderr

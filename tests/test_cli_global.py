@@ -40,15 +40,15 @@ def test_python_dash_m_seqlake_is_the_command(tmp_path):
 
 
 def test_config_before_the_command_reaches_the_job(config_file, tmp_path):
-    done = seqlake("--config", str(config_file), "sql", "--quiet", "--json", "--query", COUNT, cwd=tmp_path)
+    done = seqlake("--config", str(config_file), "sql", "--quiet", "--output", "json", "--query", COUNT, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
-    assert json.loads(done.stdout)["n"] == sum(USER_ROWS.values())
-    done = seqlake(f"--config={config_file}", "history", "--user", "33", "--json", cwd=tmp_path)
+    assert json.loads(done.stdout)["results"][0]["rows"] == [{"n": sum(USER_ROWS.values())}]
+    done = seqlake(f"--config={config_file}", "history", "--user", "33", "--output", "json", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
-    assert len(done.stdout.splitlines()) == USER_ROWS[33]
+    assert len(json.loads(done.stdout)["rows"]) == USER_ROWS[33]
     # Without it, the packaged default's warehouse (here: none) is used: the option did the work.
     bare = seqlake("sql", "--quiet", "--query", COUNT, cwd=tmp_path)
-    assert bare.returncode == 2 and f"no warehouse at {tmp_path / 'warehouse'}" in bare.stderr
+    assert bare.returncode == 1 and f"no warehouse at {tmp_path / 'warehouse'}" in bare.stderr
     assert not (tmp_path / "warehouse").exists()
 
 
@@ -59,7 +59,7 @@ def test_the_commands_own_config_wins_and_a_missing_file_is_one_line(config_file
     )
     assert done.returncode == 0, done.stderr
     failed = seqlake("--config", "missing.yaml", "history", "--user", "1", cwd=tmp_path)
-    assert failed.returncode == 2
+    assert failed.returncode == 1
     assert failed.stderr.splitlines() == [
         f"seqlake history: error: cannot read configuration {missing}: No such file or directory"
     ]
@@ -70,18 +70,28 @@ def test_usage_errors_suggest_and_exit_2(tmp_path):
     assert typo.returncode == 2 and "unknown command 'histroy' (did you mean 'history'?)" in typo.stderr
     assert "Traceback" not in typo.stderr
     dangling = seqlake("--config", cwd=tmp_path)
-    assert dangling.returncode == 2 and "--config needs a file" in dangling.stderr
+    assert dangling.returncode == 2 and "Option '--config' requires an argument" in dangling.stderr
 
 
 def test_a_profile_says_where_every_job_runs(config_file, tmp_path):
     # `local` lays nothing over the configuration: the job reads the configured warehouse.
     local = seqlake(
-        "--config", str(config_file), "--profile", "local", "sql", "--quiet", "--json", "--query", COUNT, cwd=tmp_path
+        "--config",
+        str(config_file),
+        "--profile",
+        "local",
+        "sql",
+        "--quiet",
+        "--output",
+        "json",
+        "--query",
+        COUNT,
+        cwd=tmp_path,
     )
     assert local.returncode == 0, local.stderr
-    assert json.loads(local.stdout)["n"] == sum(USER_ROWS.values())
+    assert json.loads(local.stdout)["results"][0]["rows"] == [{"n": sum(USER_ROWS.values())}]
     done = seqlake("--profile=nowhere", "--config", str(config_file), "history", "--user", "1", cwd=tmp_path)
-    assert done.returncode == 2
+    assert done.returncode == 1
     assert done.stderr.splitlines() == [
         "seqlake history: error: unknown profile 'nowhere' ($SEQLAKE_PROFILE); profiles: cluster, local, s3"
     ]

@@ -72,3 +72,15 @@ def test_demo_lands_every_record_and_all_engines_agree(spark, lake_config, tmp_p
         f"retrieval: {served['requests']:,} requests, {served['requests']:,} verified samples, 0 quarantined" in printed
     )
     assert "100.00% equal to the fat-row reference (arrow, lsn)" in printed
+    assert samples_main(["--config", str(config_file), "--tenant", "retrieval", "--output", "json"]) == 0
+    (rebuilt,) = json.loads(capsys.readouterr().out)["tenants"]
+    requests = served["requests"]
+    assert rebuilt | {"bytes_read": 0} == {
+        "tenant": "retrieval",
+        "requests": requests,
+        "samples": requests,
+        "quarantined": 0,
+        "matched": requests,
+        "match_rate": 1.0,
+        "bytes_read": 0,
+    }

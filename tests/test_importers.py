@@ -357,7 +357,7 @@ def test_whole_pipeline_on_both_samples(spark, lake_config: Config, tmp_path: Pa
     from jobs.import_events import main as import_main
     from pipelines.compaction import compact_batch, history_tables, plan_batches
     from pipelines.ingest import ingest_source
-    from pipelines.landing import LandingPaths
+    from pipelines.landing import landing_paths
     from pipelines.publication_check import landing_windows
     from seqlake.catalog import open_catalog, table_identifier
     from tableformat.fsck import fsck_table
@@ -394,8 +394,7 @@ def test_whole_pipeline_on_both_samples(spark, lake_config: Config, tmp_path: Pa
     assert Counter(partitions.to_pylist()) == {0: 862, 1: 100_000}
 
     # 2. ingest: nothing quarantined
-    root = f"{config.warehouse_uri()}/imported_landing"
-    paths = LandingPaths(events=f"{root}/events", quarantine=f"{root}/quarantine")
+    paths = landing_paths(config)  # this namespace's own landing tier: backfills read its arrival times
     ingested = ingest_source(spark, config, "raw_events", paths)
     assert (ingested.batches, ingested.records, ingested.landed) == (2, len(source), len(source))
     assert dict(ingested.quarantined) == {}
@@ -450,9 +449,9 @@ def test_whole_pipeline_on_both_samples(spark, lake_config: Config, tmp_path: Pa
 def backfill_on_samples(config_path, config, history, samples, tmp_path, capsys, measurement) -> None:
     """Label rows from each sample (a CSV of MovieTweetings ratings, a Parquet file of OTTO events)
     backfilled under both semantics; a label's event-time sequence is its user's history rows before
-    ts, newest first up to the tenant's length, as read with pyiceberg. This lake's landing tier is
-    not at the configured place, so frontiers come from publications alone (lower bounds): the
-    leakage printed is an upper bound."""
+    ts, newest first up to the tenant's length, as read with pyiceberg. The landing tier holds every
+    record's arrival time (an import's is its event time), so the leakage report is exact: a history
+    row leaks when its aggregate (per window and item) holds an event after the label's ts."""
     from jobs.backfill import main as backfill_main
     from seqlake.catalog import load_existing_table
 
@@ -474,6 +473,12 @@ def backfill_on_samples(config_path, config, history, samples, tmp_path, capsys,
         ),
         otto_labels,
     )
+    window_ms = config.layout.window_seconds * 1000
+    leakage = {
+        "movies": expected_leakage([(u, ts * 1000) for u, ts, _ in movies], samples["movietweetings"][1], window_ms),
+        "otto": expected_leakage([(s, ts) for s, _, ts, _ in otto], samples["otto"][1], window_ms),
+    }
+    assert leakage["otto"][0] > 0 == leakage["movies"][0]  # OTTO sessions revisit items within the hour
     for name, path, count in (("movies", movie_labels, len(movies)), ("otto", otto_labels, len(otto))):
         for as_of in ("event-time", "arrival"):
             args = ["--config", str(config_path), "--labels", str(path), "--tenant", "retrieval"]
@@ -481,7 +486,9 @@ def backfill_on_samples(config_path, config, history, samples, tmp_path, capsys,
             printed = capsys.readouterr().out
             measurement(f"backfill {name} ({as_of}): " + " / ".join(printed.strip().splitlines()))
             assert f"{count:,} label rows backfilled ({as_of}, arrow)" in printed
-            assert "leakage under event-time semantics" in printed
+            rows, events = leakage[name]
+            assert f"leakage under event-time semantics: {rows:,} of {count:,} label rows" in printed
+            assert f"would receive {events:,} sequence rows that arrived after their ts" in printed
     out = load_existing_table(config, "bf_movies_event_time").scan().to_arrow()
     assert sorted(out["rating"].to_pylist()) == sorted(r for _, _, r in movies)
     label = max(out.to_pylist(), key=lambda row: len(row["seq_item_id"]))
@@ -492,6 +499,22 @@ def backfill_on_samples(config_path, config, history, samples, tmp_path, capsys,
         if r["feature_group"] == "engagement" and r["event_ts"] < label["ts"].replace(tzinfo=UTC)
     )
     assert label["seq_item_id"] == [r[3] for r in before[-100:]] and label["seq_item_id"]
+
+
+def expected_leakage(labels: list[tuple[int, int]], events: dict, window_ms: int, length: int = 100) -> tuple[int, int]:
+    """(label rows, sequence rows) that leak under event-time semantics, from the source events: a
+    label's sequence is its user's newest `length` aggregates (per window and item) first seen before
+    its ts, and one leaks when a later event of it arrived (arrival = event time here) after the ts."""
+    spans: dict[int, dict[tuple[int, int], list[int]]] = defaultdict(dict)
+    for user, item, ms in events:
+        span = spans[user].setdefault((ms // window_ms, item), [ms, ms])
+        span[0], span[1] = min(span[0], ms), max(span[1], ms)
+    leaking_rows = leaked = 0
+    for user, ts in labels:
+        sequence = sorted(first_last for first_last in spans[user].values() if first_last[0] < ts)[-length:]
+        late = sum(last > ts for _, last in sequence)
+        leaking_rows, leaked = leaking_rows + (late > 0), leaked + late
+    return leaking_rows, leaked
 
 
 # -- consuming Delta and Iceberg tables ----------------------------------------------------------------------

@@ -103,14 +103,14 @@ def test_a_window_left_out_of_a_merge_stays_publishable(tmp_path: Path) -> None:
     assert f"closed landing window(s) not published: {H0 + 1}" in broken.stderr
 
     # The newest window is open (no later record yet), and an unknown window holds nothing.
-    refused = seqlake(config, "compact", "--window", str(H0 + 5), expect=2)
+    refused = seqlake(config, "compact", "--window", str(H0 + 5), expect=1)
     assert f"window {H0 + 5} is still open" in refused.stderr and len(refused.stderr.strip().splitlines()) == 1
-    empty = seqlake(config, "compact", "--window", "123", expect=2)
+    empty = seqlake(config, "compact", "--window", "123", expect=1)
     assert "window 123 has no records" in empty.stderr
 
     seqlake(config, "compact", "--end-of-stream")
     again = seqlake(config, "compact", "--window", str(H0 + 1))
-    assert f"window {H0 + 1} already published" in again.stderr
+    assert f"window {H0 + 1} already published" in again.stdout
     assert_every_event_once(config, len(lines))
 
     # A changed bucket count would look for users in the wrong files: refused, naming both values.
@@ -118,7 +118,7 @@ def test_a_window_left_out_of_a_merge_stays_publishable(tmp_path: Path) -> None:
     changed["layout"]["bucket_count"] = 4
     config.write_text(yaml.safe_dump(changed, sort_keys=False))
     for command in (("history", "--user", "1000000001"), ("compact", "--end-of-stream"), ("fsck",)):
-        refused = seqlake(config, *command, expect=2)
+        refused = seqlake(config, *command, expect=1)
         assert "bucket(2, user_id)" in refused.stderr and "layout.bucket_count is 4" in refused.stderr
 
 

@@ -21,9 +21,11 @@ def test_bench_peers_small_answers_agree_and_reports_every_target(tmp_path, caps
     assert all(t["qps"] > 0 and t["cpu_s"] >= 0 for t in whole.values())
     assert {"seqlake index", "seqlake read+count", "rocksdb count key"} == set(result["lookups"]["count of long"])
     assert len(result["targets"]) >= 20 and all(t["ratio"] is not None for t in result["targets"])
+    # every QPS comparison also has its CPU-time ratio; only the bytes targets have none
+    assert all((t["cpu_ratio"] is None) == t["name"].startswith("bytes read") for t in result["targets"])
     assert (tmp_path / "plots" / "qps_by_length.png").stat().st_size > 0
     assert (tmp_path / "plots" / "qps_by_columns.png").stat().st_size > 0
-    assert "| target | ratio | bound | met |" in report
+    assert "| target | ratio | bound | met | CPU ratio |" in report
     measurement("bench-peers (small):\n" + report)
 
 

@@ -104,7 +104,7 @@ def run_pipeline(config: Path, env: dict[str, str] | None = None, cluster: Spark
     else:
         output = submit_demo(cluster, config, config.parent, env or {})
     user = 1  # the generator's users are numbered from 1
-    output += seqlake(config, "history", "--user", str(user), "--top-k", "5", "--json", env=env)
+    output += seqlake(config, "history", "--user", str(user), "--top-k", "5", "--output", "json", env=env)
     output += seqlake(config, "sql", "--query", "SELECT count(*) AS n FROM history", env=env)
     output += seqlake(config, "fsck", env=env)
     return output

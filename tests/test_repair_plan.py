@@ -8,6 +8,7 @@ check that the last one (fsck) passes and history holds what it held before the 
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -67,9 +68,12 @@ def test_the_repair_plan_repairs_the_table(tmp_path):
     config = make_config(warehouse, users=60, windows=3)
     raw = create_raw_table(open_catalog(config), table_identifier(config, "raw_events"))
     land_raw_records(raw, EventGenerator(config).batches(), window_seconds=config.layout.window_seconds)
-    for command in (("ingest",), ("compact", "--engine", "duckdb", "--end-of-stream")):
-        done = seqlake(warehouse, *command)
-        assert done.returncode == 0, done.stderr
+    ingested = seqlake(warehouse, "ingest", "--output", "json")
+    assert ingested.returncode == 0, ingested.stderr
+    landed = json.loads(ingested.stdout)
+    assert landed["batches"] > 0 and landed["landed"] + sum(landed["quarantined"].values()) == landed["records"] > 0
+    done = seqlake(warehouse, "compact", "--engine", "duckdb", "--end-of-stream")
+    assert done.returncode == 0, done.stderr
     before = content(config)
     assert seqlake(warehouse, "fsck").returncode == 0
 

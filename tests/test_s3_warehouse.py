@@ -87,17 +87,29 @@ def test_missing_bucket_says_how_to_create_it(s3_env: S3Server, tmp_path: Path) 
     config = s3_config(tmp_path, "x").model_copy(deep=True)
     data = config.model_dump()
     data["warehouse"]["path"] = "s3://no-such-bucket/x"
-    with pytest.raises(SetupError, match=r"bucket s3://no-such-bucket does not exist .*seqlake.storage create"):
+    with pytest.raises(SetupError, match=r"bucket s3://no-such-bucket does not exist .*seqlake storage create"):
         history_table(parse_config(data, "test"))
 
 
 def run_sql(config: Config, folder: Path, query: str, **env: str) -> subprocess.CompletedProcess:
-    """`seqlake sql --json -q query` in a child process, as a user runs it."""
+    """`seqlake sql --output json -q query` in a child process, as a user runs it."""
     config_file = folder / "seqlake.yaml"
     config_file.write_text(yaml.safe_dump(config.model_dump(mode="json")))
     repo = Path(__file__).resolve().parent.parent
     return subprocess.run(
-        [sys.executable, "-m", "seqlake", "--config", str(config_file), "sql", "--json", "--quiet", "-q", query],
+        [
+            sys.executable,
+            "-m",
+            "seqlake",
+            "--config",
+            str(config_file),
+            "sql",
+            "--output",
+            "json",
+            "--quiet",
+            "-q",
+            query,
+        ],
         capture_output=True,
         text=True,
         env={**os.environ, "PYTHONPATH": str(repo), **env},
@@ -109,7 +121,7 @@ def test_seqlake_sql_reads_the_s3_history_and_prints_no_secret(s3_history: Confi
     query = "SELECT user_id, count(*) AS n, sum(lsn) AS s FROM history GROUP BY user_id ORDER BY user_id"
     done = run_sql(s3_history, tmp_path, query)
     assert done.returncode == 0, done.stderr
-    rows = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    rows = json.loads(done.stdout)["results"][0]["rows"]
     expected = all_users(s3_history).num_rows
     assert len(rows) == len(USERS) and sum(row["n"] for row in rows) == expected
     assert os.environ["AWS_SECRET_ACCESS_KEY"] not in done.stdout + done.stderr
@@ -141,6 +153,9 @@ def test_storage_command_creates_lists_and_empties_a_bucket(s3_env: S3Server, tm
         "s3://seqlake-chores/a/1.parquet",
         "s3://seqlake-chores/a/2.parquet",
     ]
+    assert main(["storage", "list", "seqlake-chores", "--output", "json"]) == 0
+    listed = json.loads(capsys.readouterr().out)["objects"]
+    assert listed == [["a/1.parquet", 7], ["a/2.parquet", 7], ["b/3.parquet", 7]]
     assert main(["storage", "empty", "seqlake-chores"]) == 0
     assert "deleted 3 objects" in capsys.readouterr().out
     assert list_objects("seqlake-chores") == []

@@ -25,10 +25,12 @@ import pytest
 from jobs.sql import SqlError, open_session, sql_files
 from jobs.sql import main as sql_main
 from pipelines.compaction import history_tables
+from pipelines.landing import landing_paths
 from pipelines.parse import QUARANTINE_SCHEMA, landing_schema
 from pipelines.raw_landing import create_raw_table
 from seqlake.catalog import open_catalog, table_identifier
 from seqlake.config import Config
+from seqlake.errors import SetupError
 from seqlake.events import RAW_SCHEMA
 from tableformat.registry import RunRecord, commit_runs, history_file_uri
 from tableformat.run_writer import write_run
@@ -215,8 +217,9 @@ def build_small_warehouse(root: Path) -> SmallWarehouse:
         ]
         raw.append(pa.Table.from_pylist(records, schema=RAW_SCHEMA))
 
-    write_delta(root / "landing" / "events", landing)
-    write_delta(root / "landing" / "quarantine", quarantine)
+    paths = landing_paths(config)
+    write_delta(Path(paths.events.removeprefix("file://")), landing)
+    write_delta(Path(paths.quarantine.removeprefix("file://")), quarantine)
 
     history, detail = history_tables(config)
     rows = synthetic_history(config, USER_ROWS)
@@ -339,7 +342,7 @@ def test_catalog_file_macros_match_storage(session, small):
         "SELECT live, count(*), list(row_count ORDER BY file_path), sum(bytes) "
         "FROM delta_files(getvariable('landing_events_location')) GROUP BY live",
     )
-    assert landing == [(True, 4, [6, 5, 4, 3], file_sizes(root / "landing" / "events"))]
+    assert landing == [(True, 4, [6, 5, 4, 3], file_sizes(root / "landing" / "seqlake" / "events"))]
     assert rows(session, "SELECT path_key('file:///a/b'), path_key('file:/a/b'), path_key('/a/b')") == [
         ("/a/b", "/a/b", "/a/b")
     ]
@@ -506,8 +509,8 @@ def test_table_storage(session, small):
         # One file per window.
         "history_detail": ("iceberg", 3, 14, file_sizes(tables / "history_detail" / "data"), 0, 0),
         "raw_events": ("iceberg", 4, 21, file_sizes(tables / "raw_events" / "data"), 0, 0),
-        "landing_events": ("delta", 4, 18, file_sizes(root / "landing" / "events"), 0, 0),
-        "quarantine": ("delta", 2, 3, file_sizes(root / "landing" / "quarantine"), 0, 0),
+        "landing_events": ("delta", 4, 18, file_sizes(root / "landing" / "seqlake" / "events"), 0, 0),
+        "quarantine": ("delta", 2, 3, file_sizes(root / "landing" / "seqlake" / "quarantine"), 0, 0),
     }
     summary = rows(session, "SELECT part, tables, files, row_count, bytes, pct_of_bytes FROM storage_summary")
     others = [v for k, v in got.items() if k != "history"]
@@ -610,19 +613,62 @@ def on_small(small, monkeypatch):
 def test_seqlake_sql_file_prints_each_result(on_small, capsys, name):
     assert sql_main(["--file", name.removesuffix(".sql")]) == 0
     results = [block for block in capsys.readouterr().out.split("\n\n") if block.strip()]
-    assert [[c.strip() for c in block.splitlines()[0].split(" | ")] for block in results] == FILE_OUTPUT[name]
+    assert [block.splitlines()[0].split() for block in results] == FILE_OUTPUT[name]
     for block in results:
         assert block.splitlines()[-1].endswith(("row)", "rows)"))
 
 
-def test_seqlake_sql_json_lines_and_params(on_small, capsys):
-    assert (
-        sql_main(
-            ["--query", "SELECT user_id, row_count FROM history_lengths WHERE user_id = $uid", "-p", "uid=44", "--json"]
-        )
-        == 0
-    )
-    assert [json.loads(line) for line in capsys.readouterr().out.splitlines()] == [{"user_id": 44, "row_count": 5000}]
+def test_seqlake_sql_json_document_and_params(on_small, capsys):
+    query = "SELECT user_id, row_count FROM history_lengths WHERE user_id = $uid"
+    assert sql_main(["--query", query, "-p", "uid=44", "--output", "json"]) == 0
+    document = json.loads(capsys.readouterr().out)
+    assert document["results"] == [
+        {"statement": query, "columns": ["user_id", "row_count"], "rows": [{"user_id": 44, "row_count": 5000}]}
+    ]
+
+
+@pytest.mark.parametrize(
+    ("param", "value", "duckdb_type"),
+    [
+        ("v=44", 44, "INTEGER"),
+        ("v=-3", -3, "INTEGER"),
+        ("v=4611686018427400249", 4611686018427400249, "BIGINT"),
+        ("v=2.5", 2.5, "DOUBLE"),
+        ("v=true", True, "BOOLEAN"),
+        ("v=2026-01-05T10:00:00Z", "2026-01-05T10:00:00Z", "TIMESTAMP WITH TIME ZONE"),
+        ("v=2026-01-05 10:00:00", "2026-01-05T10:00:00Z", "TIMESTAMP"),
+        ("v=ann", "ann", "VARCHAR"),
+        ("v=nan", "nan", "VARCHAR"),
+        ("v:text=007", "007", "VARCHAR"),
+        ("v:int=007", 7, "INTEGER"),
+        ("v:float=3", 3.0, "DOUBLE"),
+        ("v:date=2026-01-05", "2026-01-05", "DATE"),
+        ("v:bool=FALSE", False, "BOOLEAN"),
+        ("v=", "", "VARCHAR"),
+    ],
+)
+def test_seqlake_sql_params_bind_typed_values(on_small, capsys, param, value, duckdb_type):
+    assert sql_main(["--quiet", "--query", "SELECT $v AS v, typeof($v) AS t", "-p", param, "--output", "json"]) == 0
+    (row,) = json.loads(capsys.readouterr().out)["results"][0]["rows"]
+    assert row == {"v": value, "t": duckdb_type}
+
+
+@pytest.mark.parametrize(
+    ("param", "says"),
+    [
+        ("v:int=ann", "v: 'ann' is not an integer"),
+        ("v:bool=maybe", "v: 'maybe' is not true or false"),
+        ("v:timestamp=noon", "v: 'noon' is not an ISO 8601 time"),
+        ("v:money=5", "unknown type 'money'"),
+        ("1v=5", "is not NAME=VALUE"),
+    ],
+)
+def test_seqlake_sql_a_param_of_the_wrong_type_is_a_usage_error(on_small, capsys, param, says):
+    with pytest.raises(SystemExit) as exited:
+        sql_main(["--query", "SELECT $v", "-p", param])
+    assert exited.value.code == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert says in line and line.startswith("seqlake sql: error: --param: ")
 
 
 def test_seqlake_sql_errors_are_clear(on_small, tmp_path):
@@ -642,9 +688,9 @@ def test_seqlake_sql_command_exit_codes(on_small):
 
     ok = run("--query", "SELECT count(*) AS n FROM user_history($uid)", "-p", "uid=33")
     assert ok.returncode == 0, ok.stderr
-    assert ok.stdout.splitlines()[:3] == ["  n", "---", "400"]
+    assert ok.stdout.splitlines()[:3] == ["  n", "───", "400"]
     bad = run("--query", "SELECT count(*) FROM user_history($uid)", "-p", "uid=33 OR 1=1")
-    assert bad.returncode == 2
+    assert bad.returncode == 1
     assert "Conversion Error: Could not convert string '33 OR 1=1' to INT64" in bad.stderr
     assert "Traceback" not in bad.stderr
 
@@ -680,6 +726,6 @@ def test_a_warehouse_without_landing_tables(tmp_path):
 
 
 def test_a_missing_warehouse_is_an_error_not_a_new_warehouse(tmp_path):
-    with pytest.raises(SqlError, match="no warehouse at .*nowhere"):
+    with pytest.raises(SetupError, match="no warehouse at .*nowhere"):
         open_session(make_config(tmp_path / "nowhere"))
     assert not (tmp_path / "nowhere").exists()

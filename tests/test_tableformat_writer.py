@@ -8,9 +8,11 @@ import pyarrow.parquet as pq
 import pytest
 
 from seqlake.duckdb_session import connect
+from tableformat import thrift_compact as tc
 from tableformat.checksum import table_checksum
 from tableformat.footer import FileFacts
 from tableformat.layout import LayoutPolicy
+from tableformat.page_reader import PagedFile
 from tableformat.schema import history_arrow_schema
 from tableformat.writer import HistoryFileWriter, UnsortedInputError
 from tests.conftest import make_config
@@ -110,7 +112,14 @@ def test_encodings_statistics_bloom_filter_and_page_index(config, tmp_path):
     assert column(names.index("user_id")).bloom_filter_offset is not None
     assert column(names.index("user_id")).has_column_index
     assert column(names.index("user_id")).statistics.has_min_max
-    assert column(names.index("item_id")).compression == "ZSTD"
+    # Integers bit-packed and left uncompressed; floats byte-split under lz4; strings by dictionary.
+    assert "DELTA_BINARY_PACKED" in column(names.index("item_id")).encodings
+    assert column(names.index("item_id")).compression == "UNCOMPRESSED"
+    assert "BYTE_STREAM_SPLIT" in column(names.index("completion_ratio")).encodings
+    assert column(names.index("completion_ratio")).compression == "LZ4"  # LZ4_RAW: pyarrow names it so
+    assert column(names.index("surface")).compression == "LZ4"
+    chunk = PagedFile(meta).chunk(0, names.index("surface"))
+    assert tc.get(tc.get(chunk, 3), 4) == 7  # Parquet's LZ4_RAW codec, not the deprecated Hadoop-framed LZ4
     assert meta.row_group(0).sorting_columns[0].column_index == names.index("user_id")
 
 
@@ -159,3 +168,27 @@ def test_equal_keys_from_two_source_partitions_are_ordered_by_partition(config, 
     assert written.facts.row_count == 2
     with pytest.raises(UnsortedInputError, match="source partition"):
         write(config, pa.concat_tables([other, row]), tmp_path / "tie_reversed.parquet")
+
+
+def test_pages_hold_at_most_max_rows_per_page_rows(config, tmp_path):
+    # A Top-K decodes whole pages: the default layout cuts them at 16,384 rows even where 64 KiB of
+    # delta-packed integers would hold about twice that.
+    data = one_bucket(config, {5: 60_000})
+    write(config, data, tmp_path / "f.parquet", batch_rows=8192, policy=LayoutPolicy())
+    meta = pq.read_metadata(tmp_path / "f.parquet")
+    paged = PagedFile(meta)
+    columns = [paged.column[name] for name in ("item_id", "event_ts", "surface")]
+    for rg in range(meta.num_row_groups):
+        rows = paged.num_rows(rg)
+        for _, _, first in paged.locations(
+            rg, columns, lambda ranges: [_read(tmp_path / "f.parquet", r) for r in ranges]
+        ):
+            sizes = [*(b - a for a, b in zip(first[:-1], first[1:], strict=True)), rows - first[-1]]
+            assert max(sizes) <= 16_384
+
+
+def _read(path, byte_range: tuple[int, int]) -> bytes:
+    offset, length = byte_range
+    with open(path, "rb") as handle:
+        handle.seek(offset)
+        return handle.read(length)

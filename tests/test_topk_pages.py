@@ -42,8 +42,6 @@ def test_top_100_of_a_long_history_decodes_a_few_pages_per_column(table, groups,
     before_pages, before = paged.pages_read, fs.stats.snapshot()
     newest = reader.read_user(HEAVY, selection=top)
     assert newest.to_pylist() == everything.slice(everything.num_rows - 100).to_pylist()
-    # item_id's field is known from the first read: its integer pages are taken as stored
-    assert paged.plain_pages_read > 0
 
     # Each of the user's feature groups is one segment whose newest 100 rows span at most 2 pages of
     # each column read (the asked ones, plus event_ts to merge several groups).
@@ -70,6 +68,29 @@ def test_top_100_of_a_long_history_decodes_a_few_pages_per_column(table, groups,
     assert cached.read_user(HEAVY, selection=top).equals(newest)  # served from the cached page ranges
 
 
+@pytest.mark.parametrize("k", [1, 100, 5000])
+def test_top_k_of_strings_floats_and_ids_whose_pages_cover_other_rows_equals_the_whole_read(table, k):
+    # 8 KiB pages end at different rows per column (bit-packed ids, byte-split floats, dictionary
+    # indices of strings): the page reader decodes each set of columns with the same page rows as one
+    # narrowed file, and expands the strings of the asked rows only.
+    columns = ("item_id", "surface", "completion_ratio", "session_id", "device")
+    group = ("engagement",)
+    reader = HistoryReader(table)
+    whole = reader.read_user(HEAVY, selection=Selection(columns=columns, feature_groups=group))
+    newest = reader.read_user(HEAVY, selection=Selection(columns=columns, feature_groups=group, top_k=k))
+    assert newest.equals(whole.slice(whole.num_rows - k))
+    assert newest.schema.field("surface").type == whole.schema.field("surface").type == "string"
+    again = reader.read_user(HEAVY, selection=Selection(columns=columns, feature_groups=group, top_k=k))
+    assert again.equals(newest)  # the kept page plan
+    (uri,) = reader.files_for_user(HEAVY)
+    paged = reader.lookup_index().entry(uri).paged()
+    _, found = reader.lookup_index().segments([HEAVY], Selection(feature_groups=group, top_k=k), reader.read_groups)
+    rg, end = int(found[HEAVY].rg[-1]), int(found[HEAVY].start[-1] + found[HEAVY].length[-1])
+    _, narrowed_files, _ = paged._plans[rg, end - k, end, columns]
+    # a string's page holds the whole newest row group here, a float's 2,048 rows: two files at least
+    assert len(narrowed_files) > 1
+
+
 def test_thrift_compact_round_trip_keeps_every_field(table):
     reader = HistoryReader(table)
     (uri,) = reader.files_for_user(HEAVY)
@@ -88,21 +109,21 @@ def test_a_remembered_top_k_plan_never_serves_another_selection(table):
         assert whole.equals(fresh) and newest.equals(whole.slice(whole.num_rows - 1))
 
 
-def test_a_flipped_byte_in_a_page_taken_as_stored_is_an_error(table):
+def test_a_flipped_byte_in_a_page_read_by_pages_is_an_error(table):
     reader = HistoryReader(table)
     top = Selection(columns=("item_id",), feature_groups=("engagement",), top_k=5)
-    newest = reader.read_user(HEAVY, selection=top)  # item_id's field now known: the plain path
+    newest = reader.read_user(HEAVY, selection=top)
     (uri,) = reader.files_for_user(HEAVY)
     paged = reader.lookup_index().entry(uri).paged()
-    before = paged.plain_pages_read
-    assert reader.read_user(HEAVY, selection=top).equals(newest) and paged.plain_pages_read > before
+    before = paged.pages_read
+    assert reader.read_user(HEAVY, selection=top).equals(newest) and paged.pages_read > before  # by pages
     _, found = reader.lookup_index().segments([HEAVY], top, reader.read_groups)
     rg = int(found[HEAVY].rg[-1])
     offsets, sizes, _ = paged.locations(rg, [paged.column["item_id"]], lambda r: [])[0]
     path = Path(uri.removeprefix("file://"))
     original = path.read_bytes()
     damaged = bytearray(original)
-    damaged[int(offsets[-1] + sizes[-1]) - 2] ^= 0x01  # inside the newest page's compressed body
+    damaged[int(offsets[-1] + sizes[-1]) - 2] ^= 0x01  # inside the newest page's body
     try:
         path.write_bytes(bytes(damaged))
         with pytest.raises(CorruptFileError, match="checksum"):

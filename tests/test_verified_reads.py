@@ -129,6 +129,29 @@ def test_the_benchmark_control_reads_without_verification(history_file):
         path.write_bytes(original)
 
 
+def test_a_footer_whose_column_type_is_damaged_is_refused_not_a_crash(history_file, tmp_path):
+    # pyarrow aborts the whole process when it builds the statistics of a column chunk whose physical
+    # type was damaged; the footer check compares the types first and refuses the file.
+    from tableformat import thrift_compact as tc
+
+    _, path = history_file
+    raw = path.read_bytes()
+    length = int.from_bytes(raw[-8:-4], "little")
+    footer, _ = tc.decode(raw[-8 - length : -8])
+    names = [tc.get(e, 4).decode() for e in tc.get(footer, 2)[1][1:]]
+    kind, groups = tc.get(footer, 4)
+    chunks = tc.get(groups[-1], 1)[1]
+    column = names.index("event_ts")
+    meta = tc.get(chunks[column], 3)
+    chunks[column] = tc.replaced(chunks[column], {3: (tc.STRUCT, tc.replaced(meta, {1: (tc.I32, 9)}))})
+    damaged_groups = groups[:-1] + [tc.replaced(groups[-1], {1: (tc.LIST, (tc.STRUCT, chunks))})]
+    encoded = tc.encode(tc.replaced(footer, {4: (tc.LIST, (kind, damaged_groups))}))
+    damaged = tmp_path / "damaged.parquet"
+    damaged.write_bytes(raw[: -8 - length] + encoded + len(encoded).to_bytes(4, "little") + b"PAR1")
+    with pytest.raises(CorruptFileError, match="corrupt metadata: .*column event_ts"):
+        read_verified(str(damaged))
+
+
 def test_flipped_bytes_never_yield_wrong_rows(history_file):
     uri, path = history_file
     original = path.read_bytes()

@@ -97,19 +97,20 @@ def test_init_demo_and_history_from_the_installed_wheel(fresh_venv: Path, tmp_pa
     _run([seqlake, "init"], work, env)
     assert (work / "seqlake.yaml").is_file() and (work / "mappings" / "otto.yaml").is_file()
 
-    _run([seqlake, "demo", "--small"], work, env)
+    printed = json.loads(_run([seqlake, "demo", "--small", "--output", "json"], work, env).stdout)
     report = json.loads((work / "warehouse" / "report.json").read_text())  # ./seqlake.yaml's warehouse
+    assert printed == {**report, "report_path": f"file://{work / 'warehouse'}/report.json"}
     assert report["fsck"]["ok"] is True
     assert report["compaction"]["events_compacted"] == report["generated"]["events"] > 0
     # The heaviest user's history holds each of their events once.
     assert report["read"]["events"] == report["generated"]["max_history_length"]
 
     user = report["read"]["user"]
-    rows = _run([seqlake, "history", "--user", str(user), "--json"], work, env).stdout.splitlines()
+    rows = json.loads(_run([seqlake, "history", "--user", str(user), "--output", "json"], work, env).stdout)["rows"]
     assert len(rows) == report["read"]["rows"] > 0
-    assert {json.loads(line)["user_id"] for line in rows} == {user}
+    assert {row["user_id"] for row in rows} == {user}
 
     # The packaged SQL loads against the demo's warehouse.
     query = "SELECT count(*) AS n FROM history"
-    counted = _run([seqlake, "sql", "--quiet", "--json", "--query", query], work, env).stdout
-    assert json.loads(counted)["n"] == report["compaction"]["history_rows"]
+    counted = _run([seqlake, "sql", "--quiet", "--output", "json", "--query", query], work, env).stdout
+    assert json.loads(counted)["results"][0]["rows"] == [{"n": report["compaction"]["history_rows"]}]

@@ -22,7 +22,7 @@ from pipelines.importers.mapping import (
     parse_mapping,
     resolve_mapping_path,
 )
-from pipelines.importers.payloads import ImportDataError
+from seqlake.errors import ImportDataError
 
 __all__ = [
     "ColumnMapping",

@@ -16,9 +16,9 @@ from urllib.parse import unquote
 import pyarrow as pa
 
 from pipelines.importers.mapping import ImportMapping
-from pipelines.importers.payloads import EventMapper, ImportDataError, usable_time
+from pipelines.importers.payloads import EventMapper, usable_time
 from seqlake.config import Config
-from seqlake.errors import ConfigError
+from seqlake.errors import ConfigError, ImportDataError
 from seqlake.events import RAW_SCHEMA
 
 if TYPE_CHECKING:

@@ -32,10 +32,10 @@ import pyarrow.json as pj
 import pyarrow.parquet as pq
 
 from pipelines.importers.mapping import ExplodeSpec, ImportMapping
-from pipelines.importers.payloads import EventMapper, ImportDataError, usable_time
+from pipelines.importers.payloads import EventMapper, usable_time
 from seqlake.config import Config
 from seqlake.duckdb_session import connect, sql_literal
-from seqlake.errors import ConfigError
+from seqlake.errors import ConfigError, ImportDataError
 from seqlake.events import MIN_EVENT_TS_MS, RAW_SCHEMA
 
 STAGE_SCHEMA = pa.schema(

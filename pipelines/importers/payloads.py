@@ -22,7 +22,7 @@ from typing import Any
 
 from pipelines.importers.mapping import ImportMapping, action_key
 from seqlake.config import Config
-from seqlake.errors import SeqlakeError
+from seqlake.errors import ImportDataError
 from seqlake.events import MAX_EVENT_TS_MS, MIN_EVENT_TS_MS
 from seqlake.payload import INT_RANGES
 
@@ -31,10 +31,6 @@ _INT_TEXT = re.compile(r"^[+-]?\d+$")
 _FLOAT_TEXT = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$")
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, default=str)
-
-
-class ImportDataError(SeqlakeError):
-    """The source does not fit its mapping (a missing column, an unmapped action value, ...)."""
 
 
 # -- values -------------------------------------------------------------------------------------------

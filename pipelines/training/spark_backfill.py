@@ -61,7 +61,9 @@ def _bound_of_row() -> Column:
     return F.coalesce(F.try_element_at(F.col("lsn_bound"), F.col("source_partition")), F.lit(-1))
 
 
-def _candidates(spark: SparkSession, config: Config, tenant: Tenant, pointers: str, as_of: AsOf) -> DataFrame:
+def label_candidates(spark: SparkSession, config: Config, tenant: Tenant, pointers: str, as_of: AsOf) -> DataFrame:
+    """The history rows (and, for arrival, the rebuilt open window) each label row may hold, before the
+    newest `max_length` are kept: a storage-partitioned join of the label pointers and history."""
     keys = spark.table(spark_name(config, pointers)).select(
         "user_id", "_row", "_ts", F.col("_lsn_bound").alias("lsn_bound"), F.col("_open_window").alias("open_window")
     )
@@ -90,7 +92,7 @@ def backfill_with_spark(
 ) -> tuple[DataFrame, LeakageReport]:
     """The label rows (`columns`) with the tenant's `seq_` list columns, and the leakage report."""
     model = tenant.model_columns
-    kept = _newest(_candidates(spark, config, tenant, pointers, as_of), tenant)
+    kept = _newest(label_candidates(spark, config, tenant, pointers, as_of), tenant)
     lists = kept.groupBy("_row").agg(
         F.array_sort(F.collect_list(F.struct((-F.col("_rank")).alias("_ord"), *model))).alias("_rows")
     )
@@ -101,7 +103,7 @@ def backfill_with_spark(
     )
     for field, name in zip(tenant.schema, seq, strict=True):
         out = out.withColumn(name, F.coalesce(F.col(name), F.array().cast(from_arrow_type(pa.list_(field.type)))))
-    late = _newest(_candidates(spark, config, tenant, pointers, "event-time"), tenant)
+    late = _newest(label_candidates(spark, config, tenant, pointers, "event-time"), tenant)
     per_label = late.where(F.col("lsn") > _bound_of_row()).groupBy("_row").count()
     totals = per_label.agg(F.count("*").alias("labels"), F.sum("count").alias("rows")).collect()[0]
     report = LeakageReport(labels.count(), int(totals["labels"] or 0), int(totals["rows"] or 0))

@@ -1,0 +1,183 @@
+"""Option types shared by the commands: a bad value fails while parsing, with one clear line (exit 2).
+
+Each type's message says what the value must be and repeats what was given; the command line puts
+the option's name in front (`--user: must be an integer >= 0, got -5`).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from datetime import datetime
+from typing import Any
+
+import click
+
+INT64_MAX = 2**63 - 1
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
+_RUN_ID = re.compile(r"[a-z][a-z0-9]{0,63}")
+
+
+class IntegerAtLeast(click.ParamType):
+    """An integer in [minimum, maximum] (by default up to the largest 64-bit integer)."""
+
+    name = "integer"
+
+    def __init__(self, minimum: int, maximum: int = INT64_MAX) -> None:
+        self.minimum, self.maximum = minimum, maximum
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            number = value
+        else:
+            try:
+                number = int(str(value))
+            except ValueError:
+                self.fail(f"must be an integer, got {value!r}", param, ctx)
+        if number < self.minimum:
+            self.fail(f"must be an integer >= {self.minimum}, got {value}", param, ctx)
+        if number > self.maximum:
+            self.fail(f"must be an integer <= {self.maximum}, got {value}", param, ctx)
+        return number
+
+
+class NumberAbove(click.ParamType):
+    """A finite number >= minimum (> minimum when `strict`)."""
+
+    name = "number"
+
+    def __init__(self, minimum: float, *, strict: bool) -> None:
+        self.minimum, self.strict = minimum, strict
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            self.fail(f"must be a number, got {value!r}", param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"must be a finite number, got {value}", param, ctx)
+        if number < self.minimum or (self.strict and number == self.minimum):
+            self.fail(f"must be a number {'>' if self.strict else '>='} {self.minimum:g}, got {value}", param, ctx)
+        return number
+
+
+class _Pattern(click.ParamType):
+    def __init__(self, name: str, pattern: re.Pattern[str], what: str) -> None:
+        self.name, self.pattern, self.what = name, pattern, what
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        if not self.pattern.fullmatch(str(value)):
+            self.fail(f"{value!r} is not {self.what}", param, ctx)
+        return str(value)
+
+
+# A table or namespace of the configured catalog: letters, digits and underscores, never a path.
+TABLE_NAME = _Pattern("table", _IDENTIFIER, "a table name (letters, digits and _; e.g. history)")
+NAMESPACE_NAME = _Pattern("namespace", _IDENTIFIER, "a namespace name (letters, digits and _; e.g. bench)")
+# Run ids as seqlake writes them (w<window>, b<first>t<last>n<count>, m...).
+RUN_ID = _Pattern("run", _RUN_ID, "a run id (e.g. w491000; `seqlake runs` lists them)")
+
+
+class CommaList(click.ParamType):
+    """Comma-separated names, as a tuple (blanks dropped)."""
+
+    name = "a,b,c"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> tuple[str, ...]:
+        if isinstance(value, tuple):
+            return value
+        names = tuple(part.strip() for part in str(value).split(",") if part.strip())
+        if not names:
+            self.fail(f"{value!r} names nothing", param, ctx)
+        return names
+
+
+class IsoTime(click.ParamType):
+    """An ISO 8601 time with a time zone (`Z` allowed)."""
+
+    name = "time"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> datetime:
+        if isinstance(value, datetime):
+            return value
+        try:
+            moment = datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+        except ValueError:
+            self.fail(f"{value!r} is not an ISO 8601 time, e.g. 2026-01-05T10:00:00Z", param, ctx)
+        if moment.tzinfo is None:
+            self.fail(f"{value!r} needs a time zone, e.g. 2026-01-05T10:00:00Z", param, ctx)
+        return moment
+
+
+COMMA_LIST = CommaList()
+ISO_TIME = IsoTime()
+HOURS = NumberAbove(0, strict=False)
+
+
+# -- SQL parameters ------------------------------------------------------------------------------
+
+SQL_TYPES = ("int", "float", "bool", "timestamp", "date", "text")
+_SQL_NAME = re.compile(r"[A-Za-z_]\w*")
+_INTEGER = re.compile(r"[+-]?\d+")
+_NUMBER = re.compile(r"[+-]?(\d+\.\d*|\.\d+|\d+)([eE][+-]?\d+)?")
+_TIME = re.compile(r"\d{4}-\d\d-\d\d[T ]\d\d:\d\d(:\d\d(\.\d+)?)?(Z|[+-]\d\d:?\d\d)?")
+_BOOLS = {"true": True, "false": False}
+
+
+def sql_value(text: str, kind: str | None = None) -> object:
+    """A parameter's value: of type `kind`, or typed by its look (integer, number, true/false, ISO 8601
+    time) and else text. Raises ValueError saying what `text` is not."""
+    from datetime import date
+
+    if kind is None:
+        if _INTEGER.fullmatch(text):
+            return int(text)
+        if _NUMBER.fullmatch(text):
+            return float(text)
+        if text.lower() in _BOOLS:
+            return _BOOLS[text.lower()]
+        if _TIME.fullmatch(text):
+            return datetime.fromisoformat(text.replace("Z", "+00:00"))
+        return text
+    if kind == "text":
+        return text
+    if kind == "int":
+        if not _INTEGER.fullmatch(text.strip()):
+            raise ValueError(f"{text!r} is not an integer")
+        return int(text)
+    if kind == "float":
+        try:
+            return float(text)
+        except ValueError:
+            raise ValueError(f"{text!r} is not a number") from None
+    if kind == "bool":
+        if text.lower() not in _BOOLS:
+            raise ValueError(f"{text!r} is not true or false")
+        return _BOOLS[text.lower()]
+    try:
+        return date.fromisoformat(text) if kind == "date" else datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise ValueError(f"{text!r} is not an ISO 8601 {'date' if kind == 'date' else 'time'}") from None
+
+
+class SqlParam(click.ParamType):
+    """`NAME=VALUE` or `NAME:TYPE=VALUE`, as (name, typed value)."""
+
+    name = "NAME[:TYPE]=VALUE"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> tuple[str, object]:
+        if isinstance(value, tuple):
+            return value
+        spec, sep, text = str(value).partition("=")
+        name, _, kind = spec.partition(":")
+        if not sep or not _SQL_NAME.fullmatch(name):
+            self.fail(f"{value!r} is not NAME=VALUE (or NAME:TYPE=VALUE)", param, ctx)
+        if kind and kind not in SQL_TYPES:
+            self.fail(f"{value!r}: unknown type {kind!r} (types: {', '.join(SQL_TYPES)})", param, ctx)
+        try:
+            return name, sql_value(text, kind or None)
+        except ValueError as error:
+            self.fail(f"{name}: {error}", param, ctx)
+
+
+SQL_PARAM = SqlParam()

@@ -1,0 +1,62 @@
+"""Progress of long jobs: a bar with the right total and counts on a terminal, one summary line with
+correct sizes, units and rates in text mode, and nothing at all with --output json."""
+
+from __future__ import annotations
+
+import io
+import re
+
+import click
+import pytest
+from rich.console import Console
+
+import seqlake.output
+import seqlake.progress
+from seqlake.cli_options import Settings
+from seqlake.progress import Progress
+
+
+def test_the_summary_says_what_was_counted_in_its_units(capsys):
+    progress = Progress("compact", measure="steps", rows_unit="events", steps_unit="windows")
+    progress.add(rows=1500, steps=1)
+    progress.done("1 batch")
+    line = capsys.readouterr().err.strip()
+    assert re.fullmatch(r"seqlake compact: 1,500 events \([\d,]+/s\), 1 window in [\d.]+s: 1 batch", line), line
+    assert "MiB" not in line and "B (" not in line  # no bytes were counted: no size is shown
+
+    progress = Progress("generate", rows_unit="records", show_bytes=True)
+    progress.add(rows=4000, nbytes=3 * 2**20)
+    progress.add(rows=1000, nbytes=2**20, steps=2)
+    line = progress.summary()
+    assert line.startswith("seqlake generate: 5,000 records (") and ", 2 steps, 4.0 MiB (" in line
+    assert re.search(r"4\.0 MiB \([\d.,]+ [KMG]?i?B/s\)", line), line
+
+
+def test_nothing_is_printed_with_output_json(capsys):
+    with click.Context(click.Command("samples"), obj=Settings(output="json")):
+        progress = Progress("samples", total=2, measure="steps", steps_unit="tenants")
+        progress.add(rows=10, steps=1)
+        progress.add(rows=10, steps=1)
+        progress.done()
+    assert capsys.readouterr() == ("", "")
+
+
+@pytest.fixture
+def terminal(monkeypatch):
+    screen = io.StringIO()
+    monkeypatch.setattr(seqlake.progress, "_enabled", lambda: (True, True))
+    monkeypatch.setattr(seqlake.output, "console", lambda stderr=False: Console(file=screen, force_terminal=True))
+    return screen
+
+
+def test_on_a_terminal_the_bar_counts_against_the_total(terminal, capsys):
+    progress = Progress("ingest", measure="steps", rows_unit="records", steps_unit="source commits")
+    progress.set_total(4)  # known once the job has read what is left to do
+    for _ in range(3):
+        progress.add(rows=250, steps=1, note="snapshot")
+    (task,) = progress._bar.tasks
+    assert (task.total, task.completed) == (4, 3)
+    assert task.fields["extra"] == "750 records"
+    progress.done()
+    assert "seqlake ingest: 750 records" in capsys.readouterr().err
+    assert not progress._bar.live.is_started  # the bar is gone once the job ends
