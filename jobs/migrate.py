@@ -38,9 +38,7 @@ def command(dry_run: bool, skip_landing: bool) -> None:
     lines.append(f"migrate: {len(changes)} table(s) {'would change' if dry_run else 'changed'}")
     document = {
         "dry_run": dry_run,
-        "tables": [
-            {"table": d.table, "adds": d.added, "widens": d.widened, "retires": d.retired} for d in changes
-        ],
+        "tables": [{"table": d.table, "adds": d.added, "widens": d.widened, "retires": d.retired} for d in changes],
     }
     emit(document, "\n".join(lines))
 

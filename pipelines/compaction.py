@@ -67,8 +67,6 @@ CRASH_POINTS = ("before_write", "after_write", "after_detail", "after_commit")
 COMMIT_ATTEMPTS = 5  # a publication that loses a race re-decides on the new snapshot this many times
 
 
-
-
 @dataclass(frozen=True)
 class CompactionResult:
     window_id: int  # the batch's last window
