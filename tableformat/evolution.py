@@ -164,13 +164,6 @@ def mismatch_error(diff: SchemaDiff) -> SchemaError:
     return SchemaError(f"{diff.describe()} (the configuration differs from the table); {MIGRATE_HINT}")
 
 
-def check_schema(table, expected: Schema, **options) -> None:
-    """Raise the mismatch error when `table`'s schema is not what the configuration asks."""
-    diff = compare(".".join(table.name()), table.schema(), expected, **options)
-    if not diff.empty:
-        raise mismatch_error(diff)
-
-
 def apply(table, diff: SchemaDiff, expected: Schema) -> None:
     """Evolve `table` to `expected` in one commit: add and widen (`union_by_name`), retire
     (`delete_column`), and record the declared types; refused differences are an error."""
@@ -291,15 +284,6 @@ def projection(
             casts.add(wanted.name)
         identity &= same and found.name == wanted.name
     return Projection(sources, fields, identity, frozenset(casts))
-
-
-def project_table(read: pa.Table, target: pa.Schema, by_name: bool = False) -> pa.Table:
-    """A whole table read from one file, as the `target` columns (see `projection`)."""
-    schema = read.schema
-    if by_name:
-        schema = pa.schema([f.remove_metadata() for f in schema])
-        target = pa.schema([f.remove_metadata() for f in target])
-    return projection(schema, target).apply(read, target.names)
 
 
 def _family(kind: pa.DataType) -> object:
