@@ -64,6 +64,7 @@ if TYPE_CHECKING:
 HISTORY = "history"
 DETAIL = "history_detail"
 CRASH_POINTS = ("before_write", "after_write", "after_detail", "after_commit")
+VECTORIZED_PARQUET = "spark.sql.parquet.enableVectorizedReader"
 COMMIT_ATTEMPTS = 5  # a publication that loses a race re-decides on the new snapshot this many times
 
 
@@ -387,17 +388,25 @@ def merge_runs_if_needed(spark: SparkSession, config: Config) -> str | None:
     paths = [f.file_path for f in files_of_runs(history, set(runs))]
     names = history_arrow_schema(config).names
     target, loose = history_read_schema(history)
-    # Files of one schema are read together, each as the current schema (tableformat.evolution).
-    parts = [
-        spark.read.parquet(*uris).selectExpr(*select_list(found, names))
-        for found, uris in by_projection(paths, target, loose, known_field_ids(history))
-    ]
-    rows = (
-        functools.reduce(lambda a, b: a.unionByName(b), parts)
-        if parts
-        else spark.createDataFrame([], spark.table(spark_name(config, HISTORY)).select(*names).schema)
-    )
-    files = write_run_with_spark(rows, history, config, run_id)
+    # Spark's vectorized Parquet reader knows no BYTE_STREAM_SPLIT pages (history's float columns,
+    # SPEC "Encodings"); its row reader does. Set for this job's read only.
+    vectorized = VECTORIZED_PARQUET
+    previous = spark.conf.get(vectorized)
+    spark.conf.set(vectorized, "false")
+    try:
+        # Files of one schema are read together, each as the current schema (tableformat.evolution).
+        parts = [
+            spark.read.parquet(*uris).selectExpr(*select_list(found, names))
+            for found, uris in by_projection(paths, target, loose, known_field_ids(history))
+        ]
+        rows = (
+            functools.reduce(lambda a, b: a.unionByName(b), parts)
+            if parts
+            else spark.createDataFrame([], spark.table(spark_name(config, HISTORY)).select(*names).schema)
+        )
+        files = write_run_with_spark(rows, history, config, run_id)
+    finally:
+        spark.conf.set(vectorized, previous)
     return commit_merge(history, list(runs), windows, run_id, files)
 
 
