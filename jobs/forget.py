@@ -1,7 +1,8 @@
 """Forget users: remove every row of the given users from the landing tier, the history table and
 every table that holds a `user_id` (detail, quarantines, each tenant's training, fat-row and samples
 tables), one commit per table that holds them; print the rows removed per table, then check that
-none is left.
+none is left. Each request is recorded in the `forget_audit` table: who asked (--by), which users,
+when, and the rows each table held of them (a killed forget, run again, completes the same record).
 
 The replaced files stay on disk while older snapshots reference them: the bytes are gone once
 `seqlake maintain` has expired those snapshots and removed the orphan files (right away with
@@ -29,8 +30,9 @@ from seqlake.output import emit
     help="A user id (repeat for more).",
 )
 @click.option("--skip-landing", is_flag=True, help="Leave the landing tier (Delta, needs Spark) as it is.")
+@click.option("--by", "requested_by", help="Who asks, for the audit (default: $SEQLAKE_ACTOR, else the OS user).")
 @common_options
-def command(users: tuple[int, ...], skip_landing: bool) -> None:
+def command(users: tuple[int, ...], skip_landing: bool, requested_by: str | None) -> None:
     from pipelines.compaction import HISTORY
     from pipelines.forget import forget_users
     from pipelines.landing import landing_paths
@@ -46,7 +48,9 @@ def command(users: tuple[int, ...], skip_landing: bool) -> None:
     from seqlake.progress import Progress
 
     progress = Progress("forget", measure="steps", rows_unit="rows", steps_unit="tables")
-    reports = forget_users(config, list(users), spark=spark, paths=landing_paths(config), progress=progress)
+    reports = forget_users(
+        config, list(users), spark=spark, paths=landing_paths(config), progress=progress, requested_by=requested_by
+    )
     progress.done()
     total = sum(r.removed for r in reports)
     chosen = sorted(set(users))

@@ -14,10 +14,9 @@ one publishes and the other finds it published.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
-import os
-import signal
 from contextlib import suppress
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
@@ -31,12 +30,14 @@ from pyiceberg.transforms import IdentityTransform
 
 from pipelines.aggregation import first_arrivals_sql
 from pipelines.compaction_quarantine import split_batch_spark
+from pipelines.faults import kill_point
 from pipelines.landing import LandingPaths, delta_exists
 from pipelines.merge_policy import policy_of, runs_to_merge
 from pipelines.parse import landing_schema
 from seqlake.catalog import open_catalog, spark_name, table_identifier
 from seqlake.config import Config
 from seqlake.errors import SeqlakeError, SimulatedCrash
+from tableformat.evolution import by_projection, known_field_ids, select_list
 from tableformat.registry import (
     RunRecord,
     RunsChanged,
@@ -49,7 +50,7 @@ from tableformat.registry import (
     published_frontier,
     published_windows,
 )
-from tableformat.schema import history_arrow_schema, with_field_ids
+from tableformat.schema import history_arrow_schema, history_read_schema, with_field_ids
 from tableformat.writer import open_output
 
 log = logging.getLogger(__name__)
@@ -63,11 +64,8 @@ if TYPE_CHECKING:
 HISTORY = "history"
 DETAIL = "history_detail"
 CRASH_POINTS = ("before_write", "after_write", "after_detail", "after_commit")
+VECTORIZED_PARQUET = "spark.sql.parquet.enableVectorizedReader"
 COMMIT_ATTEMPTS = 5  # a publication that loses a race re-decides on the new snapshot this many times
-
-
-KILL_AT_ENV = "SEQLAKE_KILL_AT"
-_passages: dict[str, int] = {}  # fault-injection points passed in this process
 
 
 @dataclass(frozen=True)
@@ -132,11 +130,7 @@ def _crash(point: str, fail_at: str | None) -> None:
     """Fault injection for the tests: a simulated crash (an exception) at `fail_at`, or a real one, the
     process killed with SIGKILL, where the environment names the point: `SEQLAKE_KILL_AT=after_detail`
     (its first passage) or `after_detail#2` (its second: inside the second batch)."""
-    wanted, _, nth = os.environ.get(KILL_AT_ENV, "").partition("#")
-    if wanted == point:
-        _passages[point] = _passages.get(point, 0) + 1
-        if _passages[point] == int(nth or 1):
-            os.kill(os.getpid(), signal.SIGKILL)
+    kill_point(point)
     if fail_at == point:
         raise SimulatedCrash(f"simulated crash at {point}")
 
@@ -393,12 +387,26 @@ def merge_runs_if_needed(spark: SparkSession, config: Config) -> str | None:
     history, runs, windows, run_id = todo
     paths = [f.file_path for f in files_of_runs(history, set(runs))]
     names = history_arrow_schema(config).names
-    rows = (
-        spark.read.parquet(*paths).select(*names)
-        if paths
-        else spark.createDataFrame([], spark.table(spark_name(config, HISTORY)).schema)
-    )
-    files = write_run_with_spark(rows, history, config, run_id)
+    target, loose = history_read_schema(history)
+    # Spark's vectorized Parquet reader knows no BYTE_STREAM_SPLIT pages (history's float columns,
+    # SPEC "Encodings"); its row reader does. Set for this job's read only.
+    vectorized = VECTORIZED_PARQUET
+    previous = spark.conf.get(vectorized)
+    spark.conf.set(vectorized, "false")
+    try:
+        # Files of one schema are read together, each as the current schema (tableformat.evolution).
+        parts = [
+            spark.read.parquet(*uris).selectExpr(*select_list(found, names))
+            for found, uris in by_projection(paths, target, loose, known_field_ids(history))
+        ]
+        rows = (
+            functools.reduce(lambda a, b: a.unionByName(b), parts)
+            if parts
+            else spark.createDataFrame([], spark.table(spark_name(config, HISTORY)).select(*names).schema)
+        )
+        files = write_run_with_spark(rows, history, config, run_id)
+    finally:
+        spark.conf.set(vectorized, previous)
     return commit_merge(history, list(runs), windows, run_id, files)
 
 
@@ -406,6 +414,7 @@ def commit_merge(history: Table, replaced: list[str], windows: list[int], run_id
     """Commit a written merge run (any engine) in place of `replaced`; None, with its files removed,
     when another job published or merged first (the rewrite is stale; the next compaction decides)."""
     record = RunRecord(run_id, "merge", windows, len(files), sum(f.facts.row_count for f in files))
+    kill_point("merge_written")
     try:
         commit_runs(history, [(record, files)], replaces=replaced)
     except (RunsChanged, WindowsAlreadyPublished):
@@ -413,6 +422,7 @@ def commit_merge(history: Table, replaced: list[str], windows: list[int], run_id
         delete_files([f.uri for f in files])
         return None
     log.info("merged runs %s into %s (%d rows)", replaced, run_id, record.rows)
+    kill_point("merge_committed")
     return run_id
 
 

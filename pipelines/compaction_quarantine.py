@@ -27,6 +27,7 @@ from pipelines.aggregation import checked_groups_sql, fitting_rows_sql, group_ev
 from pipelines.parse import landing_schema
 from seqlake.catalog import open_catalog, spark_name, table_identifier
 from seqlake.config import Config
+from tableformat.registry import check_matches_config
 from tableformat.schema import history_arrow_schema, with_field_ids
 
 COMPACTION_QUARANTINE = "compaction_quarantine"
@@ -42,9 +43,10 @@ def compaction_quarantine_table(config: Config) -> Table:
     """The compaction quarantine table (partitioned by window), created on first use."""
     catalog = open_catalog(config)
     identifier = table_identifier(config, COMPACTION_QUARANTINE)
-    if catalog.table_exists(identifier):
-        return catalog.load_table(identifier)
     schema = pyarrow_to_schema(with_field_ids(compaction_quarantine_schema(config)))
+    if catalog.table_exists(identifier):
+        # Its columns follow the feature groups: a configuration that changed them is migrated first.
+        return check_matches_config(catalog.load_table(identifier), config, schema=schema)
     window = schema.find_field("window_id").field_id
     spec = PartitionSpec(
         PartitionField(source_id=window, field_id=1000, transform=IdentityTransform(), name="window_id")

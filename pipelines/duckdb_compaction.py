@@ -34,10 +34,11 @@ from pipelines.publication_check import is_delta_table
 from seqlake.config import Config
 from seqlake.duckdb_session import connect, sql_literal
 from tableformat.bucketing import bucket_of
+from tableformat.evolution import by_projection, known_field_ids, select_list
 from tableformat.io import engine_location
 from tableformat.registry import files_of_runs, history_file_uri
 from tableformat.run_writer import write_run
-from tableformat.schema import STORAGE_ORDER, history_arrow_schema
+from tableformat.schema import STORAGE_ORDER, history_arrow_schema, history_read_schema
 
 BATCH_ROWS = 65_536
 
@@ -107,7 +108,7 @@ def _bucket_ordered(rows: pa.Table, bucket_count: int) -> pa.Table:
 
 def write_history_run(history, config: Config, run_id: str, rows: pa.Table) -> list:
     """Aggregated history rows written as sorted run `run_id` of `history` (files uncommitted)."""
-    schema = history_arrow_schema(config)
+    schema = history_arrow_schema(config, history.schema())
     rows = _bucket_ordered(_as_history(rows, schema), config.layout.bucket_count)
     attempt = uuid.uuid4().hex[:12]
     return write_run(
@@ -136,7 +137,9 @@ def compact_batch_duckdb(
     files = write_history_run(history, config, run_id, rows)
     _crash("after_write", fail_at)
     # Replace the windows' partitions, never append (a re-run replaces the same events).
-    detail_rows = events.cast(detail.schema().as_arrow()) if len(events) else events
+    # In the table's column order: after a migration, added columns come last there.
+    stored = detail.schema().as_arrow()
+    detail_rows = events.select(stored.names).cast(stored)
     detail.refresh().overwrite(
         detail_rows,
         overwrite_filter=In("window_id", todo),
@@ -147,12 +150,18 @@ def compact_batch_duckdb(
     return replace(result, quarantined=quarantined) if result.published else result
 
 
-def _merged_buckets(con, by_bucket: dict[int, list[str]], names: list[str]) -> Iterator[pa.RecordBatch]:
+def _merged_buckets(con, by_bucket: dict[int, list[str]], names: list[str], history) -> Iterator[pa.RecordBatch]:
+    """Each bucket's rows of the merged runs in storage order. Files written under older schemas
+    read as the current one (a column they predate as null, a widened one cast): files of one
+    schema are read together, and the groups are concatenated by name."""
     order = ", ".join(STORAGE_ORDER)
-    columns = ", ".join(names)
+    target, loose = history_read_schema(history)
     for bucket in sorted(by_bucket):
+        groups = by_projection(by_bucket[bucket], target, loose, known_field_ids(history))
+        selects = [f"SELECT {', '.join(select_list(found, names))} FROM read_parquet(?)" for found, _ in groups]
         reader = con.execute(
-            f"SELECT {columns} FROM read_parquet(?) ORDER BY {order}", [[_local(p) for p in by_bucket[bucket]]]
+            f"{' UNION ALL BY NAME '.join(selects)} ORDER BY {order}",
+            [[_local(p) for p in uris] for _, uris in groups],
         ).fetch_record_batch(BATCH_ROWS)
         yield from reader
 
@@ -166,12 +175,12 @@ def merge_runs_if_needed_duckdb(config: Config) -> str | None:
     by_bucket: dict[int, list[str]] = {}
     for data_file in files_of_runs(history, set(runs)):
         by_bucket.setdefault(int(data_file.partition[0]), []).append(data_file.file_path)
-    schema = history_arrow_schema(config)
+    schema = history_arrow_schema(config, history.schema())
     attempt = uuid.uuid4().hex[:12]
     with connect(extensions=()) as con:
         batches = (
             pa.Table.from_batches([b]).cast(schema).to_batches()[0] if b.num_rows else b
-            for b in _merged_buckets(con, by_bucket, schema.names)
+            for b in _merged_buckets(con, by_bucket, schema.names, history)
         )
         files = write_run(
             (b for b in batches if b.num_rows),

@@ -30,16 +30,19 @@ import pyarrow.parquet as pq
 from pyiceberg.expressions import In
 from pyiceberg.table import Table
 
+from pipelines import forget_audit
 from pipelines.compaction import COMMIT_ATTEMPTS, HISTORY, _crash, delete_files, history_tables
+from pipelines.faults import kill_point
 from pipelines.landing import LandingPaths
 from pipelines.maintenance import StepReport, user_tables
 from pipelines.publication_check import is_delta_table
 from seqlake.config import Config
 from seqlake.errors import RunsChanged, SeqlakeError, UsersRemain
 from seqlake.progress import Progress
+from tableformat.evolution import known_field_ids, projection
 from tableformat.registry import commit_file_rewrite, history_file_uri, live_runs, run_id_of_path
 from tableformat.run_writer import write_run
-from tableformat.schema import history_arrow_schema
+from tableformat.schema import history_arrow_schema, history_read_schema
 from tableformat.writer import open_output
 
 log = logging.getLogger(__name__)
@@ -68,23 +71,26 @@ def _rows_of(parquet: pq.ParquetFile, users: pa.Array) -> int:
     return pc.sum(pc.is_in(ids, value_set=users)).as_py() or 0
 
 
-def _kept_batches(parquet: pq.ParquetFile, users: pa.Array, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
-    """The file's rows without the users', in their stored order, with the table's current columns (a
-    column the file predates reads as null)."""
-    for batch in parquet.iter_batches(batch_size=READ_ROWS):
-        kept = batch.filter(pc.invert(pc.is_in(batch.column("user_id"), value_set=users)))
-        columns = [
-            kept.column(f.name).cast(f.type) if f.name in kept.schema.names else pa.nulls(kept.num_rows, f.type)
-            for f in schema
-        ]
-        yield pa.RecordBatch.from_arrays(columns, schema=schema)
+def _kept_batches(
+    parquet: pq.ParquetFile, users: pa.Array, schema: pa.Schema, history: Table
+) -> Iterator[pa.RecordBatch]:
+    """The file's rows without the users', in their stored order, with the table's current columns
+    (a column the file predates reads as null, a widened one cast: `tableformat.evolution`)."""
+    target, loose = history_read_schema(history)
+    found = projection(parquet.schema_arrow, target, loose, known_field_ids(history))
+    columns = found.file_columns(schema.names)
+    for batch in parquet.iter_batches(batch_size=READ_ROWS, columns=columns):
+        kept = pa.Table.from_batches([batch.filter(pc.invert(pc.is_in(batch.column("user_id"), value_set=users)))])
+        rows = found.apply(kept, schema.names)
+        arrays = [rows.column(f.name).combine_chunks().cast(f.type) for f in schema]
+        yield pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
 def forget_history(history: Table, config: Config, users: Sequence[int]) -> StepReport:
     """Rewrite every live history file that holds one of the users without their rows, in one commit."""
     report = StepReport(FORGET_STEP, history.name()[-1], unit="rows")
     wanted = pa.array(_users(users), pa.int64())
-    schema = history_arrow_schema(config)
+    schema = history_arrow_schema(config, history.schema())
     for _ in range(COMMIT_ATTEMPTS):
         history.refresh()
         runs = live_runs(history)
@@ -102,7 +108,7 @@ def forget_history(history: Table, config: Config, users: Sequence[int]) -> Step
                     replaced.append(data_file)
                     removed += found
                     written += write_run(
-                        _kept_batches(parquet, wanted, schema),
+                        _kept_batches(parquet, wanted, schema, history),
                         file_uri=lambda b, run=run_id, tag=attempt: history_file_uri(history.location(), run, b, tag),
                         schema=schema,
                         run_id=run_id,
@@ -211,14 +217,23 @@ def forget_users(
     spark=None,
     paths: LandingPaths | None = None,
     progress: Progress | None = None,
+    requested_by: str | None = None,
 ) -> list[StepReport]:
     """Remove the users from the landing tier (with a Spark session), the history table and every
     other table holding a `user_id`; then check that none of their rows is left in any of them.
-    `progress` counts the tables done and the rows removed.
+    `progress` counts the tables done and the rows removed. The request is audited
+    (`pipelines.forget_audit`): who, which users, when, the rows each table held of them; the last
+    report says which request it was.
 
     Upstream first: once the landing tier no longer holds their events, no compaction running
     meanwhile can publish them again. Raises UsersRemain if a table still holds a row of theirs."""
     chosen = _users(users)
+    history, _ = history_tables(config)
+    held = {table.name()[-1]: user_rows(table, chosen) for table in [history, *tables_with_users(config)]}
+    if spark is not None and paths is not None:
+        held["landing"] = landing_rows(spark, paths, chosen)
+    request = forget_audit.begin(config, chosen, {name: rows for name, rows in held.items() if rows}, requested_by)
+    kill_point("forget_audited")
     reports: list[StepReport] = []
     others = tables_with_users(config)
     landing = spark is not None and paths is not None
@@ -234,7 +249,6 @@ def forget_users(
     if landing:
         for report in forget_landing(spark, paths, chosen):
             done(report)
-    history, _ = history_tables(config)
     done(forget_history(history, config, chosen))
     for table in others:
         done(forget_in_table(table, chosen))
@@ -244,4 +258,11 @@ def forget_users(
     remaining = {name: rows for name, rows in left.items() if rows}
     if remaining:
         raise UsersRemain(f"rows of the forgotten users remain: {remaining}")
-    return reports
+    forget_audit.finish(config, request)
+    audit = StepReport(FORGET_STEP, forget_audit.AUDIT, unit="rows")
+    resumed = ", resumed after a killed run" if request.resumed else ""
+    audit.notes.append(
+        f"request {request.forget_id} by {request.requested_by}{resumed}: "
+        f"{sum(request.rows.values()):,} rows of {len(chosen)} user(s) recorded as removed"
+    )
+    return [*reports, audit]

@@ -14,10 +14,11 @@ from dataclasses import dataclass, field
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.pandas.types import from_arrow_schema
+from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 
 from pipelines.compaction import HISTORY
-from pipelines.landing import LandingPaths, append_idempotent, last_applied_version
+from pipelines.faults import kill_point
+from pipelines.landing import LandingPaths, append_idempotent, delta_exists, last_applied_version
 from pipelines.parse import QUARANTINE_SCHEMA, landing_schema, parse_batch, parsed_schema
 from seqlake.catalog import load_existing_table, open_catalog, spark_name, table_identifier
 from seqlake.config import Config
@@ -34,6 +35,7 @@ class IngestResult:
     records: int = 0
     landed: int = 0
     quarantined: Counter = field(default_factory=Counter)
+    last_version: int = 0  # sequence number of the last source snapshot ingested in this call
 
 
 def ingest_app_id(config: Config, source: str) -> str:
@@ -70,6 +72,14 @@ def redirect_published(spark: SparkSession, parsed: DataFrame, homes: dict[int, 
     )
 
 
+def _check_landing(spark: SparkSession, paths: LandingPaths, config: Config) -> None:
+    """The landing tier holds the configured columns (a feature-group column added or widened in the
+    configuration is `seqlake migrate`d first), or one line says what differs."""
+    from pipelines.migrate import check_landing  # the migration knows every table: imported late
+
+    check_landing(to_arrow_schema(spark.read.format("delta").load(paths.events).schema), config)
+
+
 def ingest_source(
     spark: SparkSession,
     config: Config,
@@ -85,6 +95,8 @@ def ingest_source(
     done = last_applied_version(spark, paths.events, app_id)
     snapshots = sorted(table.snapshots(), key=lambda s: s.sequence_number)
     result = IngestResult()
+    if snapshots and snapshots[-1].sequence_number > done and delta_exists(spark, paths.events):
+        _check_landing(spark, paths, config)
     parsed_spark_schema = from_arrow_schema(parsed_schema(config))
     landing_columns = landing_schema(config).names
 
@@ -117,11 +129,14 @@ def ingest_source(
             # Quarantine first: a crash between the two appends replays the batch, and both
             # appends skip what they already hold.
             append_idempotent(bad, paths.quarantine, app_id, snapshot.sequence_number)
+            kill_point("ingest_quarantined")
             append_idempotent(valid, paths.events, app_id, snapshot.sequence_number)
+            kill_point("ingest_landed")
         finally:
             parsed.unpersist()
         landed = counts.pop(None, 0)
         result.batches += 1
+        result.last_version = snapshot.sequence_number
         result.landed += landed
         result.quarantined.update(counts)
         result.records += landed + sum(counts.values())

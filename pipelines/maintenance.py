@@ -7,6 +7,8 @@
   state is in table properties (`tableformat/registry.py`), so no state goes with them.
 - `remove_orphan_files`: files under a table's location that no live snapshot or metadata file
   references, and never one younger than the safety interval (a job may be writing it now).
+- `rewrite_small_files`: the many small files that per-step appends leave in the training and fat-row
+  tables, rewritten into one file per bucket (`maintenance.small_file_bytes`).
 - `vacuum_landing`: Delta's VACUUM of the landing and quarantine tables (files their log no longer
   references, and leftovers of killed writes), on Spark.
 
@@ -20,17 +22,24 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
+import pyarrow as pa
 import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+from pyiceberg.exceptions import CommitFailedException, ValidationException
 from pyiceberg.expressions import LessThan
 from pyiceberg.table import Table
 
 from pipelines.compaction import history_tables
+from pipelines.faults import kill_point
 from pipelines.landing import LandingPaths
 from pipelines.publication_check import is_delta_table
 from seqlake.catalog import open_catalog
 from seqlake.config import Config
 from seqlake.progress import Progress
+from tableformat.evolution import known_field_ids, projection
+from tableformat.io import resolve_uri
 from tableformat.registry import published_windows
+from tableformat.schema import table_arrow_schema
 
 log = logging.getLogger(__name__)
 
@@ -184,6 +193,66 @@ def remove_orphan_files(table: Table, safety: timedelta, *, now: datetime | None
     return report
 
 
+# -- small files -------------------------------------------------------------------------------------
+
+SMALL_FILE_TABLES = ("training_", "fatrow_")  # tables that grow by many small appends (one per capture step)
+
+
+def rewrite_small_files(table: Table, small_bytes: int, min_files: int = 2) -> StepReport:
+    """Rewrite the small data files of each partition (bucket) into one, where a partition holds at
+    least `min_files` files under `small_bytes`: one commit per partition that deletes those files
+    and appends their rows (pyiceberg validates that no concurrent commit removed them first). Memory
+    holds one partition's small files at a time. The replaced files go once their snapshots expire."""
+    report = StepReport("rewrite-small-files", table.name()[-1])
+    table.refresh()
+    if table.current_snapshot() is None:
+        return report
+    tasks = list(table.scan().plan_files())
+    if any(task.delete_files for task in tasks):
+        report.notes.append("row-level deletes: left as they are")
+        return report
+    by_partition: dict[tuple, list] = {}
+    for task in tasks:
+        if task.file.file_size_in_bytes < small_bytes:
+            key = (task.file.spec_id, tuple(task.file.partition))
+            by_partition.setdefault(key, []).append(task.file)
+    target, loose = table_arrow_schema(table.schema())
+    known = known_field_ids(table)
+    written = 0
+    for files in by_partition.values():
+        if len(files) < min_files:
+            continue
+        parts = []
+        for data_file in files:
+            fs, path = resolve_uri(data_file.file_path)
+            with fs.open_input_file(path) as handle:
+                parquet = pq.ParquetFile(handle)
+                found = projection(parquet.schema_arrow, target, loose, known)
+                parts.append(found.apply(parquet.read(columns=found.file_columns(target.names)), target.names))
+        # As the files hold them (plain, not large, strings and lists): rewritten files read alike.
+        rows = pa.concat_tables([p.cast(parts[0].schema) for p in parts])
+        tagged = {"seqlake.operation": "rewrite-small-files"}
+        try:
+            with table.transaction() as tx:
+                with tx.update_snapshot(snapshot_properties=tagged).overwrite() as replaced:
+                    for data_file in files:
+                        replaced.delete_data_file(data_file)
+                tx.append(rows, snapshot_properties=tagged)
+        except (CommitFailedException, ValidationException):
+            # A concurrent commit (a forget, another rewrite) changed these files: never write rows
+            # it removed back in. The next maintenance plans again.
+            report.notes.append("a partition changed while rewriting it: left for the next run")
+            table.refresh()
+            continue
+        kill_point("maintain_rewrote")
+        report.removed += len(files)
+        report.bytes += sum(f.file_size_in_bytes for f in files)
+        written += 1
+    if written:
+        report.notes.append(f"{report.removed} files rewritten as {written}")
+    return report
+
+
 # -- landing -----------------------------------------------------------------------------------------
 
 
@@ -239,8 +308,9 @@ def run_maintenance(
     tables = maintained_tables(config)
     history, detail, training = tables[0], tables[1], tables[2:]
     landing = spark is not None and paths is not None
+    rewritten = [t for t in tables if t.name()[-1].startswith(SMALL_FILE_TABLES)]
     if progress is not None:
-        progress.set_total(1 + 2 * len(tables) + (1 if landing else 0))
+        progress.set_total(1 + len(rewritten) + 2 * len(tables) + (1 if landing else 0))
     reports: list[StepReport] = []
 
     def done(*step: StepReport) -> None:
@@ -248,10 +318,13 @@ def run_maintenance(
             log.info("%s", report.line())
             reports.append(report)
         if progress is not None:  # bytes freed from storage (dropped detail rows are freed as orphans)
-            freed = sum(r.bytes for r in step if r.step != "drop-detail")
+            freed = sum(r.bytes for r in step if r.step not in ("drop-detail", "rewrite-small-files"))
             progress.add(nbytes=freed, steps=1, note=" ".join(f"{r.step}: {r.target}" for r in step[:1]))
+        kill_point("maintain_step")
 
     done(drop_detail_windows(detail, detail_keep_from(config, history, training)))
+    for table in rewritten:
+        done(rewrite_small_files(table, spec.small_file_bytes))
     older_than = now - timedelta(hours=spec.snapshot_retention_hours)
     for table in tables:
         done(expire_snapshots(table, older_than, spec.keep_snapshots))

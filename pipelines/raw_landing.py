@@ -15,6 +15,7 @@ import pyarrow as pa
 from pyiceberg.catalog import Catalog
 from pyiceberg.table import Table
 
+from pipelines.faults import kill_point
 from pipelines.parse import window_ids
 from seqlake.events import RAW_SCHEMA
 from seqlake.progress import Progress
@@ -51,6 +52,7 @@ def land_raw_records(
         nonlocal pending, pending_rows, commits
         if pending:
             table.append(pa.Table.from_batches(pending, schema=RAW_SCHEMA))
+            kill_point("raw_appended")
             commits += 1
             pending, pending_rows = [], 0
 

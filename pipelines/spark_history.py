@@ -54,7 +54,7 @@ def write_run_with_spark(
 ) -> list[WrittenFile]:
     """Write `df` (history columns) as sorted run `run_id` of `table`; return the files, uncommitted."""
     check_run_id(run_id)
-    schema = history_arrow_schema(config)
+    schema = history_arrow_schema(config, table.schema())
     location = table.location()
     attempt = uuid.uuid4().hex[:12]
     bucket_count = config.layout.bucket_count

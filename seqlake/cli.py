@@ -43,6 +43,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "files": ("jobs.inspection:files", "the data files of a history table (or of one run), with rows and sizes"),
     "maintain": ("jobs.maintain", "expire snapshots, remove orphan files, vacuum landing, drop old detail"),
     "forget": ("jobs.forget", "remove every row of some users from every table, one commit per table"),
+    "migrate": ("jobs.migrate", "apply the configuration's columns (added, widened, retired) to the tables"),
     "fsck": ("jobs.fsck", "check every invariant of the history table's files and runs"),
     "drop-run": ("jobs.drop_run", "remove a damaged run from a history table so its windows can be rebuilt"),
     "samples": ("jobs.samples", "rebuild training samples from pointers, verified (versioned late materialization)"),

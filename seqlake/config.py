@@ -127,6 +127,8 @@ class MaintenanceSpec(_Frozen):
     keep_snapshots: int = Field(default=5, ge=1)  # the newest snapshots of each table always stay
     orphan_safety_hours: float = Field(default=24, ge=0)  # unreferenced files younger than this stay
     landing_retention_hours: float = Field(default=168, ge=0)  # Delta VACUUM retention of the landing tier
+    # Training and fat-row files smaller than this are rewritten together, one file per bucket.
+    small_file_bytes: int = Field(default=32 * 2**20, ge=0)
 
 
 class SparkSpec(_Frozen):

@@ -126,6 +126,9 @@ def spark_conf(config: Config, master: str = "local[2]", jars: bool = True) -> d
         # parquet-java checks the page CRCs seqlake's files carry (tableformat.page_checksums): a
         # damaged page fails the read instead of turning into wrong rows. Iceberg's reader honours it.
         "spark.hadoop.parquet.page.verify-checksum.enabled": "true",
+        # History's float columns are BYTE_STREAM_SPLIT pages (tableformat/layout.py), which Iceberg's
+        # vectorized Parquet reader refuses; its row reader decodes them.
+        "spark.sql.iceberg.vectorization.enabled": "false",
         # Overflowing merges fail loudly on both engines (DuckDB's CAST does too), never wrap.
         "spark.sql.ansi.enabled": "true",
         # Python workers run seqlake's own code (mapInArrow writers): the same interpreter as here.

@@ -202,6 +202,7 @@ class CachedHistoryReader(HistoryReader):
                     found[rg, column] = value
                 offset += rows
         schema = self.lookup_index().entry(uri).schema
-        fields = [schema.field(c) for c in columns]
+        projected = self.projection(uri).fields  # the file's fields, or the current ones it predates
+        fields = [projected[c] for c in columns]
         arrays = [pa.chunked_array([found[rg, f.name] for rg in groups], f.type) for f in fields]
         return pa.Table.from_arrays(arrays, schema=pa.schema(fields, metadata=schema.metadata))

@@ -34,6 +34,7 @@ from pyiceberg.expressions import (
 from pyiceberg.table import Table
 
 from seqlake.errors import SchemaError
+from tableformat.evolution import Projection, UnknownFieldId, known_field_ids, projection
 from tableformat.io import (
     FooterCache,
     OpenFiles,
@@ -44,6 +45,7 @@ from tableformat.io import (
     read_row_groups,
 )
 from tableformat.lookup_index import FileEntry, LookupIndex, ReadGroups, Segments, micros, select_segments, snapshot_key
+from tableformat.schema import history_read_schema
 from tableformat.verified import DAMAGE, CorruptFileError, describe, table_of
 
 SEQUENCE_ORDER = ("event_ts", "lsn")
@@ -80,6 +82,7 @@ class HistoryReader:
         self.groups = table.metadata.properties.get("seqlake.feature-groups", "").split(",")
         self._column_set, self._group_set = frozenset(self.columns), frozenset(self.groups)
         self._schema: tuple[tuple, pa.Schema] | None = None
+        self._projections: tuple[tuple | None, tuple, dict[str, Projection]] = (None, (), {})
         self._index: LookupIndex | None = None
         self._empties: dict[tuple, pa.Table] = {}
         self._index_lock = threading.Lock()
@@ -119,12 +122,36 @@ class HistoryReader:
     def footer(self, uri: str) -> pq.FileMetaData:
         return load_footer(self.fs, self.footers, uri)
 
+    def projection(self, uri: str) -> Projection:
+        """How the file's columns read as the table's current ones (`tableformat.evolution`): as
+        stored, unless the file predates a column added or widened since."""
+        key = (self.table.metadata.table_uuid, self.table.metadata.current_schema_id)
+        if self._projections[0] != key:
+            self._projections = (key, (*history_read_schema(self.table), known_field_ids(self.table)), {})
+        found = self._projections[2].get(uri)
+        if found is None:
+            target, loose, known = self._projections[1]
+            try:
+                found = projection(self.footer(uri).schema.to_arrow_schema(), target, loose, known)
+            except UnknownFieldId as error:
+                raise CorruptFileError(table_of(uri), uri, str(error)) from None
+            self._projections[2][uri] = found
+        return found
+
     def read_groups(self, uri: str, groups: list[int], columns: list[str]) -> pa.Table:
         """The rows of `groups` (ascending) with `columns` (the step subclasses change, e.g. to cache)."""
-        return read_row_groups(self.fs, uri, self.footer(uri), groups, columns, self.files)
+        found, meta = self.projection(uri), self.footer(uri)
+        if found.identity:
+            return read_row_groups(self.fs, uri, meta, groups, columns, self.files)
+        read = read_row_groups(self.fs, uri, meta, groups, found.file_columns(columns), self.files)
+        return found.apply(read, columns, sum(meta.row_group(g).num_rows for g in groups))
 
     def read_rows(self, uri: str, rg: int, low: int, high: int, columns: list[str]) -> pa.Table | None:
         """Rows [low, high) of one row group, decoded from the pages that hold them (page index)."""
+        projected = self.projection(uri)
+        stored = columns if projected.identity else projected.file_columns(columns)
+        if not stored:
+            return None  # only columns the file predates: read_groups gives their nulls
         found = self._paged.get(uri)
         if found is None:  # files are immutable: a file's pages are read the same way in any snapshot
             entry = self.lookup_index().entry(uri)
@@ -137,11 +164,14 @@ class HistoryReader:
                 self._paged.pop(next(iter(self._paged)))
         paged, read = found
         try:
-            return paged.read_rows(rg, low, high, columns, read, decode_pages)
+            rows = paged.read_rows(rg, low, high, stored, read, decode_pages)
         except CorruptFileError:
             raise
         except DAMAGE as error:  # a page whose checksum or encoding fails: the file is damaged
             raise CorruptFileError(table_of(uri), uri, describe(error)) from error
+        if rows is None or projected.identity:
+            return rows
+        return projected.apply(rows, columns, high - low)
 
     def read_user(
         self, user_id: int, columns: Sequence[str] | None = None, selection: Selection | None = None

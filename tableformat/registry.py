@@ -32,6 +32,14 @@ from pyiceberg.typedef import Record
 
 from seqlake.config import Config
 from seqlake.errors import RunsChanged, SchemaError, SeqlakeError, WindowsAlreadyPublished
+from tableformat.evolution import (
+    COLUMN_TYPES_PROPERTY,
+    SchemaDiff,
+    compare,
+    mismatch_error,
+    table_declared_types,
+    with_groups,
+)
 from tableformat.layout import STATISTICS_COLUMNS
 from tableformat.schema import (
     FORMAT_VERSION,
@@ -79,6 +87,7 @@ def create_history_table(catalog: Catalog, identifier: str, config: Config, repl
         # would publish a run twice or drop a concurrently published one.
         COMMIT_RETRIES: "0",
         GROUPS_PROPERTY: ",".join(config.feature_groups),
+        COLUMN_TYPES_PROPERTY: json.dumps(config.column_types(), sort_keys=True),
         RUNS_PROPERTY: "{}",
         "write.parquet.compression-codec": "zstd",
         # Manifests keep bounds for the key columns (what planners prune on), counts elsewhere.
@@ -110,7 +119,8 @@ def check_matches_config(
 ) -> Table:
     """Refuse a table whose bucket count or columns differ from the configuration's: writers and
     readers take both from the configuration, and a mismatch silently misplaces or misses rows.
-    `schema` is what the configuration makes of the table (default: the history schema)."""
+    `schema` is what the configuration makes of the table (default: the history schema). A column
+    difference names each column and the command that migrates it (`seqlake migrate`)."""
     name = ".".join(table.name())
     buckets = table_bucket_count(table)
     if buckets is not None and buckets != config.layout.bucket_count:
@@ -119,19 +129,31 @@ def check_matches_config(
             f"{config.layout.bucket_count}; set layout.bucket_count: {buckets} or write to a new table"
         )
     if check_schema:
-        expected = {f.name: str(f.field_type) for f in (schema or history_iceberg_schema(config)).fields}
-        actual = {f.name: str(f.field_type) for f in table.schema().fields}
-        if expected != actual:
-            differ = sorted(
-                f"{name} ({actual.get(name, 'absent')} in the table, {expected.get(name, 'absent')} configured)"
-                for name in expected.keys() | actual.keys()
-                if expected.get(name) != actual.get(name)
-            )
-            raise SchemaError(
-                f"{name} does not match the configuration's columns: {'; '.join(differ)}; "
-                "restore the configuration's feature groups or write to a new warehouse"
-            )
+        diff = schema_diff(table, config, schema)
+        if not diff.empty:
+            raise mismatch_error(diff)
     return table
+
+
+def schema_diff(table: Table, config: Config, schema: Schema | None = None) -> SchemaDiff:
+    """What the configuration asks of `table`'s columns (and, for history, of its feature groups and
+    declared column types). Columns that are not feature-group columns (keys, bookkeeping) are fixed."""
+    expected = schema or history_iceberg_schema(config)
+    features = config.column_types()
+    fixed = frozenset(f.name for f in expected.fields if f.name not in features)
+    if schema is not None:
+        return compare(".".join(table.name()), table.schema(), expected, fixed=fixed)
+    diff = compare(
+        ".".join(table.name()),
+        table.schema(),
+        expected,
+        actual_declared=table_declared_types(table.metadata.properties),
+        expected_declared=features,
+        fixed=fixed,
+    )
+    recorded = table.metadata.properties.get(GROUPS_PROPERTY)
+    groups = recorded.split(",") if recorded else list(config.feature_groups)
+    return with_groups(diff, groups, list(config.feature_groups), GROUPS_PROPERTY)
 
 
 def live_runs(table: Table) -> dict[str, RunRecord]:

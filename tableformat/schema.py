@@ -12,11 +12,27 @@ import pyarrow as pa
 from pyiceberg.io.pyarrow import pyarrow_to_schema
 from pyiceberg.partitioning import PartitionField, PartitionSpec
 from pyiceberg.schema import Schema
+from pyiceberg.table import Table
 from pyiceberg.table.sorting import NullOrder, SortDirection, SortField, SortOrder
 from pyiceberg.transforms import BucketTransform, IdentityTransform
+from pyiceberg.types import (
+    BinaryType,
+    BooleanType,
+    DoubleType,
+    FloatType,
+    IcebergType,
+    IntegerType,
+    ListType,
+    LongType,
+    MapType,
+    StringType,
+    TimestamptzType,
+)
 
 from seqlake.config import Config
+from seqlake.errors import SchemaError
 from seqlake.events import ARROW_TYPES
+from tableformat.evolution import FIELD_ID, table_declared_types, with_ids_from
 
 FORMAT_VERSION = "1"
 KEY_COLUMNS = ("user_id", "feature_group", "event_ts", "lsn")
@@ -24,7 +40,16 @@ KEY_COLUMNS = ("user_id", "feature_group", "event_ts", "lsn")
 # two partitions may give one user equal keys; the partition makes the order total).
 STORAGE_ORDER = (*KEY_COLUMNS, "source_partition")
 TIMESTAMP_US = pa.timestamp("us", tz="UTC")
-FIELD_ID = b"PARQUET:field_id"
+ICEBERG_TO_ARROW = (
+    (BooleanType, pa.bool_()),
+    (IntegerType, pa.int32()),
+    (LongType, pa.int64()),
+    (FloatType, pa.float32()),
+    (DoubleType, pa.float64()),
+    (StringType, pa.string()),
+    (BinaryType, pa.binary()),
+    (TimestamptzType, TIMESTAMP_US),
+)
 
 # Bookkeeping every history row carries besides its key and the feature-group columns.
 BOOKKEEPING = [
@@ -40,8 +65,10 @@ def with_field_ids(fields: list[pa.Field] | pa.Schema) -> pa.Schema:
     return pa.schema([f.with_metadata({FIELD_ID: str(i).encode()}) for i, f in enumerate(fields, start=1)])
 
 
-def history_arrow_schema(config: Config) -> pa.Schema:
-    """Arrow schema of history files, with Iceberg field ids, in storage order."""
+def history_arrow_schema(config: Config, table_schema: Schema | None = None) -> pa.Schema:
+    """Arrow schema of history files, with Iceberg field ids, in storage order. Files of an existing
+    table take its field ids (`table_schema`): after schema evolution, positions in the configuration
+    no longer give them."""
     fields = [
         pa.field("user_id", pa.int64(), nullable=False),
         pa.field("feature_group", pa.string(), nullable=False),
@@ -50,11 +77,46 @@ def history_arrow_schema(config: Config) -> pa.Schema:
         *BOOKKEEPING,
     ]
     fields += [pa.field(name, ARROW_TYPES[kind]) for name, kind in config.column_types().items()]
-    return with_field_ids(fields)
+    schema = with_field_ids(fields)
+    return schema if table_schema is None else with_ids_from(schema, table_schema)
 
 
 def history_iceberg_schema(config: Config) -> Schema:
     return pyarrow_to_schema(history_arrow_schema(config))
+
+
+def history_read_schema(table: Table) -> tuple[pa.Schema, frozenset[str]]:
+    """The current columns of a history table as readers return them (ids and Arrow types), and the
+    columns whose declared width is unknown (`tableformat.evolution.projection`'s `loose`)."""
+    declared = table_declared_types(table.metadata.properties)
+    fields = []
+    for f in table.schema().fields:
+        kind = ARROW_TYPES[declared[f.name]] if f.name in declared else arrow_type(f.field_type)
+        fields.append(pa.field(f.name, kind, nullable=not f.required, metadata={FIELD_ID: str(f.field_id).encode()}))
+    return pa.schema(fields), frozenset(f.name for f in table.schema().fields if f.name not in declared)
+
+
+def table_arrow_schema(schema: Schema) -> tuple[pa.Schema, frozenset[str]]:
+    """A table's current columns in Arrow with their field ids, every column `loose` (a file's own
+    type is kept where it is the same Iceberg type): for tables written by pyiceberg and Spark."""
+    fields = [
+        pa.field(f.name, arrow_type(f.field_type), not f.required, {FIELD_ID: str(f.field_id).encode()})
+        for f in schema.fields
+    ]
+    return pa.schema(fields), frozenset(f.name for f in schema.fields)
+
+
+def arrow_type(kind: IcebergType) -> pa.DataType:
+    """The Arrow type seqlake writes for an Iceberg type (plain strings, microseconds; lists and maps
+    of those)."""
+    if isinstance(kind, ListType):
+        return pa.list_(arrow_type(kind.element_type))
+    if isinstance(kind, MapType):
+        return pa.map_(arrow_type(kind.key_type), arrow_type(kind.value_type))
+    for iceberg, arrow in ICEBERG_TO_ARROW:
+        if isinstance(kind, iceberg):
+            return arrow
+    raise SchemaError(f"no Arrow type for the Iceberg type {kind}")
 
 
 def history_partition_spec(schema: Schema, bucket_count: int) -> PartitionSpec:

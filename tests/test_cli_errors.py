@@ -139,6 +139,16 @@ CASES = {  # name -> (arguments, what the one line says, exit status: 1 a failur
     ),
     "storage: no bucket": (["storage", "list"], "Missing argument 'BUCKET'", 2),
     "forget: no user": (["forget", "--skip-landing"], "Missing option '--user'", 2),
+    "migrate: a narrowed column": (
+        [
+            "migrate",
+            "--config",
+            "{bad:feature_groups.purchase={item_column: item_id, columns: {item_id: {type: int64}, "
+            "price_cents: {type: int32}}}}",
+        ],
+        "seqlake cannot migrate this",
+        1,
+    ),
     "forget: a user id that is not a number": (["forget", "--user", "ann"], "--user: must be an integer, got 'ann'", 2),
     "maintain: a negative retention": (
         ["maintain", "--snapshot-retention-hours", "-3"],

@@ -18,7 +18,8 @@ import pyarrow.compute as pc
 import pytest
 import yaml
 
-from pipelines.compaction import KILL_AT_ENV, history_tables
+from pipelines.compaction import history_tables
+from pipelines.faults import KILL_AT_ENV
 from seqlake.config import DEFAULT_CONFIG_PATH, load_config
 from tableformat.registry import live_runs
 from tableformat.schema import STORAGE_ORDER

@@ -1,6 +1,7 @@
 """Opening a table checks it against the configuration: a feature-group column added, retyped or
-removed in the configuration, but not in the table, is refused with one line naming the column,
-for the history table and for the detail table (whose columns follow the feature groups too)."""
+removed in the configuration, but not in the table, is refused with one line naming the column and
+the command that migrates it (or why none can), for the history table and for the detail table
+(whose columns follow the feature groups too)."""
 
 from __future__ import annotations
 
@@ -28,14 +29,17 @@ def test_a_column_the_table_lacks_is_a_one_line_error_naming_it(tmp_path: Path) 
     with pytest.raises(SchemaError) as refused:
         history_tables(grown)
     message = str(refused.value)
-    assert "history does not match the configuration's columns" in message
-    assert "query_lang (absent in the table, string configured)" in message and "\n" not in message
+    assert message.startswith("seqlake.history: adds query_lang (string)")
+    assert "run `seqlake migrate`" in message and "\n" not in message
 
     retyped = config_with(tmp_path, click_count={"type": "int64", "merge": "sum"})
-    with pytest.raises(SchemaError, match=r"click_count \(int in the table, long configured\)"):
+    with pytest.raises(SchemaError, match=r"widens click_count int -> long .*seqlake migrate"):
         history_tables(retyped)
+    narrowed = config_with(tmp_path, query_hash={"type": "int32", "merge": "last"})
+    with pytest.raises(SchemaError, match=r"query_hash is long in the table but int configured.*cannot migrate"):
+        history_tables(narrowed)
 
     # A new history table, the old detail table: the detail check refuses it the same way.
     purge_tables(grown, (HISTORY,))
-    with pytest.raises(SchemaError, match=r"history_detail does not match .*query_lang \(absent in the table"):
+    with pytest.raises(SchemaError, match=r"history_detail: adds query_lang \(string\)"):
         history_tables(grown)

@@ -19,6 +19,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 
 from pipelines.parse import landing_schema
@@ -32,9 +33,11 @@ from seqlake.config import Config
 from seqlake.duckdb_session import connect
 from seqlake.errors import SeqlakeError
 from tableformat.cache import CachedHistoryReader, HistoryCache
+from tableformat.evolution import known_field_ids, projection, with_ids_from
 from tableformat.io import PlainFileSystem
 from tableformat.lookup_index import micros
 from tableformat.reader import stats_overlap
+from tableformat.schema import table_arrow_schema
 
 # Landing columns a rebuild groups or orders by, besides items and the tenant's columns (detail events
 # are deduplicated already: event ids are not needed).
@@ -65,12 +68,22 @@ def pointer_batches(
     for task in tasks:
         by_bucket.setdefault(task.file.partition[0], []).append(task.file.file_path)
     step = max(1, min(batch_rows, 256))
+    target, loose = table_arrow_schema(training.schema())  # files of older schemas read as the current one
+    known = known_field_ids(training)
+    first: pa.Schema | None = None  # writers differ in Arrow flavour (large strings): one schema for all
     for bucket in sorted(by_bucket):
         pending: list[pa.RecordBatch] = []
         rows = held = 0
         for path in sorted(by_bucket[bucket]):
             with fs.open_input_file(path) as handle:
-                for batch in pq.ParquetFile(handle).iter_batches(batch_size=step):
+                parquet = pq.ParquetFile(handle)
+                found = projection(parquet.schema_arrow, target, loose, known)
+                for batch in parquet.iter_batches(batch_size=step, columns=found.file_columns(target.names)):
+                    if not found.identity:
+                        batch = found.apply(pa.Table.from_batches([batch]), target.names).to_batches()[0]
+                    first = first or batch.schema
+                    if batch.schema != first:
+                        batch = batch.cast(first)
                     pending.append(batch)
                     rows += batch.num_rows
                     held += int(pc.sum(batch["length"]).as_py() or 0)
@@ -100,16 +113,20 @@ def detail_events(
     paths: list[str],
     user_ids: list[int],
     windows: list[int],
+    detail_schema: Schema,
+    known: frozenset[tuple[str, int]] | None = None,
     cache: HistoryCache | None = None,
 ) -> pa.Table:
     """Detail events of the users in the windows, of the tenant's feature groups, from the windows'
     files `paths`, with only the columns a rebuild of the tenant's rows needs (the others are
     null), rows chosen by user, group and window. With a `cache`, each file is decoded once for
     all batches (a bucket's users are spread over every row group of a window's file, sorted by
-    user, so every batch would read it whole again)."""
+    user, so every batch would read it whole again). Files of older schemas are read as the table's
+    current `detail_schema`, columns matched by field id (`known`: the ids the table ever had)."""
     schema = pa.schema([f.with_nullable(True) for f in landing_schema(config)])
     items = {config.feature_groups[g].item_column for g in tenant.feature_groups}
     needed = [n for n in schema.names if n in {*REBUILD_KEYS, *items, *tenant.columns}]
+    current = with_ids_from(schema, detail_schema)  # files of older schemas read as the current one
     groups = pa.array(tenant.feature_groups)
     parts = []
     for path in paths:
@@ -117,12 +134,17 @@ def detail_events(
         if rows is None:
             with fs.open_input_file(path) as handle:
                 parquet = pq.ParquetFile(handle)
+                found = projection(parquet.schema_arrow, current, known=known)
                 chosen = (
                     list(range(parquet.metadata.num_row_groups))
                     if cache is not None
                     else _groups_holding(parquet.metadata, min(user_ids), max(user_ids))
                 )
-                rows = parquet.read_row_groups(chosen, columns=needed) if chosen else None
+                rows = (
+                    found.apply(parquet.read_row_groups(chosen, columns=found.file_columns(needed)), needed)
+                    if chosen
+                    else None
+                )
             if rows is None:
                 continue
             rows = rows.filter(pc.is_in(rows["feature_group"], groups))
@@ -135,8 +157,8 @@ def detail_events(
         parts.append(rows.filter(mask))
     if not parts:
         return schema.empty_table()
-    found = pa.concat_tables(parts)
-    columns = {f.name: found[f.name] if f.name in needed else pa.nulls(found.num_rows, f.type) for f in schema}
+    events = pa.concat_tables(parts)
+    columns = {f.name: events[f.name] if f.name in needed else pa.nulls(events.num_rows, f.type) for f in schema}
     return pa.table(columns).cast(schema)
 
 
@@ -231,7 +253,17 @@ class Reconstruction:
         if self._detail_files is None:  # planned once: a plan per batch costs more than its reads
             self._detail_files = detail_files(self.detail)
         paths = [path for w in windows for path in self._detail_files.get(w, [])]
-        return detail_events(self.config, self.tenant, self.fs, paths, users, windows, self._detail_cache)
+        return detail_events(
+            self.config,
+            self.tenant,
+            self.fs,
+            paths,
+            users,
+            windows,
+            self.detail.schema(),
+            known_field_ids(self.detail),
+            self._detail_cache,
+        )
 
 
 def _groups_meet(low: np.ndarray, high: np.ndarray, groups: tuple[str, ...]) -> np.ndarray:

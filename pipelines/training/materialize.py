@@ -21,6 +21,7 @@ import pyarrow.parquet as pq
 from pyiceberg.expressions import AlwaysTrue, And, EqualTo
 
 from pipelines.compaction import history_tables
+from pipelines.faults import kill_point
 from pipelines.training.arrow_reconstruct import Reconstruction
 from pipelines.training.bucket_files import BucketFiles
 from pipelines.training.prefetch import PrefetchingIterator
@@ -94,8 +95,10 @@ def write_arrow_samples(
                 if batch.quarantined.num_rows:
                     failures.append(batch.quarantined)
             if mode == "lsn":
+                kill_point("samples_written")
                 samples_out.commit(replacing=AlwaysTrue())
         if mode == "lsn":
+            kill_point("samples_committed")
             _replace_quarantine(config, tenant.name, engine, failures)
             matched = fatrow_match(config, tenant, samples_table=samples_table_name(tenant)) if compare else 0
         else:

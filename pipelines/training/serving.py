@@ -21,9 +21,10 @@ from pipelines.compaction import (
     published_windows,
     spark_name,
 )
-from pipelines.ingest import IngestResult, ingest_source
-from pipelines.landing import LandingPaths
+from pipelines.ingest import IngestResult, ingest_app_id, ingest_source
+from pipelines.landing import LandingPaths, last_applied_version
 from pipelines.training.capture import capture_batch, request_table
+from pipelines.training.capture_steps import append_step, start_state
 from pipelines.training.online_view import ViewSnapshot
 from pipelines.training.requests import RequestSimulator
 from pipelines.training.sequence import tenants
@@ -70,46 +71,63 @@ def _compact(
 def serve_and_capture(
     spark: SparkSession, config: Config, source: str, paths: LandingPaths, progress: Progress | None = None
 ) -> ServingResult:
-    """Ingest `source` step by step, capturing requests at each step and compacting closed windows."""
+    """Ingest `source` step by step, capturing requests at each step and compacting closed windows.
+
+    A step is identified by the source snapshot it ingested; its appends are idempotent by that id
+    (`pipelines.training.capture_steps`), so a run killed anywhere and started again ends with every
+    table holding every step once: a step ingested but not captured in every table is captured again
+    first, from the same view, with the same requests."""
     result = ServingResult()
     simulator = RequestSimulator(config)
     profiles = tenants(config)
     training = {t.name: create_bucketed_table(config, training_table_name(t), training_schema(t)) for t in profiles}
     fatrow = {t.name: create_bucketed_table(config, fatrow_table_name(t), sequence_table_schema(t)) for t in profiles}
-    since = None
+    ingested = last_applied_version(spark, paths.events, ingest_app_id(config, source))
+    state = start_state([*training.values(), *fatrow.values()], ingested)
+    closed: list[int] = []
     reader = None
     while True:
-        step = ingest_source(spark, config, source, paths, max_snapshots=1)
-        if step.batches == 0:
-            break
-        result.ingest.batches += step.batches
-        result.ingest.records += step.records
-        result.ingest.landed += step.landed
-        result.ingest.quarantined.update(step.quarantined)
+        records = 0
+        if ingested > state.step:
+            step_id = ingested  # ingested by a run that was killed before it captured the step everywhere
+        else:
+            step = ingest_source(spark, config, source, paths, max_snapshots=1)
+            if step.batches == 0:
+                break
+            result.ingest.batches += step.batches
+            result.ingest.records += step.records
+            result.ingest.landed += step.landed
+            result.ingest.quarantined.update(step.quarantined)
+            step_id = ingested = step.last_version
+            records = step.records
         history, detail = history_tables(config)
         # The reader (its lookup index, footers and open files) outlives the snapshots, as a serving
         # process's does: a new snapshot of history updates its index instead of rebuilding it.
         reader = reader or HistoryReader(history)
         reader.table = history
         with ViewSnapshot(config, history, detail, paths) as view:
+            since = state.since_time
             users = view.active_users(since) if view.now is not None else []
-            since = view.now or since
-            requests = simulator.requests(users, view.now, result.capture_points) if users else []
+            requests = simulator.requests(users, view.now, state.points) if users else []
             landing = view.landing_rows(sorted({r.user_id for r in requests}))
             closed = view.closed_windows()
+            done = state.next(step_id, view.now)
             batch = request_table(requests)
             for tenant in profiles:
-                if not requests:
-                    break
-                captured = capture_batch(view, reader, tenant, batch, config.training.fragment_events, landing)
-                training[tenant.name].append(captured.training)
-                fatrow[tenant.name].append(captured.fat_rows)
-                result.captures[tenant.name] += captured.training.num_rows
+                captured = (
+                    capture_batch(view, reader, tenant, batch, config.training.fragment_events, landing)
+                    if requests
+                    else None
+                )
+                append_step(training[tenant.name], captured and captured.training, done)
+                append_step(fatrow[tenant.name], captured and captured.fat_rows, done)
+                result.captures[tenant.name] += captured.training.num_rows if captured else 0
+        state = done
         result.capture_points += 1
         result.requests += len(requests)
         _compact(spark, config, paths, closed, result)
         if progress:
-            progress.add(rows=step.records, steps=1, note=f"{len(requests)} requests captured")
+            progress.add(rows=records, steps=1, note=f"{len(requests)} requests captured")
     _compact(spark, config, paths, closed_windows(spark, paths, end_of_stream=True), result)
     rewrite_small_files(spark, config, [*map(training_table_name, profiles), *map(fatrow_table_name, profiles)])
     return result

@@ -21,6 +21,7 @@ from pyiceberg.table import Table
 from pipelines.training.sequence import SEQUENCE_PREFIX, Tenant, list_schema
 from seqlake.catalog import open_catalog, table_identifier
 from seqlake.config import Config
+from tableformat.evolution import compare, mismatch_error
 from tableformat.schema import FIELD_ID, TIMESTAMP_US, history_partition_spec
 
 FRAGMENT = "recent_"  # prefix of the captured recent fragment's list columns
@@ -99,12 +100,14 @@ def all_table_names(tenants: list[Tenant]) -> list[str]:
 
 
 def create_bucketed_table(config: Config, name: str, schema: pa.Schema, catalog: Catalog | None = None) -> Table:
-    """Create `name` partitioned by bucket(N, user_id) unless it exists; return it."""
+    """Create `name` partitioned by bucket(N, user_id) unless it exists; return it. An existing table
+    whose columns differ from `schema` (the tenant's columns changed in the configuration) is refused
+    with the difference and the command that migrates it."""
     catalog = catalog or open_catalog(config)
     identifier = table_identifier(config, name)
     if catalog.table_exists(identifier):
-        return catalog.load_table(identifier)
-    iceberg_schema = pyarrow_to_schema(_numbered(schema))
+        return check_bucketed_table(catalog.load_table(identifier), schema)
+    iceberg_schema = pyarrow_to_schema(numbered(schema))
     try:
         return catalog.create_table(
             identifier,
@@ -116,7 +119,17 @@ def create_bucketed_table(config: Config, name: str, schema: pa.Schema, catalog:
         return catalog.load_table(identifier)
 
 
-def _numbered(schema: pa.Schema) -> pa.Schema:
+def check_bucketed_table(table: Table, schema: pa.Schema) -> Table:
+    """`table` if its columns are `schema`'s; else the mismatch error (only the sequence and fragment
+    list columns follow the configuration: the others are fixed)."""
+    fixed = frozenset(f.name for f in schema if not f.name.startswith((FRAGMENT, SEQUENCE)))
+    diff = compare(".".join(table.name()), table.schema(), pyarrow_to_schema(numbered(schema)), fixed=fixed)
+    if not diff.empty:
+        raise mismatch_error(diff)
+    return table
+
+
+def numbered(schema: pa.Schema) -> pa.Schema:
     """Field ids on every field, nested ones included (list elements, map keys and values)."""
     ids = itertools.count(1)
 
