@@ -11,18 +11,19 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from dataclasses import dataclass, field
-
-from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
-from pyspark.sql.pandas.types import from_arrow_schema
+from typing import TYPE_CHECKING
 
 from pipelines.compaction import HISTORY
+from pipelines.faults import kill_point
 from pipelines.landing import LandingPaths, append_idempotent, last_applied_version
 from pipelines.parse import QUARANTINE_SCHEMA, landing_schema, parse_batch, parsed_schema
 from seqlake.catalog import load_existing_table, open_catalog, spark_name, table_identifier
 from seqlake.config import Config
 from seqlake.progress import Progress
 from tableformat.registry import published_windows
+
+if TYPE_CHECKING:  # the planning here is shared with the in-process engine, which runs without pyspark
+    from pyspark.sql import DataFrame, SparkSession
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +60,8 @@ def home_windows(published: set[int]) -> dict[int, int]:
 
 def redirect_published(spark: SparkSession, parsed: DataFrame, homes: dict[int, int]) -> DataFrame:
     """`parsed` with the window of records in published windows replaced by their home window."""
+    from pyspark.sql import functions as F
+
     if not homes:
         return parsed
     mapping = spark.createDataFrame(list(homes.items()), "window_id long, _home_window long")
@@ -78,7 +81,10 @@ def ingest_source(
     progress: Progress | None = None,
     max_snapshots: int | None = None,
 ) -> IngestResult:
-    """Ingest every source snapshot not ingested yet (at most `max_snapshots`), in commit order."""
+    """Ingest every source snapshot not ingested yet (at most `max_snapshots`), in commit order, on Spark."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.pandas.types import from_arrow_schema
+
     table = load_existing_table(config, source)
     name = spark_name(config, source)
     app_id = ingest_app_id(config, source)
@@ -117,7 +123,9 @@ def ingest_source(
             # Quarantine first: a crash between the two appends replays the batch, and both
             # appends skip what they already hold.
             append_idempotent(bad, paths.quarantine, app_id, snapshot.sequence_number)
+            kill_point("ingest_quarantined")
             append_idempotent(valid, paths.events, app_id, snapshot.sequence_number)
+            kill_point("ingest_landed")
         finally:
             parsed.unpersist()
         landed = counts.pop(None, 0)
