@@ -32,6 +32,8 @@ def command(source: str, engine: str | None) -> None:
 
     config = load_cli_config()
     engine = engine or config.layout.ingest_engine
+    if engine == "spark":
+        import pyspark  # noqa: F401  (without the extra: one line naming it, before anything else)
     load_existing_table(config, source)  # a missing source is one line, before a JVM starts
     paths = landing_paths(config)
     spark = None
