@@ -45,7 +45,9 @@ def test_tables_lists_every_table_with_its_rows_files_and_size(small):
     assert listed["history"]["bytes"] == sum(f.file_size_in_bytes for f in files)
     assert listed["history"]["snapshot_id"] == history.current_snapshot().snapshot_id
     with connect(extensions=("delta",)) as con:
-        (landed,) = con.execute("SELECT count(*) FROM delta_scan(?)", [str(root / "landing" / "events")]).fetchone()
+        (landed,) = con.execute(
+            "SELECT count(*) FROM delta_scan(?)", [str(root / "landing" / small.config.warehouse.namespace / "events")]
+        ).fetchone()
     assert listed["landing_events"]["rows"] == landed > 0 and listed["landing_events"]["format"] == "delta"
     text = seqlake("tables", warehouse=root)
     assert text.returncode == 0, text.stderr
