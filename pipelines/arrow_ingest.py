@@ -77,12 +77,11 @@ class _Split:
     """Parsed batches split as they stream: valid rows pass on to the landing writer, malformed rows
     are spilled to a local Arrow file (the quarantine is committed first, once the pass is over)."""
 
-    def __init__(self, config: Config, homes: dict[int, int], spill: Path) -> None:
-        self.config, self.homes = config, homes
+    def __init__(self, config: Config, homes: dict[int, int], spill: Path, keep_malformed: bool = True) -> None:
+        self.config, self.homes, self.keep_malformed = config, homes, keep_malformed
         self.landing = landing_schema(config)
         self.quarantine = QUARANTINE_SCHEMA
         self.reasons: Counter = Counter()
-        self.bad_rows = 0
         self._spill_path = spill
         self._spilled = delta_writer.table_schema(QUARANTINE_SCHEMA)
         self._spill = pa.ipc.new_stream(str(spill), self._spilled)
@@ -95,8 +94,8 @@ class _Split:
                 bad = parsed.filter(malformed)
                 for item in pc.value_counts(bad["reason"]).to_pylist():
                     self.reasons[item["values"]] += item["counts"]
-                self.bad_rows += bad.num_rows
-                self._spill.write_batch(bad.select(self.quarantine.names).cast(self._spilled))
+                if self.keep_malformed:
+                    self._spill.write_batch(bad.select(self.quarantine.names).cast(self._spilled))
                 parsed = parsed.filter(pc.invert(malformed))
             yield parsed.select(self.landing.names)
 
@@ -120,13 +119,13 @@ def ingest_snapshot(config: Config, table: Table, snapshot: Snapshot, paths: Lan
     ):
         if existing is not None:
             delta_writer.check_appendable(existing, uri, schema)
+    # A run killed after its quarantine commit left this snapshot's malformed rows there already.
+    quarantined = delta_writer.transaction_version(quarantine, app_id) >= version
+    homes = home_windows(current_published_windows(config))
     with tempfile.TemporaryDirectory(prefix="seqlake-ingest-") as scratch:
-        split = _Split(config, home_windows(current_published_windows(config)), Path(scratch) / "quarantine.arrows")
+        split = _Split(config, homes, Path(scratch) / "quarantine.arrows", keep_malformed=not quarantined)
         landed = delta_writer.write_files(paths.events, split.landing, split.valid(snapshot_records(table, snapshot)))
-        # A run killed after the quarantine commit already holds this snapshot's malformed rows there.
-        quarantined = delta_writer.transaction_version(quarantine, app_id) >= version
-        bad = delta_writer.write_files(paths.quarantine, split.quarantine, () if quarantined else split.malformed())
-        split.close()
+        bad = delta_writer.write_files(paths.quarantine, split.quarantine, split.malformed())
     # Quarantine first: a crash between the two commits replays the batch, and each commit skips a
     # version its table already holds.
     delta_writer.commit(paths.quarantine, split.quarantine, bad, app_id, version, quarantine)
