@@ -156,6 +156,7 @@ def run_demo(config: Config) -> Report:
     )
     ingested = served.ingest
     ingest = report.section("ingest")
+    ingest["engine"] = config.layout.ingest_engine
     ingest["batches"] = ingested.batches
     ingest["records"] = ingested.records
     ingest["events_landed"] = ingested.landed

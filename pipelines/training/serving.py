@@ -67,6 +67,15 @@ def _compact(
         result.merges += merge_runs_if_needed(spark, config) is not None
 
 
+def ingest_step(spark: SparkSession, config: Config, source: str, paths: LandingPaths) -> IngestResult:
+    """The next source snapshot, on the configured engine (`layout.ingest_engine`)."""
+    if config.layout.ingest_engine == "duckdb":
+        from pipelines.arrow_ingest import ingest_source_in_process
+
+        return ingest_source_in_process(config, source, paths, max_snapshots=1)
+    return ingest_source(spark, config, source, paths, max_snapshots=1)
+
+
 def serve_and_capture(
     spark: SparkSession, config: Config, source: str, paths: LandingPaths, progress: Progress | None = None
 ) -> ServingResult:
@@ -78,7 +87,7 @@ def serve_and_capture(
     fatrow = {t.name: create_bucketed_table(config, fatrow_table_name(t), sequence_table_schema(t)) for t in profiles}
     since = None
     while True:
-        step = ingest_source(spark, config, source, paths, max_snapshots=1)
+        step = ingest_step(spark, config, source, paths)
         if step.batches == 0:
             break
         result.ingest.batches += step.batches
