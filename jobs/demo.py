@@ -156,6 +156,7 @@ def run_demo(config: Config) -> Report:
     )
     ingested = served.ingest
     ingest = report.section("ingest")
+    ingest["engine"] = config.layout.ingest_engine
     ingest["batches"] = ingested.batches
     ingest["records"] = ingested.records
     ingest["events_landed"] = ingested.landed
@@ -265,7 +266,7 @@ def _mib(n: int) -> float:
 
 
 @click.command("demo", help=__doc__)
-@click.option("--small", is_flag=True, help="A tiny data set, compacted on DuckDB, no late materialization.")
+@click.option("--small", is_flag=True, help="A tiny data set, all in-process (no JVM); no late materialization.")
 @click.option("--yes", is_flag=True, help="Purge the demo's tables even in a warehouse the demo did not create.")
 @common_options
 def command(small: bool, yes: bool) -> None:

@@ -1,7 +1,7 @@
 """Ingest the raw source table into the landing tier (Delta), quarantining malformed records.
 
 Each source commit is one batch; re-running ingests only what is new, and a replayed batch adds
-nothing twice. Usable as `seqlake ingest` or `spark-submit jobs/ingest.py`.
+nothing twice, whichever engine applied it. Usable as `seqlake ingest` or `spark-submit jobs/ingest.py`.
 """
 
 from __future__ import annotations
@@ -13,26 +13,48 @@ from seqlake.cli_options import common_options, load_cli_config
 from seqlake.cli_types import TABLE_NAME
 from seqlake.output import emit
 
+ENGINES = ("spark", "duckdb")  # as for `seqlake compact`
+
 
 @click.command("ingest", help=__doc__)
 @click.option("--source", default="raw_events", show_default=True, type=TABLE_NAME, help="Raw source table.")
+@click.option(
+    "--engine",
+    type=click.Choice(ENGINES),
+    help="spark (local mode or SEQLAKE_SPARK_MASTER) or duckdb (in-process: pyarrow and delta-rs, no JVM); "
+    "the same landing rows (default: layout.ingest_engine of the configuration).",
+)
 @common_options
-def command(source: str) -> None:
-    from pipelines.ingest import ingest_source
+def command(source: str, engine: str | None) -> None:
     from pipelines.landing import landing_paths
     from seqlake.catalog import load_existing_table
     from seqlake.progress import Progress
-    from seqlake.spark_session import spark_session
 
     config = load_cli_config()
+    engine = engine or config.layout.ingest_engine
+    if engine == "spark":
+        import pyspark  # noqa: F401  (without the extra: one line naming it, before anything else)
     load_existing_table(config, source)  # a missing source is one line, before a JVM starts
-    spark = spark_session(config, "seqlake-ingest")
+    paths = landing_paths(config)
+    spark = None
+    if engine == "spark":
+        from seqlake.spark_session import spark_session
+
+        spark = spark_session(config, "seqlake-ingest")
     progress = Progress("ingest", measure="steps", rows_unit="records", steps_unit="source commits")
-    result = ingest_source(spark, config, source, landing_paths(config), progress)
+    if spark is not None:
+        from pipelines.ingest import ingest_source
+
+        result = ingest_source(spark, config, source, paths, progress)
+    else:
+        from pipelines.arrow_ingest import ingest_source_in_process
+
+        result = ingest_source_in_process(config, source, paths, progress)
     seconds = progress.done()
     quarantined = dict(sorted(result.quarantined.items()))
     document = {
         "source": source,
+        "engine": engine,
         "batches": result.batches,
         "already_ingested": result.skipped,
         "records": result.records,

@@ -1,9 +1,9 @@
 """`seqlake demo --small`: the pipeline end to end on a tiny generated data set, in-process where it can be.
 
-Generate and land the raw stream (pyiceberg), ingest it into the landing tier (Spark: the one step that
-writes Delta), publish every window and merge runs on the DuckDB engine, check the history table's
-invariants and read one user's history back through the reader. No late materialization: that is the
-full demo's part.
+Generate and land the raw stream (pyiceberg), ingest it into the landing tier (in-process: pyarrow and
+delta-rs), publish every window and merge runs on the DuckDB engine, check the history table's
+invariants and read one user's history back through the reader. No JVM starts. No late
+materialization: that is the full demo's part.
 """
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from __future__ import annotations
 import time
 
 from jobs.demo import RAW_TABLE, reset_demo_tables
+from pipelines.arrow_ingest import ingest_source_in_process
 from pipelines.compaction import history_tables, plan_batches
 from pipelines.duckdb_compaction import compact_batch_duckdb, merge_runs_if_needed_duckdb
-from pipelines.ingest import ingest_source
 from pipelines.landing import landing_paths
 from pipelines.publication_check import landing_windows
 from pipelines.raw_landing import create_raw_table, land_raw_records
@@ -22,12 +22,11 @@ from seqlake.config import Config
 from seqlake.generator import EventGenerator, user_id_of
 from seqlake.progress import Progress
 from seqlake.report import Report
-from seqlake.spark_session import spark_session
 from tableformat.fsck import fsck_table
 from tableformat.reader import HistoryReader
 from tableformat.registry import live_runs
 
-# Small enough to run in well under a minute besides Spark's start; large enough for late, duplicate
+# Small enough to run in well under a minute; large enough for late, duplicate
 # and malformed records, a heavy user and a capacity merge (more windows than layout.max_runs).
 SMALL_GENERATOR = {"users": 40, "heavy_users": 1, "max_events": 2_000, "windows": 6, "items": 1_000}
 
@@ -59,11 +58,11 @@ def run_small_demo(config: Config) -> Report:
     gen["raw_commits"] = landing.commits
 
     paths = landing_paths(config)
-    spark = spark_session(config, "seqlake-demo-small")
     ingesting = Progress("ingest", measure="steps", rows_unit="records", steps_unit="source commits")
-    ingested = ingest_source(spark, config, RAW_TABLE, paths, ingesting)
+    ingested = ingest_source_in_process(config, RAW_TABLE, paths, ingesting)
     ingesting.done()
     ingest = report.section("ingest")
+    ingest["engine"] = "duckdb"
     ingest["records"] = ingested.records
     ingest["events_landed"] = ingested.landed
     ingest["quarantined"] = dict(sorted(ingested.quarantined.items()))

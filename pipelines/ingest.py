@@ -11,10 +11,7 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from dataclasses import dataclass, field
-
-from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
-from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
+from typing import TYPE_CHECKING
 
 from pipelines.compaction import HISTORY
 from pipelines.faults import kill_point
@@ -24,6 +21,9 @@ from seqlake.catalog import load_existing_table, open_catalog, spark_name, table
 from seqlake.config import Config
 from seqlake.progress import Progress
 from tableformat.registry import published_windows
+
+if TYPE_CHECKING:  # the planning here is shared with the in-process engine, which runs without pyspark
+    from pyspark.sql import DataFrame, SparkSession
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +61,8 @@ def home_windows(published: set[int]) -> dict[int, int]:
 
 def redirect_published(spark: SparkSession, parsed: DataFrame, homes: dict[int, int]) -> DataFrame:
     """`parsed` with the window of records in published windows replaced by their home window."""
+    from pyspark.sql import functions as F
+
     if not homes:
         return parsed
     mapping = spark.createDataFrame(list(homes.items()), "window_id long, _home_window long")
@@ -75,6 +77,8 @@ def redirect_published(spark: SparkSession, parsed: DataFrame, homes: dict[int, 
 def _check_landing(spark: SparkSession, paths: LandingPaths, config: Config) -> None:
     """The landing tier holds the configured columns (a feature-group column added or widened in the
     configuration is `seqlake migrate`d first), or one line says what differs."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+
     from pipelines.migrate import check_landing  # the migration knows every table: imported late
 
     check_landing(to_arrow_schema(spark.read.format("delta").load(paths.events).schema), config)
@@ -88,7 +92,10 @@ def ingest_source(
     progress: Progress | None = None,
     max_snapshots: int | None = None,
 ) -> IngestResult:
-    """Ingest every source snapshot not ingested yet (at most `max_snapshots`), in commit order."""
+    """Ingest every source snapshot not ingested yet (at most `max_snapshots`), in commit order, on Spark."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.pandas.types import from_arrow_schema
+
     table = load_existing_table(config, source)
     name = spark_name(config, source)
     app_id = ingest_app_id(config, source)

@@ -36,16 +36,28 @@ def delta_exists(spark, path: str) -> bool:
 
 
 def last_applied_version(spark, path: str, app_id: str) -> int:
-    """Highest txnVersion committed to the Delta table at `path` by `app_id` (0 if none)."""
-    if not delta_exists(spark, path):
-        return 0
-    versions = [0]
-    for row in spark.sql(f"DESCRIBE HISTORY delta.`{path}`").select("userMetadata").collect():
-        if row["userMetadata"]:
-            meta = json.loads(row["userMetadata"])
-            if meta.get("app") == app_id:
-                versions.append(int(meta["version"]))
-    return max(versions)
+    """Highest txnVersion committed to the Delta table at `path` by `app_id` (0 if none).
+
+    The table's Delta `txn` action, which Spark's idempotent writes and the in-process engine's commits
+    both record (and checkpoints keep, unlike the commit history), read by delta-rs without a JVM. A
+    table delta-rs cannot read (a feature only Spark's Delta knows) is asked through `spark`."""
+    from pipelines.delta_writer import SparkOnlyTable, applied_version
+
+    try:
+        return applied_version(path, app_id)
+    except SparkOnlyTable:
+        if spark is None:
+            raise
+        return _spark_transaction_version(spark, path, app_id)
+
+
+def _spark_transaction_version(spark, path: str, app_id: str) -> int:
+    """The same `txn` record as Spark's Delta snapshot of the table holds it."""
+    jvm = spark._jvm
+    log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, path)
+    none = jvm.scala.Option.empty()
+    version = log.update(False, none, none).transactions().get(app_id)
+    return int(version.get()) if version.isDefined() else 0
 
 
 def append_idempotent(df, path: str, app_id: str, version: int, partition_by: str = "window_id") -> None:

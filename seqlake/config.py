@@ -109,6 +109,9 @@ class LayoutSpec(_Frozen):
     # The engine `seqlake compact` runs unless told otherwise: spark (local mode or a cluster) or
     # duckdb (in-process, no JVM). Both publish the same runs.
     compaction_engine: Literal["spark", "duckdb"] = "spark"
+    # The engine `seqlake ingest` runs unless told otherwise: spark, or duckdb (in-process: pyarrow and
+    # delta-rs, no JVM). Both land the same rows in the same Delta tables and skip each other's batches.
+    ingest_engine: Literal["spark", "duckdb"] = "spark"
 
 
 class MergeSpec(_Frozen):

@@ -92,6 +92,21 @@ class S3Settings:
             fields["PROVIDER"] = "credential_chain"
         return "CREATE OR REPLACE SECRET seqlake_s3 (" + ", ".join(f"{k} {v}" for k, v in fields.items()) + ")"
 
+    def delta_storage_options(self) -> dict[str, str]:
+        """Storage options for delta-rs (the in-process landing writer). Its Delta log on S3 assumes one
+        writing process at a time, as Spark's default S3 log store does (`seqlake ingest` runs so)."""
+        options = {"AWS_REGION": self.region, "AWS_S3_ALLOW_UNSAFE_RENAME": "true"}
+        if self.endpoint:
+            options["AWS_ENDPOINT_URL"] = self.endpoint
+            options["AWS_VIRTUAL_HOSTED_STYLE_REQUEST"] = "false"
+            if self.endpoint.startswith("http://"):
+                options["AWS_ALLOW_HTTP"] = "true"
+        if self.access_key_id:
+            options.update(AWS_ACCESS_KEY_ID=self.access_key_id, AWS_SECRET_ACCESS_KEY=self.secret_access_key or "")
+            if self.session_token:
+                options["AWS_SESSION_TOKEN"] = self.session_token
+        return options
+
     def client(self):
         import boto3
 

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-# The in-process path: the facade, the readers, the DuckDB engine, Arrow reconstruction, the jobs on them.
+# The in-process path: the facade, the readers, the in-process engines, Arrow reconstruction, the jobs on them.
 BASE_MODULES = (
     "seqlake",
     "seqlake.lake",
@@ -18,6 +18,7 @@ BASE_MODULES = (
     "tableformat.reader",
     "tableformat.multi_reader",
     "pipelines.duckdb_compaction",
+    "pipelines.arrow_ingest",
     "pipelines.compaction",
     "pipelines.fresh",
     "pipelines.training.arrow_reconstruct",
@@ -26,6 +27,8 @@ BASE_MODULES = (
     "jobs.history",
     "jobs.sql",
     "jobs.compact",
+    "jobs.ingest",
+    "jobs.small_demo",
     "jobs.init",
 )
 EXTRA_MODULES = ("pyspark", "delta", "rocksdict", "matplotlib", "nbclient")

@@ -49,7 +49,7 @@ def detail_ids(lake) -> list[dict]:
 def one_by_one(spark, lake_config):
     """The reference: the same stream, every window compacted on its own, in order."""
     lake = new_lake(lake_config, max_runs=100, seed=SEED, **SHAPE)
-    deliver(spark, lake, len(lake.chunks))
+    deliver(lake, len(lake.chunks))
     for window in closed_unpublished(lake, end_of_stream=True):
         assert compact_window(spark, lake.config, lake.paths, window).published
     return lake
@@ -63,7 +63,7 @@ def test_plan_batches_bounds_rows_per_pass() -> None:
 
 def test_a_batch_publishes_what_window_by_window_publishes(spark, lake_config, one_by_one) -> None:
     lake = new_lake(lake_config, max_runs=100, seed=SEED, **SHAPE)
-    deliver(spark, lake, len(lake.chunks))
+    deliver(lake, len(lake.chunks))
     windows = closed_unpublished(lake, end_of_stream=True)
     result = compact_batch(spark, lake.config, lake.paths, windows)
     assert result.published and result.windows == tuple(windows)
@@ -78,7 +78,7 @@ def test_a_batch_publishes_what_window_by_window_publishes(spark, lake_config, o
 @pytest.mark.parametrize("point", CRASH_POINTS)
 def test_a_batch_killed_anywhere_reruns_to_the_same_content(spark, lake_config, one_by_one, point) -> None:
     lake = new_lake(lake_config, max_runs=100, seed=SEED, **SHAPE)
-    deliver(spark, lake, len(lake.chunks))
+    deliver(lake, len(lake.chunks))
     windows = closed_unpublished(lake, end_of_stream=True)
     first, rest = windows[:3], windows[3:]
     compact_batch(spark, lake.config, lake.paths, first[:1])  # one window published before the batch
@@ -92,16 +92,16 @@ def test_a_batch_killed_anywhere_reruns_to_the_same_content(spark, lake_config, 
 
 def test_batches_interleaved_with_late_imports_and_single_windows(spark, lake_config) -> None:
     lake = new_lake(lake_config, max_runs=2, **SHAPE)
-    deliver(spark, lake, 4)
+    deliver(lake, 4)
     closed = closed_unpublished(lake)
     assert len(closed) >= 2
     compact_batch(spark, lake.config, lake.paths, closed[1:])  # out of order: the first window waits
-    import_old_events(spark, lake)
-    deliver(spark, lake, 1)
+    import_old_events(lake)
+    deliver(lake, 1)
     # The import's partition has ended, so it holds the watermark back: close what landed, as
     # `compact --end-of-stream` does after an import; later arrivals in these windows find a home.
     compact_batch(spark, lake.config, lake.paths, closed_unpublished(lake, end_of_stream=True))
-    deliver(spark, lake, len(lake.chunks))
+    deliver(lake, len(lake.chunks))
     compact_all(spark, lake)
     assert_every_valid_event_once(lake)
 
@@ -111,7 +111,7 @@ def test_batches_interleaved_with_late_imports_and_single_windows(spark, lake_co
 
 def test_duckdb_engine_publishes_what_spark_publishes(spark, lake_config, one_by_one) -> None:
     lake = new_lake(lake_config, max_runs=100, seed=SEED, **SHAPE)
-    deliver(spark, lake, len(lake.chunks))
+    deliver(lake, len(lake.chunks))
     windows = closed_unpublished(lake, end_of_stream=True)
     assert compact_batch_duckdb(lake.config, lake.paths, windows[:2]).published
     assert compact_batch_duckdb(lake.config, lake.paths, windows).windows == tuple(windows[2:])
@@ -123,7 +123,7 @@ def test_duckdb_engine_publishes_what_spark_publishes(spark, lake_config, one_by
 @pytest.mark.parametrize("point", ["after_write", "after_detail", "after_commit"])
 def test_duckdb_batch_killed_anywhere_reruns_to_the_same_content(spark, lake_config, one_by_one, point) -> None:
     lake = new_lake(lake_config, max_runs=2, seed=SEED, **SHAPE)
-    deliver(spark, lake, len(lake.chunks))
+    deliver(lake, len(lake.chunks))
     windows = closed_unpublished(lake, end_of_stream=True)
     for window in windows[:3]:  # three runs, then a merge by DuckDB
         compact_batch_duckdb(lake.config, lake.paths, [window])

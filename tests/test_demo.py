@@ -14,6 +14,11 @@ pytestmark = pytest.mark.spark
 
 
 def test_demo_lands_every_record_and_all_engines_agree(spark, lake_config, tmp_path, capsys):
+    # Ingest in-process (the engines land the same rows: tests/test_ingest_engines.py); compaction and
+    # samples on Spark, as the demo runs them.
+    lake_config = lake_config.model_copy(
+        update={"layout": lake_config.layout.model_copy(update={"ingest_engine": "duckdb"})}
+    )
     report = run_demo(lake_config)
     facts = report.to_dict()
     generated, landed = facts["generated"], facts["raw_landing"]
@@ -25,6 +30,7 @@ def test_demo_lands_every_record_and_all_engines_agree(spark, lake_config, tmp_p
 
     # Every valid record lands, every malformed one is quarantined with its reason.
     ingest = facts["ingest"]
+    assert ingest["engine"] == "duckdb"
     assert ingest["records"] == generated["records"]
     assert ingest["events_landed"] == generated["events"] + generated["duplicate_records"]
     assert ingest["quarantined"] == generated["malformed_records"]

@@ -4,16 +4,12 @@ nothing, and ingest, compaction and merges carry on with every event once."""
 
 from __future__ import annotations
 
-import pytest
-
 from pipelines.compaction import history_tables, published_frontier
 from pipelines.duckdb_compaction import compact_batch_duckdb, merge_runs_if_needed_duckdb
 from pipelines.publication_check import is_delta_table
 from seqlake.duckdb_session import connect
 from tableformat.registry import FRONTIER_PROPERTY, live_runs, published_windows
 from tests.test_publication_races import assert_every_valid_event_once, closed_unpublished, deliver, new_lake
-
-pytestmark = pytest.mark.spark
 
 
 def expire_all_but_current(table) -> int:
@@ -50,9 +46,9 @@ def compact_closed(lake, end_of_stream: bool = False) -> None:
         merge_runs_if_needed_duckdb(lake.config)
 
 
-def test_expiring_every_old_snapshot_loses_no_frontier_window_or_run(spark, lake_config) -> None:
+def test_expiring_every_old_snapshot_loses_no_frontier_window_or_run(lake_config) -> None:
     lake = new_lake(lake_config, max_runs=2)
-    deliver(spark, lake, 4)
+    deliver(lake, 4)
     compact_closed(lake)
     history, detail = history_tables(lake.config)
     history.refresh()
@@ -67,10 +63,10 @@ def test_expiring_every_old_snapshot_loses_no_frontier_window_or_run(spark, lake
     assert (published_frontier(history), live_runs(history), published_windows(history)) == (frontier, runs, windows)
 
     # Keep going: more arrivals, publications and merges, another expiry, the end of the stream.
-    deliver(spark, lake, 2)
+    deliver(lake, 2)
     compact_closed(lake)
     expire_all_but_current(history_tables(lake.config)[0])
-    deliver(spark, lake, len(lake.chunks))
+    deliver(lake, len(lake.chunks))
     compact_closed(lake, end_of_stream=True)
     history = history_tables(lake.config)[0].refresh()
     assert published_frontier(history) == landed_frontier(lake, published_windows(history))

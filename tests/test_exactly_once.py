@@ -2,11 +2,11 @@
 replayed; a published window is never rewritten, not even by events that arrive after it closed.
 
 One small generated stream (3 arrival windows, duplicates, very late and malformed records) is landed
-in a raw source table and ingested once into a landing tier of this module. The clean reference run
-is built incrementally, as a live system would: window 1 arrives, is ingested and published, then the
-rest arrives (with very late events of window 1) and is published. Every other scenario starts from
-fresh history tables on the same landing tier and must end with the same history, byte for byte in
-content.
+in a raw source table and ingested once (in-process; the replay test ingests it again on Spark) into a
+landing tier of this module. The clean reference run is built incrementally, as a live system would:
+window 1 arrives, is ingested and published, then the rest arrives (with very late events of window 1)
+and is published. Every other scenario starts from fresh history tables on the same landing tier and
+must end with the same history, byte for byte in content.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ import pytest
 
 from jobs.demo import reset_demo_tables
 from pipelines import ingest as ingest_module
+from pipelines.arrow_ingest import ingest_source_in_process
 from pipelines.compaction import (
     CRASH_POINTS,
     DETAIL,
@@ -185,7 +186,7 @@ def stream(spark, lake_config) -> Stream:
 
     # Window 1 arrives, is ingested and closes.
     land_raw_records(raw, records.filter(in_first).to_batches(), window_seconds=seconds)
-    ingested = [ingest_source(spark, config, RAW, paths)]
+    ingested = [ingest_source_in_process(config, RAW, paths)]
     assert compact_window(spark, config, paths, first).published
     history, _ = history_tables(config)
     first_snapshot_id = history.refresh().current_snapshot().snapshot_id
@@ -193,7 +194,7 @@ def stream(spark, lake_config) -> Stream:
 
     # The rest arrives, with very late events of window 1, and closes.
     land_raw_records(raw, records.filter(pc.invert(in_first)).to_batches(), window_seconds=seconds)
-    ingested.append(ingest_source(spark, config, RAW, paths))
+    ingested.append(ingest_source_in_process(config, RAW, paths))
     assert closed_windows(spark, paths, end_of_stream=True) == windows
     results = [compact_window(spark, config, paths, w) for w in windows[1:]]
     assert all(r.published for r in results)

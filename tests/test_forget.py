@@ -54,7 +54,7 @@ def build(spark, lake_config):
     their samples tables and the samples quarantine. Returns (lake, the users to forget)."""
     lake = new_lake(lake_config, max_runs=2)
     lake.chunks = [pa.concat_tables(lake.chunks)]  # one source commit, one ingest step: faster
-    deliver(spark, lake)
+    deliver(lake)
     compact_closed(lake, end_of_stream=True)
     config = lake.config
     history, detail = history_tables(config)

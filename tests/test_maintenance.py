@@ -170,7 +170,7 @@ def test_vacuum_removes_old_leftovers_of_the_landing_tier_only(spark, lake_confi
     from tests.test_publication_races import deliver, new_lake
 
     lake = new_lake(lake_config)
-    deliver(spark, lake, 2)
+    deliver(lake, 2)
     root = Path(lake.paths.events.removeprefix("file://"))
     count = spark.read.format("delta").load(lake.paths.events).count()
     stale = root / "part-killed-writer.snappy.parquet"

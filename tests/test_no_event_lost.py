@@ -4,7 +4,8 @@ Each scenario imports ratings with chosen event times (the MovieTweetings mappin
 event time, one source partition, hourly windows), then runs `seqlake ingest`, `seqlake compact` and
 `seqlake fsck` in the order the scenario needs. Each ends with every valid event counted exactly once
 in history (the sum of `event_count`) and in the detail table, and with `fsck` passing, publication
-bookkeeping included.
+bookkeeping included. The warehouses ingest and compact in-process by default (no JVM); a scenario
+that puts Spark itself under test names `--engine spark`.
 """
 
 from __future__ import annotations
@@ -23,8 +24,6 @@ from pipelines.faults import KILL_AT_ENV
 from seqlake.config import DEFAULT_CONFIG_PATH, load_config
 from tableformat.registry import live_runs
 from tableformat.schema import STORAGE_ORDER
-
-pytestmark = pytest.mark.spark
 
 HOUR = 3600
 H0 = 472_222  # the first window: 2023-11-14 22:00 UTC
@@ -47,7 +46,8 @@ def make_warehouse(tmp_path: Path, catalog_uri: str | None = None, **layout: int
     tmp_path.mkdir(parents=True, exist_ok=True)
     data = yaml.safe_load(DEFAULT_CONFIG_PATH.read_text())
     data["warehouse"] = {**data["warehouse"], "path": str(tmp_path / "warehouse"), "catalog_uri": catalog_uri}
-    data["layout"] = {**data["layout"], "bucket_count": 2, **layout}
+    engines = {"ingest_engine": "duckdb", "compaction_engine": "duckdb"}
+    data["layout"] = {**data["layout"], "bucket_count": 2, **engines, **layout}
     path = tmp_path / "seqlake.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return path
@@ -122,7 +122,7 @@ def test_a_window_left_out_of_a_merge_stays_publishable(tmp_path: Path) -> None:
         assert "bucket(2, user_id)" in refused.stderr and "layout.bucket_count is 4" in refused.stderr
 
 
-@pytest.mark.parametrize("engine", ["spark", "duckdb"])
+@pytest.mark.parametrize("engine", [pytest.param("spark", marks=pytest.mark.spark), "duckdb"])
 def test_old_events_imported_after_their_windows_were_published_reach_history(tmp_path: Path, engine: str) -> None:
     config = make_warehouse(tmp_path)
     first = ratings([0, 1, 2])
@@ -142,13 +142,14 @@ def history_rows(config_path: Path) -> list[dict]:
     return rows.sort_by([(name, "ascending") for name in STORAGE_ORDER]).to_pylist()
 
 
+@pytest.mark.spark  # one of the kills is a Spark compaction's
 def test_compactions_killed_inside_batches_rerun_to_the_clean_history(tmp_path: Path) -> None:
     """Real kills (SIGKILL) at every commit point inside a backlog's batches, on both engines, each
     followed by the same command again: the history equals a run never killed, every event once,
     fsck clean."""
     lines = ratings(list(range(8)))
     # Two windows per batch: four batches. The engine comes from the configuration's default.
-    layout = {"compaction_batch_rows": 2 * USERS * EVENTS_PER_USER_HOUR + 1, "compaction_engine": "duckdb"}
+    layout = {"compaction_batch_rows": 2 * USERS * EVENTS_PER_USER_HOUR + 1}
     clean, killed = make_warehouse(tmp_path / "clean", **layout), make_warehouse(tmp_path / "killed", **layout)
     for config in (clean, killed):
         import_lines(config, tmp_path, config.parent.name, lines)
@@ -173,7 +174,9 @@ def test_compactions_killed_inside_batches_rerun_to_the_clean_history(tmp_path: 
 @pytest.mark.parametrize("catalog", ["sqlite", "postgresql"])
 def test_racing_compactions_publish_each_window_once(catalog: str, tmp_path: Path, request) -> None:
     # Two writer processes commit through one catalog: the embedded SQLite file, or a shared
-    # PostgreSQL database (tests/postgres_server.py), as Spark jobs on a cluster would.
+    # PostgreSQL database (tests/postgres_server.py), as jobs on a cluster would. In-process jobs: both
+    # engines publish through the same commit (pipelines.compaction.publish_batch), whose races on
+    # Spark tests/test_publication_races.py runs at the worst moments.
     catalog_uri = request.getfixturevalue("postgres_catalog_uri") if catalog == "postgresql" else None
     config = make_warehouse(tmp_path, catalog_uri, max_runs=2)
     lines = ratings(list(range(5)))

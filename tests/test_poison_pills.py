@@ -2,15 +2,17 @@
 
 Raw records carry, for every declared column type (int16, int32, int64, float32, bool, string with a
 maximum length) and for the keys (user id, event time), the extreme values that fit and the first ones
-that do not, plus strings JSON can spell but UTF-8 cannot (lone surrogates). Real Spark ingests them and
-compacts every window; the test checks what a user would: each bad record is in quarantine with its
-reason, every other one landed, every window is published, and history equals the fold of the valid
-events (the reference aggregation, `pipelines.local_compaction`, over exactly those events).
+that do not, plus strings JSON can spell but UTF-8 cannot (lone surrogates). Real Spark ingests them (the
+in-process engine lands the same rows) and compacts every window; the test checks what a user would:
+each bad record is in quarantine with its reason, every other one landed, every window is published,
+and history equals the fold of the valid events (the reference aggregation, `pipelines.local_compaction`,
+over exactly those events).
 """
 
 from __future__ import annotations
 
 import json
+import shutil
 from datetime import UTC, datetime, timedelta
 
 import pyarrow as pa
@@ -18,9 +20,10 @@ import pyarrow.compute as pc
 import pytest
 
 from jobs.demo import reset_demo_tables
+from pipelines.arrow_ingest import ingest_source_in_process
 from pipelines.compaction import compact_window
 from pipelines.ingest import ingest_source
-from pipelines.landing import landing_paths
+from pipelines.landing import LandingPaths, landing_paths
 from pipelines.local_compaction import aggregate_window_local
 from pipelines.raw_landing import create_raw_table, land_raw_records
 from pipelines.windows import closed_windows
@@ -138,6 +141,14 @@ def test_limits_land_beyond_them_quarantined_and_every_window_is_published(spark
     assert dict(zip(quarantine["lsn"].to_pylist(), quarantine["reason"].to_pylist(), strict=True)) == reasons
     landing = delta_rows(paths.events)
     assert sorted(landing["lsn"].to_pylist()) == sorted(set(range(records.num_rows)) - set(reasons))
+
+    # The in-process engine lands and quarantines the same rows, every limit value exactly.
+    root = config.warehouse_path() / "landing_poison_in_process"
+    shutil.rmtree(root, ignore_errors=True)
+    mine = LandingPaths(events=f"{root.as_uri()}/events", quarantine=f"{root.as_uri()}/quarantine")
+    in_process = ingest_source_in_process(config, RAW, mine)
+    assert (in_process.landed, in_process.quarantined) == (ingested.landed, ingested.quarantined)
+    assert delta_rows(mine.events).equals(landing) and delta_rows(mine.quarantine).equals(quarantine)
 
     windows = closed_windows(spark, paths, end_of_stream=True)
     assert windows == [W0, W0 + 1]

@@ -21,6 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pipelines import compaction, spark_history
+from pipelines.arrow_ingest import ingest_source_in_process
 from pipelines.compaction import (
     CRASH_POINTS,
     SimulatedCrash,
@@ -30,7 +31,6 @@ from pipelines.compaction import (
     merge_runs_if_needed,
 )
 from pipelines.duckdb_compaction import compact_batch_duckdb
-from pipelines.ingest import ingest_source
 from pipelines.landing import LandingPaths
 from pipelines.parse import window_ids
 from pipelines.publication_check import landing_windows, publication_findings
@@ -85,15 +85,16 @@ def new_lake(lake_config: Config, max_runs: int = 2, seed: int | None = None, **
     return Lake(config, paths, raw, chunks)
 
 
-def deliver(spark, lake: Lake, count: int = 1) -> None:
-    """The next `count` arrival windows of the stream reach the raw source and are ingested."""
+def deliver(lake: Lake, count: int = 1) -> None:
+    """The next `count` arrival windows of the stream reach the raw source and are ingested (in-process:
+    the engines land the same rows, tests/test_ingest_engines.py; compaction is what is under test)."""
     for chunk in lake.chunks[lake.delivered : lake.delivered + count]:
         land_raw_records(lake.raw, chunk.to_batches(), window_seconds=lake.config.layout.window_seconds)
     lake.delivered = min(len(lake.chunks), lake.delivered + count)
-    ingest_source(spark, lake.config, RAW, lake.paths)
+    ingest_source_in_process(lake.config, RAW, lake.paths)
 
 
-def import_old_events(spark, lake: Lake, rows: int = 12) -> None:
+def import_old_events(lake: Lake, rows: int = 12) -> None:
     """Events already delivered, copied as new events (new ids) into a new source partition whose
     arrival time is that of the first window: an import of old events."""
     first = lake.chunks[0]
@@ -119,7 +120,7 @@ def import_old_events(spark, lake: Lake, rows: int = 12) -> None:
         schema=first.schema,
     )
     land_raw_records(lake.raw, batch.to_batches())
-    ingest_source(spark, lake.config, RAW, lake.paths)
+    ingest_source_in_process(lake.config, RAW, lake.paths)
 
 
 def closed_unpublished(lake: Lake, end_of_stream: bool = False) -> list[int]:
@@ -177,7 +178,7 @@ def run_before_commit(monkeypatch, action) -> None:
 
 def test_a_publication_that_loses_to_another_window_retries_on_the_new_snapshot(spark, lake_config, monkeypatch):
     lake = new_lake(lake_config, max_runs=10)
-    deliver(spark, lake, len(lake.chunks))
+    deliver(lake, len(lake.chunks))
     first, second = closed_unpublished(lake, end_of_stream=True)[:2]
     run_before_commit(monkeypatch, lambda: compact_window(spark, lake.config, lake.paths, second))
     result = compact_window(spark, lake.config, lake.paths, first)
@@ -191,7 +192,7 @@ def test_a_publication_that_loses_to_another_window_retries_on_the_new_snapshot(
 
 def test_the_loser_of_a_race_on_one_window_publishes_nothing_and_leaves_no_file(spark, lake_config, monkeypatch):
     lake = new_lake(lake_config, max_runs=10)
-    deliver(spark, lake, len(lake.chunks))
+    deliver(lake, len(lake.chunks))
     window = closed_unpublished(lake, end_of_stream=True)[0]
     winner: list = []
     run_before_commit(monkeypatch, lambda: winner.append(compact_window(spark, lake.config, lake.paths, window)))
@@ -206,7 +207,7 @@ def test_the_loser_of_a_race_on_one_window_publishes_nothing_and_leaves_no_file(
 
 def test_a_merge_that_loses_to_a_publication_gives_up_and_removes_its_files(spark, lake_config, monkeypatch):
     lake = new_lake(lake_config, max_runs=2)
-    deliver(spark, lake, len(lake.chunks))
+    deliver(lake, len(lake.chunks))
     windows = closed_unpublished(lake, end_of_stream=True)
     for window in windows[:3]:
         compact_window(spark, lake.config, lake.paths, window)  # 3 runs > max_runs: a merge is due
@@ -246,7 +247,7 @@ def test_any_interleaving_counts_every_valid_event_once(spark, lake_config, step
     lake = new_lake(lake_config, max_runs=2)
     for step in steps:
         if step[0] == "deliver":
-            deliver(spark, lake)
+            deliver(lake)
         elif step[0] in ("compact", "crash"):
             candidates = closed_unpublished(lake)
             if not candidates:
@@ -269,7 +270,7 @@ def test_any_interleaving_counts_every_valid_event_once(spark, lake_config, step
         elif step[0] == "merge":
             merge_runs_if_needed(spark, lake.config)
         elif step[0] == "import_old" and lake.delivered:
-            import_old_events(spark, lake)
-    deliver(spark, lake, len(lake.chunks))  # the rest of the stream arrives; then everything closes
+            import_old_events(lake)
+    deliver(lake, len(lake.chunks))  # the rest of the stream arrives; then everything closes
     compact_all(spark, lake)
     assert_every_valid_event_once(lake)

@@ -1,7 +1,8 @@
 """Every command `seqlake fsck --repair-plan` names exists and repairs the table.
 
-A small stream is landed, ingested (`seqlake ingest`, real Spark) and compacted (`seqlake compact
---engine duckdb`); one history file gets a flipped byte in a data page. The test then does what a user
+A small stream is landed, ingested (`seqlake ingest`) and compacted (`seqlake compact`), both in-process
+as the warehouse's configuration says (the plan's commands follow it too); one history file gets a
+flipped byte in a data page. The test then does what a user
 would: run fsck with --repair-plan, run each command of the plan exactly as printed, in order, and
 check that the last one (fsck) passes and history holds what it held before the damage.
 """
@@ -17,7 +18,7 @@ import sys
 from pathlib import Path
 
 import pyarrow.parquet as pq
-import pytest
+import yaml
 
 from pipelines.compaction import history_tables
 from pipelines.raw_landing import create_raw_table, land_raw_records
@@ -27,12 +28,22 @@ from tableformat.checksum import table_checksum
 from tableformat.schema import KEY_COLUMNS
 from tests.conftest import make_config
 
-pytestmark = pytest.mark.spark
-
 
 def seqlake(warehouse: Path, *args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "SEQLAKE_WAREHOUSE": str(warehouse)}
+    config_file = warehouse.parent / "seqlake.yaml"
+    if config_file.exists():
+        env["SEQLAKE_CONFIG"] = str(config_file)
     return subprocess.run([sys.executable, "-m", "seqlake.cli", *args], capture_output=True, text=True, env=env)
+
+
+def in_process_config(warehouse: Path):
+    """The small configuration on `warehouse`, ingesting and compacting in-process, saved beside it."""
+    config = make_config(warehouse, users=60, windows=3)
+    layout = config.layout.model_copy(update={"ingest_engine": "duckdb", "compaction_engine": "duckdb"})
+    config = config.model_copy(update={"layout": layout})
+    (warehouse.parent / "seqlake.yaml").write_text(yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False))
+    return config
 
 
 def content(config) -> str:
@@ -65,14 +76,15 @@ def follow_the_plan(warehouse: Path, rebuild: str) -> None:
 
 def test_the_repair_plan_repairs_the_table(tmp_path):
     warehouse = tmp_path / "warehouse"
-    config = make_config(warehouse, users=60, windows=3)
+    config = in_process_config(warehouse)
     raw = create_raw_table(open_catalog(config), table_identifier(config, "raw_events"))
     land_raw_records(raw, EventGenerator(config).batches(), window_seconds=config.layout.window_seconds)
     ingested = seqlake(warehouse, "ingest", "--output", "json")
     assert ingested.returncode == 0, ingested.stderr
     landed = json.loads(ingested.stdout)
     assert landed["batches"] > 0 and landed["landed"] + sum(landed["quarantined"].values()) == landed["records"] > 0
-    done = seqlake(warehouse, "compact", "--engine", "duckdb", "--end-of-stream")
+    assert landed["engine"] == "duckdb"
+    done = seqlake(warehouse, "compact", "--end-of-stream")
     assert done.returncode == 0, done.stderr
     before = content(config)
     assert seqlake(warehouse, "fsck").returncode == 0

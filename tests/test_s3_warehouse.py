@@ -159,3 +159,34 @@ def test_storage_command_creates_lists_and_empties_a_bucket(s3_env: S3Server, tm
     assert main(["storage", "empty", "seqlake-chores"]) == 0
     assert "deleted 3 objects" in capsys.readouterr().out
     assert list_objects("seqlake-chores") == []
+
+
+def test_in_process_ingest_on_s3_lands_what_it_lands_on_local_disk(s3_env: S3Server, tmp_path: Path) -> None:
+    from pipelines.arrow_ingest import ingest_source_in_process
+    from pipelines.landing import landing_paths
+    from pipelines.publication_check import landing_windows
+    from pipelines.raw_landing import create_raw_table, land_raw_records
+    from seqlake.catalog import open_catalog, table_identifier
+    from seqlake.generator import EventGenerator
+
+    create_bucket(BUCKET)
+    tiny = {"users": 20, "max_events": 200, "windows": 2}
+    on_s3 = s3_config(tmp_path, tmp_path.name)
+    on_s3 = on_s3.model_copy(update={"generator": on_s3.generator.model_copy(update=tiny)})
+    local = make_config(tmp_path / "local", **tiny)
+    landed = {}
+    for config in (on_s3, local):
+        raw = create_raw_table(open_catalog(config), table_identifier(config, "raw_events"))
+        land_raw_records(raw, EventGenerator(config).batches(), window_seconds=config.layout.window_seconds)
+        result = ingest_source_in_process(config, "raw_events", landing_paths(config))
+        assert result.batches == len(raw.refresh().snapshots()) > 1
+        assert ingest_source_in_process(config, "raw_events", landing_paths(config)).batches == 0  # a replay
+        landed[config.warehouse_uri().split(":")[0]] = (
+            result.landed,
+            dict(result.quarantined),
+            landing_windows(landing_paths(config)),
+        )
+    assert landed["s3"] == landed["file"]
+    assert sum(landed["s3"][2].rows.values()) == landed["s3"][0] > 0  # DuckDB reads delta-rs's table on S3
+    keys = [key for key, _ in list_objects(BUCKET, tmp_path.name + "/landing/")]
+    assert any(key.endswith(".parquet") for key in keys) and any("/_delta_log/" in key for key in keys)

@@ -1,10 +1,11 @@
 """The built wheel on its own: installed into a fresh virtual environment outside the checkout, it
 writes a starter configuration, runs the small demo and reads a history, with no file of the checkout
-on its path.
+on its path and without the extras: the small demo needs no JVM.
 
 The fresh environment gets seqlake from the wheel only; its dependencies come from this test's
 environment through a .pth line naming that site-packages folder (the .pth files in that folder are
-not processed, so an editable install of the checkout there stays invisible). Nothing is downloaded.
+not processed, so an editable install of the checkout there stays invisible), with pyspark and
+delta-spark made unimportable, as in a base install (`pip install seqlake`). Nothing is downloaded.
 """
 
 from __future__ import annotations
@@ -18,10 +19,6 @@ import sysconfig
 from pathlib import Path
 
 import pytest
-
-from seqlake.spark_session import jars_dir
-
-pytestmark = pytest.mark.spark  # the demo's ingest writes the Delta landing tier with Spark
 
 REPO = Path(__file__).resolve().parents[1]
 # What a build does not need (and what a developer's checkout may hold besides the sources).
@@ -39,9 +36,7 @@ def _run(args: list[str], cwd: Path, env: dict[str, str]) -> subprocess.Complete
 def _clean_env() -> dict[str, str]:
     # No path to the checkout and no interpreter of this environment may leak into the fresh one.
     drop = ("PYTHONPATH", "PYTHONHOME", "PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON", "VIRTUAL_ENV")
-    env = {k: v for k, v in os.environ.items() if k not in drop and not k.startswith("SEQLAKE_")}
-    env["SEQLAKE_JARS_DIR"] = str(jars_dir().resolve())  # the Spark jars are data, resolved once
-    return env
+    return {k: v for k, v in os.environ.items() if k not in drop and not k.startswith("SEQLAKE_")}
 
 
 @pytest.fixture(scope="module")
@@ -66,6 +61,9 @@ def fresh_venv(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     site = _run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], venv.parent, env)
     shared = sysconfig.get_paths()["purelib"]
     (Path(site.stdout.strip()) / "shared_dependencies.pth").write_text(shared + "\n")
+    # The base install: the extras' Spark packages are there for this environment, not for the fresh one.
+    blocked = "import sys; sys.modules.update(pyspark=None, delta=None)\n"
+    (Path(site.stdout.strip()) / "no_extras.pth").write_text(blocked)
     install = [sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps", "--no-index"]
     _run([*install, str(wheel)], venv.parent, env)
     return venv

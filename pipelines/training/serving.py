@@ -68,6 +68,15 @@ def _compact(
         result.merges += merge_runs_if_needed(spark, config) is not None
 
 
+def ingest_step(spark: SparkSession, config: Config, source: str, paths: LandingPaths) -> IngestResult:
+    """The next source snapshot, on the configured engine (`layout.ingest_engine`)."""
+    if config.layout.ingest_engine == "duckdb":
+        from pipelines.arrow_ingest import ingest_source_in_process
+
+        return ingest_source_in_process(config, source, paths, max_snapshots=1)
+    return ingest_source(spark, config, source, paths, max_snapshots=1)
+
+
 def serve_and_capture(
     spark: SparkSession, config: Config, source: str, paths: LandingPaths, progress: Progress | None = None
 ) -> ServingResult:
@@ -91,7 +100,7 @@ def serve_and_capture(
         if ingested > state.step:
             step_id = ingested  # ingested by a run that was killed before it captured the step everywhere
         else:
-            step = ingest_source(spark, config, source, paths, max_snapshots=1)
+            step = ingest_step(spark, config, source, paths)
             if step.batches == 0:
                 break
             result.ingest.batches += step.batches
