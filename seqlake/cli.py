@@ -42,6 +42,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "runs": ("jobs.inspection:runs", "the live sorted runs of a history table: id, kind, windows, files, rows"),
     "files": ("jobs.inspection:files", "the data files of a history table (or of one run), with rows and sizes"),
     "maintain": ("jobs.maintain", "expire snapshots, remove orphan files, vacuum landing, drop old detail"),
+    "gc": ("jobs.detail_gc", "drop detail windows past retention that no training pointer still needs, one commit"),
     "forget": ("jobs.forget", "remove every row of some users from every table, one commit per table"),
     "migrate": ("jobs.migrate", "apply the configuration's columns (added, widened, retired) to the tables"),
     "fsck": ("jobs.fsck", "check every invariant of the history table's files and runs"),

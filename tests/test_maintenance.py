@@ -3,6 +3,7 @@ leaves every live row readable."""
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from datetime import UTC, datetime, timedelta
@@ -201,6 +202,27 @@ def test_seqlake_maintain_prints_each_step(lake: Config, tmp_path: Path, capsys)
     assert any(line.startswith("remove-orphans: history: removed ") for line in out)
     assert out[-1].startswith("maintain: ") and out[-1].endswith(" bytes removed from storage")
     assert not leftover.exists()
+
+
+def test_seqlake_gc_drops_only_the_detail_no_pointer_needs_in_one_commit(lake: Config, tmp_path: Path, capsys) -> None:
+    from jobs.detail_gc import main
+
+    path = tmp_path / "lake.yaml"
+    path.write_text(yaml.safe_dump(lake.model_dump(mode="json"), sort_keys=False))
+    history, detail = history_tables(lake)
+    keep_from = detail_keep_from(lake, history)
+    before = detail.scan().to_arrow()
+    snapshots = len(detail.snapshots())
+    assert main(["--config", str(path), "--output", "json"]) == 0
+    document = json.loads(capsys.readouterr().out)
+    after = detail.refresh().scan().to_arrow()
+    assert document["keep_from_window"] == keep_from
+    assert document["step"]["removed"] == pc.sum(pc.less(before["window_id"], keep_from)).as_py() > 0
+    assert after.num_rows == before.num_rows - document["step"]["removed"]
+    assert pc.min(after["window_id"]).as_py() >= keep_from
+    assert len(detail.snapshots()) == snapshots + 1  # one commit
+    assert main(["--config", str(path), "--output", "json"]) == 0  # again: nothing left to drop
+    assert json.loads(capsys.readouterr().out)["step"]["removed"] == 0
 
 
 def test_compact_with_maintain_publishes_then_cleans(tmp_path: Path) -> None:
