@@ -17,7 +17,6 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 from pyiceberg.exceptions import TableAlreadyExistsError
-from pyiceberg.expressions import In
 from pyiceberg.io.pyarrow import pyarrow_to_schema
 from pyiceberg.partitioning import PartitionField, PartitionSpec
 from pyiceberg.table import Table
@@ -25,6 +24,7 @@ from pyiceberg.transforms import IdentityTransform
 
 from pipelines.aggregation import checked_groups_sql, fitting_rows_sql, group_events_sql
 from pipelines.parse import landing_schema
+from pipelines.window_replace import replace_windows
 from seqlake.catalog import open_catalog, spark_name, table_identifier
 from seqlake.config import Config
 from tableformat.registry import check_matches_config
@@ -105,8 +105,6 @@ def split_batch_duckdb(con, config: Config, events: pa.Table, windows: list[int]
     if not failed.num_rows:
         return rows, events, 0
     schema = compaction_quarantine_table(config).schema().as_arrow()
-    compaction_quarantine_table(config).overwrite(
-        failed.select(schema.names).cast(schema), overwrite_filter=In("window_id", windows)
-    )
+    replace_windows(compaction_quarantine_table(config), failed.select(schema.names).cast(schema), windows)
     kept = con.execute(group_events_sql(config, "_events", "_groups", "duckdb", GROUPING, failed=False))
     return rows, kept.to_arrow_table(), failed.num_rows

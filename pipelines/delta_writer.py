@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.dataset as ds
 
-from seqlake.errors import SeqlakeError
+from seqlake.errors import SeqlakeError, SparkOnlyTable
 from tableformat.io import resolve_uri
 
 PARTITION_COLUMN = "window_id"
@@ -34,10 +34,6 @@ APPENDABLE_FEATURES = frozenset(
     {"appendOnly", "invariants", "deletionVectors", "v2Checkpoint", "timestampNtz", "vacuumProtocolCheck"}
 )
 _ROWS_PER_GROUP = 128 * 1024
-
-
-class SparkOnlyTable(SeqlakeError):
-    """A landing table only Spark's Delta writer can append to (a feature delta-rs does not write)."""
 
 
 @dataclass(frozen=True)

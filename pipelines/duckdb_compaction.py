@@ -31,6 +31,7 @@ from pipelines.compaction_quarantine import split_batch_duckdb
 from pipelines.landing import LandingPaths
 from pipelines.parse import landing_schema
 from pipelines.publication_check import is_delta_table
+from pipelines.window_replace import replace_windows
 from seqlake.config import Config
 from seqlake.duckdb_session import connect, sql_literal
 from tableformat.bucketing import bucket_of
@@ -140,11 +141,7 @@ def compact_batch_duckdb(
     # In the table's column order: after a migration, added columns come last there.
     stored = detail.schema().as_arrow()
     detail_rows = events.select(stored.names).cast(stored)
-    detail.refresh().overwrite(
-        detail_rows,
-        overwrite_filter=In("window_id", todo),
-        snapshot_properties={"seqlake.window-id": str(todo[-1])},
-    )
+    replace_windows(detail, detail_rows, todo, {"seqlake.window-id": str(todo[-1])})
     _crash("after_detail", fail_at)
     result = publish_batch(history, todo, files, own_lsns, events.num_rows, fail_at=fail_at)
     return replace(result, quarantined=quarantined) if result.published else result

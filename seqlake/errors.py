@@ -57,6 +57,14 @@ class UnsortedInputError(SeqlakeError):
     """Rows reached the writer out of key order (or with a repeated key)."""
 
 
+class UnknownFieldId(SeqlakeError):
+    """A file's column carries a field id that the table never gave a column of that name."""
+
+
+class SparkOnlyTable(SeqlakeError):
+    """A landing table only Spark's Delta writer can append to (a feature delta-rs does not write)."""
+
+
 # -- publication ---------------------------------------------------------------------------------
 
 

@@ -29,7 +29,7 @@ from pyiceberg.types import (
     MapType,
 )
 
-from seqlake.errors import SchemaError, SeqlakeError
+from seqlake.errors import SchemaError, UnknownFieldId
 
 FIELD_ID = b"PARQUET:field_id"
 # The declared (Arrow) type of each feature-group column of a history table, a JSON object. Iceberg
@@ -233,10 +233,6 @@ class Projection:
             arrays.append(column)
             fields.append(target)
         return pa.Table.from_arrays(arrays, schema=pa.schema(fields, metadata=read.schema.metadata))
-
-
-class UnknownFieldId(SeqlakeError):
-    """A file's column carries a field id that the table never gave a column of that name."""
 
 
 def known_field_ids(table) -> frozenset[tuple[str, int]]:

@@ -52,12 +52,19 @@ def spark(lake_config: Config):
 
 
 _MEASUREMENTS: list[str] = []
+MEASURED = "seqlake-measurement"
 
 
 @pytest.fixture
-def measurement():
-    """Record a measured line; all of them are printed in the test run's summary."""
-    return _MEASUREMENTS.append
+def measurement(request: pytest.FixtureRequest):
+    """Record a measured line; all of them are printed in the test run's summary. Kept in the test's
+    report (its user properties), so lines measured in a parallel worker reach the summary too."""
+    return lambda line: request.node.user_properties.append((MEASURED, line))
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if report.when == "teardown":  # the last report of a test carries every line it recorded
+        _MEASUREMENTS.extend(value for name, value in report.user_properties if name == MEASURED)
 
 
 def pytest_terminal_summary(terminalreporter) -> None:

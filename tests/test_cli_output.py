@@ -41,6 +41,8 @@ RUNS: dict[str, tuple[list[str], int]] = {
     "files": ([], 0),
     "maintain": (["--skip-landing"], 0),
     "forget": (["--skip-landing", "--user", "11"], 0),
+    "gc": ([], 0),
+    "migrate": (["--skip-landing", "--dry-run"], 0),
     "fsck": (["--quick"], 0),
     "drop-run": (["--run", "w490994"], 0),
     "samples": (["--tenant", "ranking"], 1),  # no capture was recorded in this warehouse
@@ -62,7 +64,7 @@ RUNS: dict[str, tuple[list[str], int]] = {
 
 
 # Commands that change the warehouse get one of their own; the others share one.
-CHANGES_THE_WAREHOUSE = {"compact", "maintain", "forget", "drop-run", "import", "backfill"}
+CHANGES_THE_WAREHOUSE = {"compact", "maintain", "forget", "gc", "drop-run", "import", "backfill"}
 
 
 @pytest.fixture(scope="module")
