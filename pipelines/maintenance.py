@@ -33,7 +33,7 @@ from pipelines.compaction import history_tables
 from pipelines.faults import kill_point
 from pipelines.landing import LandingPaths
 from pipelines.publication_check import is_delta_table
-from seqlake.catalog import open_catalog
+from seqlake.catalog import in_commit_order, open_catalog
 from seqlake.config import Config
 from seqlake.progress import Progress
 from tableformat.evolution import known_field_ids, projection
@@ -127,7 +127,7 @@ def expire_snapshots(table: Table, older_than: datetime, keep_last: int = 1) -> 
     current one) and branch or tag heads (pyiceberg protects them)."""
     table.refresh()
     report = StepReport("expire-snapshots", table.name()[-1], unit="snapshots")
-    snapshots = sorted(table.snapshots(), key=lambda s: s.sequence_number)
+    snapshots = in_commit_order(table)
     kept = {s.snapshot_id for s in snapshots[-max(keep_last, 1) :]}
     current = table.current_snapshot()
     if current is not None:

@@ -30,6 +30,7 @@ from pyiceberg.table import Table
 from pyiceberg.transforms import BucketTransform
 from pyiceberg.typedef import Record
 
+from seqlake.catalog import sequence_number
 from seqlake.config import Config
 from seqlake.errors import RunsChanged, SchemaError, SeqlakeError, WindowsAlreadyPublished
 from tableformat.evolution import (
@@ -172,7 +173,7 @@ def published_frontier(table: Table) -> dict[int, int]:
     table property keep it in their newest publication's snapshot summary: read there as a fallback."""
     raw = table.metadata.properties.get(FRONTIER_PROPERTY)
     if raw is None:
-        for snapshot in sorted(table.snapshots(), key=lambda s: s.sequence_number, reverse=True):
+        for snapshot in sorted(table.snapshots(), key=sequence_number, reverse=True):
             raw = snapshot.summary.additional_properties.get(FRONTIER_PROPERTY) if snapshot.summary else None
             if raw:
                 break

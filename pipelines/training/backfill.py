@@ -44,7 +44,7 @@ from pipelines.training.arrow_reconstruct import Reconstruction
 from pipelines.training.gather import SequenceRows, bound_lookup, gather_sequences
 from pipelines.training.sequence import Tenant, list_schema
 from pipelines.training.tables import FRAGMENT, SEQUENCE, create_bucketed_table, training_schema
-from seqlake.catalog import load_existing_table, open_catalog, table_identifier
+from seqlake.catalog import in_commit_order, load_existing_table, open_catalog, table_identifier
 from seqlake.config import Config
 from seqlake.duckdb_session import connect, sql_literal
 from seqlake.errors import SchemaError
@@ -173,7 +173,7 @@ def publication_points(history: Table, window_seconds: int) -> pa.Table:
     only: expired snapshots take their points with them (the landing tier's arrival times remain)."""
     rows = {"source_partition": [], "arrival_ts": [], "lsn": []}
     newest_window = None
-    for snapshot in sorted(history.snapshots(), key=lambda s: s.sequence_number):
+    for snapshot in in_commit_order(history):
         props = snapshot.summary.additional_properties if snapshot.summary else {}
         if "seqlake.window-id" not in props or "seqlake.frontier" not in props:
             continue
