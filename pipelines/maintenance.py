@@ -332,5 +332,6 @@ def run_maintenance(
     for table in tables:
         done(remove_orphan_files(table, safety, now=now))
     if landing:
+        assert paths is not None  # landing says so
         done(*vacuum_landing(spark, paths, timedelta(hours=spec.landing_retention_hours)))
     return reports
