@@ -17,7 +17,7 @@ from pipelines.duckdb_compaction import compact_batch_duckdb, merge_runs_if_need
 from pipelines.landing import landing_paths
 from pipelines.publication_check import landing_windows
 from pipelines.raw_landing import create_raw_table, land_raw_records
-from seqlake.catalog import open_catalog, table_identifier
+from seqlake.catalog import open_catalog, table_identifier, total_records
 from seqlake.config import Config
 from seqlake.generator import EventGenerator, user_id_of
 from seqlake.progress import Progress
@@ -81,7 +81,7 @@ def run_small_demo(config: Config) -> Report:
     compaction["engine"] = "duckdb"
     compaction["windows_published"] = len(todo)
     compaction["events_compacted"] = events
-    compaction["history_rows"] = int(snapshot.summary["total-records"]) if snapshot else 0
+    compaction["history_rows"] = total_records(snapshot)
     compaction["merges"] = merges
     compaction["runs"] = len(live_runs(history))
 

@@ -152,3 +152,12 @@ def sequence_number(snapshot: Snapshot) -> int:
 def in_commit_order(table: Table) -> list[Snapshot]:
     """The table's snapshots, oldest commit first."""
     return sorted(table.snapshots(), key=sequence_number)
+
+
+def total_records(snapshot: Snapshot | None) -> int:
+    """A table's rows at `snapshot`, from its summary alone (0 for a table without a snapshot)."""
+    if snapshot is None:
+        return 0
+    records = snapshot.summary["total-records"] if snapshot.summary is not None else None
+    assert records is not None, f"snapshot {snapshot.snapshot_id} has no record count in its summary"
+    return int(records)
