@@ -214,7 +214,8 @@ def rewrite_small_files(table: Table, small_bytes: int, min_files: int = 2) -> S
     by_partition: dict[tuple, list] = {}
     for task in tasks:
         if task.file.file_size_in_bytes < small_bytes:
-            key = (task.file.spec_id, tuple(task.file.partition))
+            # pyiceberg's Record iterates by __getitem__, which its type does not declare
+            key: tuple = (task.file.spec_id, tuple(task.file.partition))  # type: ignore[arg-type]
             by_partition.setdefault(key, []).append(task.file)
     target, loose = table_arrow_schema(table.schema())
     known = known_field_ids(table)

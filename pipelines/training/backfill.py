@@ -171,7 +171,7 @@ def publication_points(history: Table, window_seconds: int) -> pa.Table:
     """The publications' recorded frontiers as arrival points: a frontier counts from the end of the
     newest window published up to it (every LSN it covers had arrived by then). Snapshot summaries
     only: expired snapshots take their points with them (the landing tier's arrival times remain)."""
-    rows = {"source_partition": [], "arrival_ts": [], "lsn": []}
+    rows: dict[str, list] = {"source_partition": [], "arrival_ts": [], "lsn": []}
     newest_window = None
     for snapshot in in_commit_order(history):
         props = snapshot.summary.additional_properties if snapshot.summary else {}
