@@ -87,7 +87,7 @@ def run_demo(config: Config) -> Report:
     from pipelines.landing import landing_paths
     from pipelines.raw_landing import create_raw_table, land_raw_records
     from pipelines.training.serving import serve_and_capture
-    from seqlake.catalog import open_catalog, table_identifier, total_records
+    from seqlake.catalog import open_catalog, table_identifier
     from seqlake.duckdb_session import connect as duckdb_connect
     from seqlake.generator import EventGenerator
     from seqlake.progress import Progress
@@ -95,6 +95,7 @@ def run_demo(config: Config) -> Report:
     from seqlake.spark_session import spark_session
     from tableformat.fsck import fsck_table
     from tableformat.registry import live_runs
+    from tableformat.snapshots import total_records
 
     report = Report("seqlake demo report")
     started = time.monotonic()

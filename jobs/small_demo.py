@@ -17,7 +17,7 @@ from pipelines.duckdb_compaction import compact_batch_duckdb, merge_runs_if_need
 from pipelines.landing import landing_paths
 from pipelines.publication_check import landing_windows
 from pipelines.raw_landing import create_raw_table, land_raw_records
-from seqlake.catalog import open_catalog, table_identifier, total_records
+from seqlake.catalog import open_catalog, table_identifier
 from seqlake.config import Config
 from seqlake.generator import EventGenerator, user_id_of
 from seqlake.progress import Progress
@@ -25,6 +25,7 @@ from seqlake.report import Report
 from tableformat.fsck import fsck_table
 from tableformat.reader import HistoryReader
 from tableformat.registry import live_runs
+from tableformat.snapshots import total_records
 
 # Small enough to run in well under a minute; large enough for late, duplicate
 # and malformed records, a heavy user and a capacity merge (more windows than layout.max_runs).

@@ -28,10 +28,11 @@ from pipelines.faults import kill_point
 from pipelines.ingest import IngestResult, current_published_windows, home_windows, ingest_app_id
 from pipelines.landing import LandingPaths
 from pipelines.parse import QUARANTINE_SCHEMA, landing_schema, parse_batch
-from seqlake.catalog import in_commit_order, load_existing_table, sequence_number
+from seqlake.catalog import load_existing_table
 from seqlake.config import Config
 from seqlake.events import RAW_SCHEMA
 from seqlake.progress import Progress
+from tableformat.snapshots import in_commit_order, sequence_number
 
 log = logging.getLogger(__name__)
 

@@ -17,17 +17,11 @@ from pipelines.compaction import HISTORY
 from pipelines.faults import kill_point
 from pipelines.landing import LandingPaths, append_idempotent, delta_exists, last_applied_version
 from pipelines.parse import QUARANTINE_SCHEMA, landing_schema, parse_batch, parsed_schema
-from seqlake.catalog import (
-    in_commit_order,
-    load_existing_table,
-    open_catalog,
-    sequence_number,
-    spark_name,
-    table_identifier,
-)
+from seqlake.catalog import load_existing_table, open_catalog, spark_name, table_identifier
 from seqlake.config import Config
 from seqlake.progress import Progress
 from tableformat.registry import published_windows
+from tableformat.snapshots import in_commit_order, sequence_number
 
 if TYPE_CHECKING:  # the planning here is shared with the in-process engine, which runs without pyspark
     from pyspark.sql import DataFrame, SparkSession

@@ -33,13 +33,14 @@ from pipelines.compaction import history_tables
 from pipelines.faults import kill_point
 from pipelines.landing import LandingPaths
 from pipelines.publication_check import is_delta_table
-from seqlake.catalog import in_commit_order, open_catalog
+from seqlake.catalog import open_catalog
 from seqlake.config import Config
 from seqlake.progress import Progress
 from tableformat.evolution import known_field_ids, projection
 from tableformat.io import resolve_uri
 from tableformat.registry import published_windows
 from tableformat.schema import table_arrow_schema
+from tableformat.snapshots import in_commit_order
 
 log = logging.getLogger(__name__)
 

@@ -30,7 +30,6 @@ from pyiceberg.table import Table
 from pyiceberg.transforms import BucketTransform
 from pyiceberg.typedef import Record
 
-from seqlake.catalog import sequence_number
 from seqlake.config import Config
 from seqlake.errors import RunsChanged, SchemaError, SeqlakeError, WindowsAlreadyPublished
 from tableformat.evolution import (
@@ -48,6 +47,7 @@ from tableformat.schema import (
     history_partition_spec,
     history_sort_order,
 )
+from tableformat.snapshots import sequence_number
 from tableformat.writer import WrittenFile, open_output
 
 log = logging.getLogger(__name__)

@@ -44,12 +44,13 @@ from pipelines.training.arrow_reconstruct import Reconstruction
 from pipelines.training.gather import SequenceRows, bound_lookup, gather_sequences
 from pipelines.training.sequence import Tenant, list_schema
 from pipelines.training.tables import FRAGMENT, SEQUENCE, create_bucketed_table, training_schema
-from seqlake.catalog import in_commit_order, load_existing_table, open_catalog, table_identifier
+from seqlake.catalog import load_existing_table, open_catalog, table_identifier
 from seqlake.config import Config
 from seqlake.duckdb_session import connect, sql_literal
 from seqlake.errors import SchemaError
 from tableformat.bucketing import bucket_of
 from tableformat.schema import TIMESTAMP_US
+from tableformat.snapshots import in_commit_order
 from tableformat.writer import open_output
 
 AsOf = Literal["event-time", "arrival"]
