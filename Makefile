@@ -16,6 +16,7 @@ demo: setup
 
 test: setup
 	$(BIN)/ruff check .
+	$(BIN)/mypy
 	$(BIN)/pytest
 
 setup: $(INSTALLED) $(JARS)
@@ -42,6 +43,7 @@ $(JARS): jvm/pom.xml jvm/s3/pom.xml
 
 lint: setup
 	$(BIN)/ruff check .
+	$(BIN)/mypy
 	$(BIN)/ruff format --check .
 
 clean:

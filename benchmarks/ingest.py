@@ -33,6 +33,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -253,7 +254,7 @@ def _publish_history(side: Side, rows_per_user: int, runs: int, first_window: in
         data = synthetic_run(config, side.prior_users, count, window, seed + r, config.generator.source_partitions)
         files = write_run(
             data.to_batches(max_chunksize=65_536),
-            file_uri=lambda bucket, run_id=run_id: history_file_uri(table.location(), run_id, bucket),
+            file_uri=partial(history_file_uri, table.location(), run_id),
             schema=history_arrow_schema(config),
             run_id=run_id,
             bucket_count=config.layout.bucket_count,

@@ -421,7 +421,7 @@ def run_peers_bench(scale: str = "small", config: Config | None = None, progress
                         action(user)
                         timing.seconds.append(time.perf_counter() - start)
                         timing.cpu.append(time.process_time() - cpu)
-        bytes_read = {}
+        bytes_read: dict[str, tuple[float, float, float]] = {}
         for name, columns in (("2 cols", two), ("15 cols", fifteen)):
             user = long_ids[0]
             fs = CountingFileSystem()

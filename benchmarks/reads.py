@@ -24,7 +24,9 @@ import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -109,7 +111,7 @@ def build_table(
         run_id = f"w{run + 1}"
         files = write_run(
             data.to_batches(max_chunksize=WRITE_BATCH_ROWS),
-            file_uri=lambda bucket, run_id=run_id: history_file_uri(table.location(), run_id, bucket),
+            file_uri=partial(history_file_uri, table.location(), run_id),
             schema=history_arrow_schema(config),
             run_id=run_id,
             bucket_count=config.layout.bucket_count,
@@ -151,7 +153,10 @@ def identical(a: pa.Table, b: pa.Table) -> bool:
     return a.schema.equals(b.schema, check_metadata=True) and a.equals(b)
 
 
-def _timed(action: Callable[[], object]) -> tuple[float, object]:
+T = TypeVar("T")
+
+
+def _timed(action: Callable[[], T]) -> tuple[float, T]:
     start = time.perf_counter()
     result = action()
     return time.perf_counter() - start, result
@@ -219,7 +224,8 @@ def measure_multi(
     for r in range(repeats):
         order = (("loop", loop), ("multi", multi)) if r % 2 == 0 else (("multi", multi), ("loop", loop))
         for name, action in order:
-            elapsed, results = _timed(lambda action=action: action(HistoryReader(table, PlainFileSystem())))
+            # mypy infers no type for a lambda with default arguments (here binding the loop variable)
+            elapsed, results = _timed(lambda action=action: action(HistoryReader(table, PlainFileSystem())))  # type: ignore[misc]
             times[name].append(elapsed)
             if name == "multi" and not all(identical(results[u], expected[u]) for u in users):
                 failures.append("histories() differs from read_user() in a timed run")
@@ -275,7 +281,7 @@ def measure_cache(
     rows, failures = [], []
     for max_bytes in cache_bytes:
         cached = CachedHistoryReader(table, PlainFileSystem(), cache=HistoryCache(max_bytes))
-        cached_s, got = _timed(lambda cached=cached: [cached.read_user(u, selection=selection) for u in lookups])
+        cached_s, got = _timed(lambda cached=cached: [cached.read_user(u, selection=selection) for u in lookups])  # type: ignore[misc]
         if not all(identical(a, b) for a, b in zip(got, expected, strict=True)):
             failures.append(f"CachedHistoryReader ({max_bytes:,} B) differs from HistoryReader")
         cache = cached.cache

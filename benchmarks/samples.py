@@ -265,12 +265,13 @@ def samples_differences(config: Config, tenant: Tenant, first: str, second: str)
     columns = [f.name for f in sequence_table_schema(tenant)]
     same = " AND ".join(f"a.{c} IS NOT DISTINCT FROM b.{c}" for c in columns)
     with connect() as con:
-        (count,) = con.execute(
+        counted = con.execute(
             f"SELECT count(*) FROM iceberg_scan({sql_literal(first)}) AS a "
             f"FULL OUTER JOIN iceberg_scan({sql_literal(second)}) AS b USING (request_id) "
             f"WHERE NOT ({same}) OR a.request_id IS NULL OR b.request_id IS NULL"
         ).fetchone()
-    return int(count)
+    assert counted is not None  # an aggregate answers one row
+    return int(counted[0])
 
 
 def run_samples_bench(
@@ -399,6 +400,8 @@ def format_report(bench: SamplesBench) -> str:
             ("in-process stream", t.stream_seconds, t.stream_samples, t.matched, t.checksum_failures),
         ]
         if t.spark_seconds is not None:
+            # set together with spark_seconds
+            assert t.spark_samples is not None and t.spark_checksum_failures is not None
             same = t.spark_samples - (t.spark_differences or 0)
             rows.append(("spark", t.spark_seconds, t.spark_samples, same, t.spark_checksum_failures))
         for engine, seconds, samples, exact, failures in rows:
@@ -419,6 +422,7 @@ def format_report(bench: SamplesBench) -> str:
         )
     for t in bench.tenants:
         if t.backfill_seconds is not None:
+            assert t.backfill_rows is not None  # set together with backfill_seconds
             lines.append(
                 f"{t.tenant}: backfill (event time, stream) {t.backfill_rows:,} label rows, "
                 f"{t.backfill_rows / max(t.backfill_seconds, 1e-9):,.0f} label rows/s; time / fat-row read "

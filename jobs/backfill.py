@@ -12,6 +12,7 @@ received events that arrived after their ts under event-time semantics.
 from __future__ import annotations
 
 import time
+from typing import Literal
 
 import click
 
@@ -34,7 +35,13 @@ ENGINES = ("arrow", "spark")
 @click.option("--batch-rows", type=IntegerAtLeast(1), default=2048, show_default=True, help="Label rows per batch.")
 @common_options
 def command(
-    labels: str, tenant: str, as_of: str, out: str | None, ts_column: str, engine: str, batch_rows: int
+    labels: str,
+    tenant: str,
+    as_of: Literal["event-time", "arrival"],
+    out: str | None,
+    ts_column: str,
+    engine: str,
+    batch_rows: int,
 ) -> None:
     from pipelines.training.backfill import write_backfill
     from pipelines.training.sequence import Tenant

@@ -95,6 +95,7 @@ def run_demo(config: Config) -> Report:
     from seqlake.spark_session import spark_session
     from tableformat.fsck import fsck_table
     from tableformat.registry import live_runs
+    from tableformat.snapshots import total_records
 
     report = Report("seqlake demo report")
     started = time.monotonic()
@@ -126,13 +127,17 @@ def run_demo(config: Config) -> Report:
     # 2. Read the raw table back through every engine: they must agree.
     metadata_location = catalog.load_table(raw_id).metadata_location
     with duckdb_connect() as con:
-        duck_rows, duck_partitions = con.execute(
+        counted = con.execute(
             "SELECT count(*), count(DISTINCT source_partition) FROM iceberg_scan(?)", [metadata_location]
         ).fetchone()
+    assert counted is not None  # an aggregate answers one row
+    duck_rows, duck_partitions = counted
     spark = spark_session(config, "seqlake-demo")
-    spark_rows = spark.sql(f"SELECT count(*) AS n FROM {spark_name(config, RAW_TABLE)}").first()["n"]
+    spark_count = spark.sql(f"SELECT count(*) AS n FROM {spark_name(config, RAW_TABLE)}").first()
+    assert spark_count is not None  # an aggregate answers one row
+    spark_rows = spark_count["n"]
     # pyiceberg answers from snapshot metadata alone: no data file is read.
-    arrow_rows = int(catalog.load_table(raw_id).current_snapshot().summary["total-records"])
+    arrow_rows = total_records(catalog.load_table(raw_id).current_snapshot())
     raw = report.section("raw_landing")
     raw["table"] = raw_id
     raw["records"] = landing.records
@@ -172,13 +177,13 @@ def run_demo(config: Config) -> Report:
     compaction["events_compacted"] = events
     # Events of groups whose aggregate does not fit its column (pipelines.compaction_quarantine).
     compaction["events_quarantined"] = served.events_quarantined_at_compaction
-    compaction["history_rows"] = int(snapshot.summary["total-records"]) if snapshot else 0
+    compaction["history_rows"] = total_records(snapshot)
     compaction["runs_per_bucket"] = len(runs)
     compaction["merges"] = merges
     compaction["runs"] = ", ".join(
         f"{r.run_id}[{r.windows[0]}..{r.windows[-1]}: {len(r.windows)}]" for r in runs.values()
     )
-    compaction["detail_events"] = int(detail.refresh().current_snapshot().summary["total-records"])
+    compaction["detail_events"] = total_records(detail.refresh().current_snapshot())
 
     # 5. Check every invariant of the history table.
     checked = fsck_table(history)

@@ -14,7 +14,7 @@ import struct
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import click
 
@@ -143,7 +143,8 @@ def command(mapping: str, inputs: tuple[Path, ...], table: str, batch_rows: int,
 
     progress = Progress("import", rows_unit="records", show_bytes=True)
     properties = {IMPORT_PROPERTY: digest, "seqlake.import.files": ",".join(p.name for p in inputs)}
-    result = land_raw_records(_Tagged(raw, properties), batches(), progress, commit_rows=ONE_COMMIT)
+    tagged = cast("Table", _Tagged(raw, properties))  # the table itself to the landing: it forwards the rest
+    result = land_raw_records(tagged, batches(), progress, commit_rows=ONE_COMMIT)
     seconds = progress.done()
     files = []
     lines = []

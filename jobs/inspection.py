@@ -47,7 +47,11 @@ def iceberg_facts(table: Table) -> dict[str, Any]:
     summary = snapshot.summary if snapshot is not None else None
 
     def total(key: str) -> int:
-        return int(summary[key]) if summary is not None and key in summary.additional_properties else 0
+        return (
+            int(summary.additional_properties[key])
+            if summary is not None and key in summary.additional_properties
+            else 0
+        )
 
     return {
         "name": table.name()[-1],
@@ -290,7 +294,7 @@ def files(table: str, run_id: str | None) -> None:
             raise UnknownRunError(
                 f"run {run_id} is not live in {'.'.join(loaded.name())} (live runs: {', '.join(known) or 'none'})"
             )
-    found = []
+    found: list[dict[str, Any]] = []
     for task in loaded.scan().plan_files():
         data = task.file
         run = run_id_of_path(data.file_path) if history else None

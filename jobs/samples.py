@@ -10,6 +10,8 @@ writes nothing: it reports how often that would have been wrong. Usable as `seql
 
 from __future__ import annotations
 
+from typing import Literal
+
 import click
 
 from seqlake.cli import job_main, script_main
@@ -32,7 +34,7 @@ MODES = ("lsn", "time")
     help="lsn: versioned replay; time: event time only (no writes).",
 )
 @common_options
-def command(tenants: tuple[str, ...], engine: str, mode: str) -> None:
+def command(tenants: tuple[str, ...], engine: str, mode: Literal["lsn", "time"]) -> None:
     from pipelines.training.materialize import fatrow_match, write_arrow_samples
     from pipelines.training.sequence import Tenant
     from pipelines.training.tables import samples_table_name

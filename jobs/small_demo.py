@@ -25,6 +25,7 @@ from seqlake.report import Report
 from tableformat.fsck import fsck_table
 from tableformat.reader import HistoryReader
 from tableformat.registry import live_runs
+from tableformat.snapshots import total_records
 
 # Small enough to run in well under a minute; large enough for late, duplicate
 # and malformed records, a heavy user and a capacity merge (more windows than layout.max_runs).
@@ -81,7 +82,7 @@ def run_small_demo(config: Config) -> Report:
     compaction["engine"] = "duckdb"
     compaction["windows_published"] = len(todo)
     compaction["events_compacted"] = events
-    compaction["history_rows"] = int(snapshot.summary["total-records"]) if snapshot else 0
+    compaction["history_rows"] = total_records(snapshot)
     compaction["merges"] = merges
     compaction["runs"] = len(live_runs(history))
 

@@ -183,18 +183,18 @@ def define_relations(session: SqlSession, quiet: bool = False) -> None:
             continue
         session.tables[name] = WarehouseTable(name, "delta", location)
 
-    for table in list(session.tables.values()):
+    for defined in list(session.tables.values()):
         try:
-            con.execute(f"SET VARIABLE {table.name}_location = ?", [table.location])
-            if table.format == "iceberg":
-                con.execute(f"SET VARIABLE {table.name}_metadata = ?", [table.metadata_location])
-                scan = f"iceberg_scan(getvariable('{table.name}_metadata'))"
+            con.execute(f"SET VARIABLE {defined.name}_location = ?", [defined.location])
+            if defined.format == "iceberg":
+                con.execute(f"SET VARIABLE {defined.name}_metadata = ?", [defined.metadata_location])
+                scan = f"iceberg_scan(getvariable('{defined.name}_metadata'))"
             else:
-                scan = f"delta_scan(getvariable('{table.name}_location'))"
-            con.execute(f"CREATE OR REPLACE VIEW {table.name} AS SELECT * FROM {scan}")
+                scan = f"delta_scan(getvariable('{defined.name}_location'))"
+            con.execute(f"CREATE OR REPLACE VIEW {defined.name} AS SELECT * FROM {scan}")
         except duckdb.Error as error:
-            del session.tables[table.name]
-            session.missing[table.name] = f"{table.format} table at {table.location} is unreadable: {error}"
+            del session.tables[defined.name]
+            session.missing[defined.name] = f"{defined.format} table at {defined.location} is unreadable: {error}"
     for name, why in session.missing.items():
         _note(session, f"{name} is not defined: {why}", quiet)
 
@@ -492,7 +492,11 @@ def command(
             if bound:
                 raise SqlError("--param needs --file or --query")
             return interactive(session, printer(as_json, max_rows))
-        text, source = (path.read_text(), path.name) if path is not None else (query, "query")
+        if path is not None:
+            text, source = path.read_text(), path.name
+        else:
+            assert query is not None  # neither --file nor --query returned above
+            text, source = query, "query"
         show = None if as_json else printer(False, max_rows)
         results = run_script(session, text, source, params=bound, quiet=quiet, on_result=show)
         if as_json:

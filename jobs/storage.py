@@ -6,6 +6,8 @@ no secret is ever printed.
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 
 from seqlake.cli import job_main
@@ -30,7 +32,7 @@ def command(action: str, bucket: str, prefix: str) -> None:
             emit({"action": action, "bucket": bucket}, f"bucket s3://{bucket} ready")
         elif action == "list":
             objects = list_objects(bucket, prefix)
-            document = {"action": action, "bucket": bucket, "prefix": prefix, "objects": objects}
+            document: dict[str, Any] = {"action": action, "bucket": bucket, "prefix": prefix, "objects": objects}
             emit(document, "\n".join(f"{size:>12} s3://{bucket}/{key}" for key, size in objects) or "(no objects)")
         else:
             deleted = empty_bucket(bucket, prefix)

@@ -183,8 +183,8 @@ def checked_groups_sql(
     types = config.column_types()
     aggregates = _column_aggregates(config)
     extra, selected = _grouping(group_by_extra)
-    checks = {c: _fits(c, types[c]) for c in aggregates}
-    checks = {c: check for c, check in checks.items() if check}
+    fits = {c: _fits(c, types[c]) for c in aggregates}
+    checks = {c: check for c, check in fits.items() if check}
     if checks:
         failing = ", ".join(f"CASE WHEN NOT {check} THEN '{c}' END" for c, check in checks.items())
         reason = (

@@ -32,6 +32,7 @@ from seqlake.catalog import load_existing_table
 from seqlake.config import Config
 from seqlake.events import RAW_SCHEMA
 from seqlake.progress import Progress
+from tableformat.snapshots import in_commit_order, sequence_number
 
 log = logging.getLogger(__name__)
 
@@ -110,7 +111,7 @@ class _Split:
 
 def ingest_snapshot(config: Config, table: Table, snapshot: Snapshot, paths: LandingPaths, app_id: str):
     """Land one source snapshot: (landed, Counter of quarantine reasons)."""
-    version = snapshot.sequence_number
+    version = sequence_number(snapshot)
     events = delta_writer.open_table(paths.events)
     quarantine = delta_writer.open_table(paths.quarantine)
     for existing, uri, schema in (
@@ -146,13 +147,13 @@ def ingest_source_in_process(
     table = load_existing_table(config, source)
     app_id = ingest_app_id(config, source)
     done = delta_writer.applied_version(paths.events, app_id)
-    snapshots = sorted(table.snapshots(), key=lambda s: s.sequence_number)
+    snapshots = in_commit_order(table)
     result = IngestResult()
     if progress:
-        pending = sum(s.sequence_number > done for s in snapshots)
+        pending = sum(sequence_number(s) > done for s in snapshots)
         progress.set_total(pending if max_snapshots is None else min(pending, max_snapshots))
     for snapshot in snapshots:
-        if snapshot.sequence_number <= done:
+        if sequence_number(snapshot) <= done:
             result.skipped += 1
             continue
         if max_snapshots is not None and result.batches >= max_snapshots:
@@ -162,8 +163,8 @@ def ingest_source_in_process(
         result.landed += landed
         result.quarantined.update(counts)
         result.records += landed + sum(counts.values())
-        result.last_version = snapshot.sequence_number
-        log.info("source commit %d: %d landed, quarantined %s", snapshot.sequence_number, landed, dict(counts))
+        result.last_version = sequence_number(snapshot)
+        log.info("source commit %d: %d landed, quarantined %s", sequence_number(snapshot), landed, dict(counts))
         if progress:
-            progress.add(rows=landed + sum(counts.values()), steps=1, note=f"snapshot {snapshot.sequence_number}")
+            progress.add(rows=landed + sum(counts.values()), steps=1, note=f"snapshot {sequence_number(snapshot)}")
     return result

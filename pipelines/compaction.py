@@ -392,6 +392,7 @@ def merge_runs_if_needed(spark: SparkSession, config: Config) -> str | None:
     # SPEC "Encodings"); its row reader does. Set for this job's read only.
     vectorized = VECTORIZED_PARQUET
     previous = spark.conf.get(vectorized)
+    assert previous is not None  # a SQL configuration with a default value
     spark.conf.set(vectorized, "false")
     try:
         # Files of one schema are read together, each as the current schema (tableformat.evolution).

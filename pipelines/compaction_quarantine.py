@@ -14,6 +14,7 @@ Both engines split a batch with the same SQL: Spark over persisted DataFrames, D
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 from pyiceberg.exceptions import TableAlreadyExistsError
@@ -29,6 +30,9 @@ from seqlake.catalog import open_catalog, spark_name, table_identifier
 from seqlake.config import Config
 from tableformat.registry import check_matches_config
 from tableformat.schema import history_arrow_schema, with_field_ids
+
+if TYPE_CHECKING:  # pyspark is an extra: the in-process engines import this module without it
+    from pyspark.sql import DataFrame
 
 COMPACTION_QUARANTINE = "compaction_quarantine"
 GROUPING = ("window_id",)
@@ -61,8 +65,8 @@ def compaction_quarantine_table(config: Config) -> Table:
 class SparkSplit:
     """A Spark batch split by the aggregate check; `release` frees what it persisted."""
 
-    rows: object  # DataFrame: history rows of the groups that fit
-    kept: object  # DataFrame: their events (for the detail table)
+    rows: DataFrame  # history rows of the groups that fit
+    kept: DataFrame  # their events (for the detail table)
     quarantined: int
     _persisted: tuple
 

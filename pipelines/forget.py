@@ -23,6 +23,7 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Iterator, Sequence
+from functools import partial
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -109,7 +110,7 @@ def forget_history(history: Table, config: Config, users: Sequence[int]) -> Step
                     removed += found
                     written += write_run(
                         _kept_batches(parquet, wanted, schema, history),
-                        file_uri=lambda b, run=run_id, tag=attempt: history_file_uri(history.location(), run, b, tag),
+                        file_uri=partial(history_file_uri, history.location(), run_id, attempt=attempt),
                         schema=schema,
                         run_id=run_id,
                         bucket_count=config.layout.bucket_count,
@@ -247,6 +248,7 @@ def forget_users(
         _crash("forget_committed", None)
 
     if landing:
+        assert paths is not None  # landing says so
         for report in forget_landing(spark, paths, chosen):
             done(report)
     done(forget_history(history, config, chosen))

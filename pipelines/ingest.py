@@ -21,6 +21,7 @@ from seqlake.catalog import load_existing_table, open_catalog, spark_name, table
 from seqlake.config import Config
 from seqlake.progress import Progress
 from tableformat.registry import published_windows
+from tableformat.snapshots import in_commit_order, sequence_number
 
 if TYPE_CHECKING:  # the planning here is shared with the in-process engine, which runs without pyspark
     from pyspark.sql import DataFrame, SparkSession
@@ -100,9 +101,9 @@ def ingest_source(
     name = spark_name(config, source)
     app_id = ingest_app_id(config, source)
     done = last_applied_version(spark, paths.events, app_id)
-    snapshots = sorted(table.snapshots(), key=lambda s: s.sequence_number)
+    snapshots = in_commit_order(table)
     result = IngestResult()
-    if snapshots and snapshots[-1].sequence_number > done and delta_exists(spark, paths.events):
+    if snapshots and sequence_number(snapshots[-1]) > done and delta_exists(spark, paths.events):
         _check_landing(spark, paths, config)
     parsed_spark_schema = from_arrow_schema(parsed_schema(config))
     landing_columns = landing_schema(config).names
@@ -112,10 +113,10 @@ def ingest_source(
             yield parse_batch(batch, config)
 
     if progress:
-        pending = sum(s.sequence_number > done for s in snapshots)
+        pending = sum(sequence_number(s) > done for s in snapshots)
         progress.set_total(pending if max_snapshots is None else min(pending, max_snapshots))
     for snapshot in snapshots:
-        if snapshot.sequence_number <= done:
+        if sequence_number(snapshot) <= done:
             result.skipped += 1
             continue
         if max_snapshots is not None and result.batches >= max_snapshots:
@@ -135,19 +136,19 @@ def ingest_source(
             bad = parsed.filter(F.col("reason").isNotNull()).select(*QUARANTINE_SCHEMA.names)
             # Quarantine first: a crash between the two appends replays the batch, and both
             # appends skip what they already hold.
-            append_idempotent(bad, paths.quarantine, app_id, snapshot.sequence_number)
+            append_idempotent(bad, paths.quarantine, app_id, sequence_number(snapshot))
             kill_point("ingest_quarantined")
-            append_idempotent(valid, paths.events, app_id, snapshot.sequence_number)
+            append_idempotent(valid, paths.events, app_id, sequence_number(snapshot))
             kill_point("ingest_landed")
         finally:
             parsed.unpersist()
         landed = counts.pop(None, 0)
         result.batches += 1
-        result.last_version = snapshot.sequence_number
+        result.last_version = sequence_number(snapshot)
         result.landed += landed
         result.quarantined.update(counts)
         result.records += landed + sum(counts.values())
-        log.info("source commit %d: %d landed, quarantined %s", snapshot.sequence_number, landed, counts or {})
+        log.info("source commit %d: %d landed, quarantined %s", sequence_number(snapshot), landed, counts or {})
         if progress:
-            progress.add(rows=landed + sum(counts.values()), steps=1, note=f"snapshot {snapshot.sequence_number}")
+            progress.add(rows=landed + sum(counts.values()), steps=1, note=f"snapshot {sequence_number(snapshot)}")
     return result

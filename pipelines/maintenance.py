@@ -40,6 +40,7 @@ from tableformat.evolution import known_field_ids, projection
 from tableformat.io import resolve_uri
 from tableformat.registry import published_windows
 from tableformat.schema import table_arrow_schema
+from tableformat.snapshots import in_commit_order
 
 log = logging.getLogger(__name__)
 
@@ -127,7 +128,7 @@ def expire_snapshots(table: Table, older_than: datetime, keep_last: int = 1) -> 
     current one) and branch or tag heads (pyiceberg protects them)."""
     table.refresh()
     report = StepReport("expire-snapshots", table.name()[-1], unit="snapshots")
-    snapshots = sorted(table.snapshots(), key=lambda s: s.sequence_number)
+    snapshots = in_commit_order(table)
     kept = {s.snapshot_id for s in snapshots[-max(keep_last, 1) :]}
     current = table.current_snapshot()
     if current is not None:
@@ -214,7 +215,8 @@ def rewrite_small_files(table: Table, small_bytes: int, min_files: int = 2) -> S
     by_partition: dict[tuple, list] = {}
     for task in tasks:
         if task.file.file_size_in_bytes < small_bytes:
-            key = (task.file.spec_id, tuple(task.file.partition))
+            # pyiceberg's Record iterates by __getitem__, which its type does not declare
+            key: tuple = (task.file.spec_id, tuple(task.file.partition))  # type: ignore[arg-type]
             by_partition.setdefault(key, []).append(task.file)
     target, loose = table_arrow_schema(table.schema())
     known = known_field_ids(table)
@@ -332,5 +334,6 @@ def run_maintenance(
     for table in tables:
         done(remove_orphan_files(table, safety, now=now))
     if landing:
+        assert paths is not None  # landing says so
         done(*vacuum_landing(spark, paths, timedelta(hours=spec.landing_retention_hours)))
     return reports

@@ -81,7 +81,8 @@ def _tenant_diff(table: Table, expected: pa.Schema, captures: bool) -> SchemaDif
 
 def _has_rows(table: Table | None) -> bool:
     snapshot = table.current_snapshot() if table is not None else None
-    return bool(snapshot and int(snapshot.summary.additional_properties.get("total-records", "0") or 0))
+    summary = snapshot.summary if snapshot is not None else None
+    return bool(summary and int(summary.additional_properties.get("total-records", "0") or 0))
 
 
 def plan_migration(config: Config, paths: LandingPaths | None = None) -> list[TableMigration]:
@@ -193,6 +194,7 @@ def migrate(
         if plan.landing is not None:
             migrate_landing(spark, plan.landing, config)
         else:
+            assert plan.expected is not None  # every plan but the landing tier's has its schema
             apply(plan.table, plan.diff, plan.expected)
         _crash("migrate_committed", None)
     return [p.diff for p in plans]

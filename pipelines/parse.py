@@ -66,6 +66,7 @@ def parse_batch(batch: pa.RecordBatch, config: Config) -> pa.RecordBatch:
             "window_id": window,
         }
         if reason is None:
+            assert event is not None  # a payload without a reason parsed
             row.update(event)
             row["event_ts"] = event["event_ts"] * 1000  # payloads carry epoch milliseconds
             row["reason"] = row["payload"] = None

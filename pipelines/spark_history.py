@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 import pyarrow as pa
 from pyiceberg.table import Table
@@ -61,7 +61,7 @@ def write_run_with_spark(
     groups = list(config.feature_groups)
     names = schema.names
 
-    def write_partition(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    def write_partition(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         stripped = (b.select(names) for b in batches)  # drop the bucket column, keep storage order
         written = write_run(
             stripped,

@@ -180,7 +180,7 @@ def run(command: click.Command, argv: Sequence[str] | None, prog_name: str, *, r
 
     try:
         # Help piped to a file or a test is not cut to 80 columns.
-        width = {} if sys.stdout.isatty() else {"terminal_width": PIPED_HELP_WIDTH}
+        width: dict[str, Any] = {} if sys.stdout.isatty() else {"terminal_width": PIPED_HELP_WIDTH}
         result = command.main(args=args, prog_name=prog_name, standalone_mode=False, obj=state, **width)
         return result if isinstance(result, int) else 0
     except click.exceptions.NoArgsIsHelpError as error:

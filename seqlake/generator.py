@@ -382,11 +382,8 @@ class EventGenerator:
             if len(sel) == 0:
                 continue
             spec = self.config.feature_groups[group]
-            users, items, cache = (
-                user_ids[sel],
-                item_ids(user_ids[sel], g, self.spec.items, rng),
-                {},
-            )
+            users, items = user_ids[sel], item_ids(user_ids[sel], g, self.spec.items, rng)
+            cache: dict = {}
             columns = {
                 name: fit_column(
                     items if name == spec.item_column else column_values(name, col, users, ts[sel], items, rng, cache),
@@ -434,11 +431,11 @@ class EventGenerator:
             name = list(spec.columns)[int(rng.integers(0, len(spec.columns)))]
             row[name] = _wrong_value(spec.columns[name])
         elif reason == "oversize_value":
-            limited = [n for n, c in spec.columns.items() if c.max_length is not None]
+            limited = {n: c.max_length for n, c in spec.columns.items() if c.max_length is not None}
             if not limited:  # no bounded string column: exceed the payload size limit instead
                 return "{" + " " * MAX_PAYLOAD_BYTES + _JSON.encode(row)[1:]
-            name = limited[int(rng.integers(0, len(limited)))]
-            length = spec.columns[name].max_length + 1 + int(rng.integers(0, 16))
+            name = list(limited)[int(rng.integers(0, len(limited)))]
+            length = limited[name] + 1 + int(rng.integers(0, 16))
             row[name] = ((row.get(name) or "x") * length)[:length]
         return _JSON.encode(row)
 

@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from seqlake.config import Config, load_config
 from seqlake.errors import SchemaError
@@ -340,7 +340,7 @@ def _selection(
     """`selection` (default: everything) with the options given (not None) in place of its fields."""
     from tableformat.reader import Selection
 
-    given = {
+    given: dict[str, Any] = {
         "feature_groups": tuple(feature_groups) if feature_groups is not None else None,
         "columns": tuple(columns) if columns is not None else None,
         "start": start,

@@ -199,7 +199,7 @@ def create_bucket(bucket: str, settings: S3Settings | None = None) -> None:
 def list_objects(bucket: str, prefix: str = "", settings: S3Settings | None = None) -> list[tuple[str, int]]:
     """(key, size) of every object under `prefix`."""
     client = (settings or S3Settings.from_env()).client()
-    out = []
+    out: list[tuple[str, int]] = []
     for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
         out.extend((item["Key"], item["Size"]) for item in page.get("Contents", []))
     return out

@@ -124,7 +124,10 @@ def compare(
     column name. `fixed` columns (keys, bookkeeping) may not change at all."""
     have = {f.name: f for f in actual.fields}
     want = {f.name: f for f in expected.fields}
-    added, widened, retired, refused = [], [], [], []
+    added: list[str] = []
+    widened: list[str] = []
+    retired: list[str] = []
+    refused: list[str] = []
     for column, wanted in want.items():
         present = have.get(column)
         if present is None:
@@ -213,7 +216,7 @@ class Projection:
         """The file's columns to read for the current columns `names`."""
         if self.identity:
             return list(names)
-        return list(dict.fromkeys(self.sources[n] for n in names if self.sources.get(n) is not None))
+        return list(dict.fromkeys(source for n in names if (source := self.sources.get(n)) is not None))
 
     def apply(self, read: pa.Table, names: list[str], rows: int | None = None) -> pa.Table:
         """`read` (the file's `file_columns(names)`) as the current columns `names`."""

@@ -265,11 +265,11 @@ class OpenFiles:
             idle = self._idle.get(uri)
             if idle is None:
                 idle = self._idle[uri] = []  # may evict the least recently used file
-            if len(idle) < self.per_file:
+            kept = len(idle) < self.per_file
+            if kept:
                 idle.append(opened)
-                opened = None
             evicted, self._idle.evicted = self._idle.evicted, []
-        for handle, _ in evicted + ([opened] if opened is not None else []):
+        for handle, _ in evicted + ([] if kept else [opened]):
             handle.close()
 
     def opened(self, fs, uri: str, meta: pq.FileMetaData) -> _Opened:

@@ -23,7 +23,7 @@ import threading
 from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import TypeVar
+from typing import TypeVar, cast
 
 import numpy as np
 import pyarrow as pa
@@ -32,6 +32,7 @@ from pyiceberg.conversions import from_bytes
 from pyiceberg.expressions import AlwaysTrue, BooleanExpression
 from pyiceberg.table import Table
 from pyiceberg.transforms import BucketTransform
+from pyiceberg.types import PrimitiveType
 
 from tableformat.bucketing import bucket_of
 from tableformat.page_reader import PagedFile
@@ -68,6 +69,7 @@ class FileIndex:
 
     def __init__(self, table: Table, condition: BooleanExpression | None = None) -> None:
         field_ = table.schema().find_field("user_id")
+        user_type = cast(PrimitiveType, field_.field_type)  # user_id is a long
         specs = table.specs()
         self.uris: list[str] = []
         low, high = [], []
@@ -78,8 +80,8 @@ class FileIndex:
             self.uris.append(data_file.file_path)
             lower = (data_file.lower_bounds or {}).get(field_.field_id)
             upper = (data_file.upper_bounds or {}).get(field_.field_id)
-            low.append(LOW if lower is None else from_bytes(field_.field_type, lower))
-            high.append(HIGH if upper is None else from_bytes(field_.field_type, upper))
+            low.append(LOW if lower is None else from_bytes(user_type, lower))
+            high.append(HIGH if upper is None else from_bytes(user_type, upper))
             for position, part in enumerate(specs[data_file.spec_id].fields):
                 value = data_file.partition[position]
                 if (
@@ -132,8 +134,9 @@ class Segments:
     lsn_min: np.ndarray
     lsn_max: np.ndarray
     whole: np.ndarray
-    cut_ts: np.ndarray = field(default=None)  # only partly inside the selection's time range
-    cut_lsn: np.ndarray = field(default=None)  # only partly at or below the selection's LSN bound
+    # Left out: none cut (__post_init__ fills them in, so they are arrays from then on).
+    cut_ts: np.ndarray = field(default=None)  # type: ignore[arg-type]  # only partly inside the selection's time range
+    cut_lsn: np.ndarray = field(default=None)  # type: ignore[arg-type]  # only partly at or below the selection's LSN bound
 
     def __post_init__(self) -> None:
         if self.cut_ts is None:
@@ -401,8 +404,8 @@ class LookupIndex:
             with self._lock:
                 planned = self._plans.get(key)
             if planned is None:
-                entries, found = self.user_segments(ids[0], read_groups)
-                planned = (entries, select_segments(found, selection))
+                user_entries, user_found = self.user_segments(ids[0], read_groups)
+                planned = (user_entries, select_segments(user_found, selection))
                 with self._lock:
                     if len(self._plans) >= USERS_REMEMBERED:
                         self._plans.pop(next(iter(self._plans)))
@@ -446,7 +449,7 @@ class LookupIndex:
                 if len(self._derived) >= USERS_REMEMBERED:
                     self._derived.pop(next(iter(self._derived)))
                 self._derived[key] = found
-        return found
+        return cast(T, found)
 
     def user_segments(self, user: int, read_groups: ReadGroups) -> tuple[list[FileEntry], Segments]:
         """One user's files and all its segments, remembered for the next lookups of hot users."""

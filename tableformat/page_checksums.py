@@ -29,7 +29,7 @@ def enable_iceberg_page_checksums() -> None:
     def with_page_checksums(table_properties):
         return original(table_properties) | {"write_page_checksum": True}
 
-    with_page_checksums._seqlake_page_checksums = True
+    with_page_checksums._seqlake_page_checksums = True  # type: ignore[attr-defined]  # a marker on the function
     iceberg_pyarrow._get_parquet_writer_kwargs = with_page_checksums
 
 

@@ -30,7 +30,7 @@ from tableformat import thrift_compact as tc
 ReadRanges = Callable[[list[tuple[int, int]]], list[bytes]]
 # (small Parquet file held in memory, its parsed footer, the columns to read as dictionary indices)
 # -> its rows (tableformat.io.decode_pages).
-Decode = Callable[[bytes, pq.FileMetaData, list[int]], pa.Table]
+Decode = Callable[[bytes, pq.FileMetaData, list[int] | None], pa.Table]
 FOOTERS_KEPT = 4096  # page plans a file keeps, each with its narrowed footer (a few hundred bytes)
 _BINARY = 6  # Parquet physical type BYTE_ARRAY: strings, read as dictionary indices and expanded once
 
@@ -86,9 +86,9 @@ class PagedFile:
         for c, blob in zip(asked, read(ranges) if ranges else [], strict=True):
             index, _ = tc.decode(blob)
             pages = tc.get(index, 1)[1]
-            found = tuple(np.array([tc.get(p, f) for p in pages], np.int64) for f in (1, 2, 3))
+            offsets, sizes, first = (np.array([tc.get(p, f) for p in pages], np.int64) for f in (1, 2, 3))
             with self._lock:
-                self._locations[rg, c] = found
+                self._locations[rg, c] = (offsets, sizes, first)
         with self._lock:
             return [self._locations[rg, c] for c in columns]
 
@@ -151,7 +151,8 @@ class PagedFile:
             data = (int(offsets[p]), int(offsets[q] + sizes[q] - offsets[p]))
             by_rows.setdefault((start_row, end_row), []).append((position, column, dictionary, int(offsets[0]), data))
             pages += q - p + 1
-        ranges, files = [], []
+        ranges: list[tuple[int, int]] = []
+        files: list = []
         for (start_row, end_row), chosen in by_rows.items():
             parts, strings, first_range = [], [], len(ranges)
             for i, (_, column, dictionary, first_page, data) in enumerate(chosen):

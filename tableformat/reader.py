@@ -235,6 +235,7 @@ class HistoryReader:
     def empty(self, wanted: list[str]) -> pa.Table:
         """An empty result with `wanted` columns (kept per projection: building one costs a lookup)."""
         schema = self.arrow_schema()
+        assert self._schema is not None  # arrow_schema() keeps it
         key = (self._schema[0], tuple(wanted))
         found = self._empties.get(key)
         if found is None:
@@ -282,6 +283,7 @@ def read_segments(
     paged: dict[tuple[int, int], pa.Table] = {}  # (user, segment) -> its newest rows
     for user, plan in program.users.items():
         for i, position, rg, low, high in plan.paged:
+            assert read_rows is not None  # plans read by pages only when there is a page reader
             rows = read_rows(entries[position].uri, rg, low, high, plan.paged_columns)
             if rows is None:  # a file without a usable page index: its row groups are read whole
                 return read_segments(read_groups, entries, segments, selection, wanted, empty, max_workers, with_lsn)
@@ -391,7 +393,8 @@ def plan_reads(
         order = np.argsort(s.ts_min, kind="stable").tolist()
         users[user] = (rows, merge, paged, list(dict.fromkeys(wanted + keys)), order, by_pages)
 
-    files, table_of = [], {}
+    files: list[FileRead] = []
+    table_of: dict[int, tuple[int, dict[int, int]]] = {}
     for position in range(len(entries)):
         if not groups[position]:
             continue

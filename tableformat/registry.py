@@ -47,6 +47,7 @@ from tableformat.schema import (
     history_partition_spec,
     history_sort_order,
 )
+from tableformat.snapshots import sequence_number
 from tableformat.writer import WrittenFile, open_output
 
 log = logging.getLogger(__name__)
@@ -172,7 +173,7 @@ def published_frontier(table: Table) -> dict[int, int]:
     table property keep it in their newest publication's snapshot summary: read there as a fallback."""
     raw = table.metadata.properties.get(FRONTIER_PROPERTY)
     if raw is None:
-        for snapshot in sorted(table.snapshots(), key=lambda s: s.sequence_number, reverse=True):
+        for snapshot in sorted(table.snapshots(), key=sequence_number, reverse=True):
             raw = snapshot.summary.additional_properties.get(FRONTIER_PROPERTY) if snapshot.summary else None
             if raw:
                 break
@@ -243,9 +244,9 @@ def commit_runs(
     held = {w for record in runs.values() for w in record.windows}
     for record, _ in new_runs:
         if record.run_id in runs:
-            raise WindowsAlreadyPublished(table.name(), set(record.windows) & held or set(record.windows))
+            raise WindowsAlreadyPublished(".".join(table.name()), set(record.windows) & held or set(record.windows))
         if held & set(record.windows):
-            raise WindowsAlreadyPublished(table.name(), held & set(record.windows))
+            raise WindowsAlreadyPublished(".".join(table.name()), held & set(record.windows))
         held |= set(record.windows)
     for record, _ in new_runs:
         runs[record.run_id] = record
@@ -277,7 +278,7 @@ def commit_runs(
         "%s: committed runs %s (replacing %s)", ".".join(table.name()), properties["seqlake.added-runs"], replaces
     )
     table.refresh()
-    return table.current_snapshot().snapshot_id
+    return _current_snapshot_id(table)
 
 
 def run_id_of_path(path: str) -> str:
@@ -338,4 +339,10 @@ def commit_file_rewrite(
     except CommitFailedException as error:
         raise RunsChanged(f"{table.name()} changed while rewriting files: {error}") from error
     table.refresh()
-    return table.current_snapshot().snapshot_id
+    return _current_snapshot_id(table)
+
+
+def _current_snapshot_id(table: Table) -> int:
+    snapshot = table.current_snapshot()
+    assert snapshot is not None  # the commit just made one
+    return snapshot.snapshot_id

@@ -221,7 +221,7 @@ def export_run_sst(
             raise SeqlakeError(f"exported {sink.keys} keys but run {run_id} holds {expected_rows} rows")
         # Iceberg type names: the table's contract, whatever Arrow type a reader maps them to.
         types = {name: str(iceberg_schema.find_field(name).field_type) for name in value_columns}
-        manifest = {
+        manifest: dict[str, Any] = {
             "format": "seqlake-sst-export",
             "table": _name(table),
             "snapshot_id": snapshot.snapshot_id if snapshot else None,
@@ -411,6 +411,7 @@ class _SstSink:
         self._writer.finish()
         self._writer = None
         path = self.out / self._name
+        assert self._last_user is not None  # a file is open: it has rows
         self.files.append(
             SstFileInfo(
                 name=self._name,

@@ -75,7 +75,8 @@ class _Reader:
         return self.value(kind)
 
     def struct(self) -> Fields:
-        fields, last = [], 0
+        fields: Fields = []
+        last = 0
         while True:
             header = self.byte()
             if header == STOP:

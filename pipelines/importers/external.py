@@ -9,7 +9,7 @@ assigns the same LSNs; LSNs grow with the version.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Hashable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import unquote
 
@@ -74,6 +74,7 @@ def _delta_location(spark: SparkSession, location_or_name: str) -> str:
     if "/" in location_or_name or "://" in location_or_name:
         return location_or_name.rstrip("/")
     row = spark.sql(f"DESCRIBE DETAIL {location_or_name}").first()
+    assert row is not None  # DESCRIBE DETAIL answers one row (or raises for a table that is not Delta)
     return str(row["location"]).rstrip("/")
 
 
@@ -169,6 +170,7 @@ def _consume_iceberg(
     from pyspark.sql import functions as F
 
     jvm = spark.sparkContext._jvm
+    assert jvm is not None  # a live session's context has its gateway
     table = jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(spark._jsparkSession, name)
     table.refresh()
     snapshots = {}
@@ -227,7 +229,7 @@ def _consume_iceberg(
 # -- shared -----------------------------------------------------------------------------------------------
 
 
-def _offsets(sizes: Iterable[tuple[Hashable, int]], version: int) -> dict[Any, int]:
+def _offsets(sizes: Iterable[tuple[Any, int]], version: int) -> dict[Any, int]:
     """Position of the first row of each part (file, or file split) of a commit, parts in key order."""
     offsets: dict[Any, int] = {}
     total = 0

@@ -121,7 +121,9 @@ class _Chunk:
 
 def _chunks(path: Path, mapper: EventMapper, batch_rows: int) -> Iterator[_Chunk]:
     readers = {"parquet": _read_parquet, "jsonl": _read_jsonl, "csv": _read_csv, "dat": _read_dat}
-    return readers[mapper.mapping.format](path, mapper, batch_rows)
+    kind = mapper.mapping.format
+    assert kind is not None  # the file import refused a mapping without one
+    return readers[kind](path, mapper, batch_rows)
 
 
 def _explode(batch: pa.RecordBatch | pa.Table, spec: ExplodeSpec, source: str) -> pa.Table:

@@ -13,7 +13,7 @@ import json
 import math
 from importlib.resources.abc import Traversable
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, NoReturn
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -123,7 +123,7 @@ class ImportMapping(_Frozen):
     def check(self, config: Config, source: str = "<mapping>") -> None:
         """Check the mapping against the configuration: its feature group and target columns exist."""
 
-        def fail(key: str, value: Any, message: str) -> None:
+        def fail(key: str, value: Any, message: str) -> NoReturn:
             raise ConfigError(f"invalid import mapping in {source}:\n  {key} = {value!r}: {message}")
 
         group = config.feature_groups.get(self.feature_group)
@@ -189,8 +189,8 @@ def resolve_mapping_path(path: str | Path) -> Path | Traversable:
 
 def load_mapping(path: str | Path) -> ImportMapping:
     """Load an import mapping from YAML (a path, or the name of one in conf/mappings/)."""
-    path = resolve_mapping_path(path)
-    return parse_mapping(read_yaml(path, "import mapping"), str(path))
+    resolved = resolve_mapping_path(path)
+    return parse_mapping(read_yaml(resolved, "import mapping"), str(resolved))
 
 
 def mapping_digest(mapping: ImportMapping) -> str:

@@ -21,7 +21,7 @@ from decimal import Decimal
 from typing import Any
 
 from pipelines.importers.mapping import ImportMapping, action_key
-from seqlake.config import Config
+from seqlake.config import ColumnType, Config
 from seqlake.errors import ImportDataError
 from seqlake.events import MAX_EVENT_TS_MS, MIN_EVENT_TS_MS
 from seqlake.payload import INT_RANGES
@@ -154,7 +154,9 @@ class EventMapper:
         kinds = {name: spec.type for name, spec in group.columns.items()} if group is not None else {}
         item_target = group.item_column if group is not None else "item_id"
         # (target column, source column, kind, scale), the item first; kind None: keep source types.
-        self.targets = [(item_target, mapping.item, kinds.get(item_target, "int64"), None)]
+        self.targets: list[tuple[str, str, ColumnType | None, float | None]] = [
+            (item_target, mapping.item, kinds.get(item_target, "int64"), None)
+        ]
         self.targets += [(t, c.source, kinds.get(t), c.scale) for t, c in mapping.columns.items()]
         # source column -> the mapping key that names it (for errors), in the order columns are read
         self.keys = {mapping.user_column: "user", mapping.item: "item", mapping.time: "time"}

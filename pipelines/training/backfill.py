@@ -50,6 +50,7 @@ from seqlake.duckdb_session import connect, sql_literal
 from seqlake.errors import SchemaError
 from tableformat.bucketing import bucket_of
 from tableformat.schema import TIMESTAMP_US
+from tableformat.snapshots import in_commit_order
 from tableformat.writer import open_output
 
 AsOf = Literal["event-time", "arrival"]
@@ -171,9 +172,9 @@ def publication_points(history: Table, window_seconds: int) -> pa.Table:
     """The publications' recorded frontiers as arrival points: a frontier counts from the end of the
     newest window published up to it (every LSN it covers had arrived by then). Snapshot summaries
     only: expired snapshots take their points with them (the landing tier's arrival times remain)."""
-    rows = {"source_partition": [], "arrival_ts": [], "lsn": []}
+    rows: dict[str, list] = {"source_partition": [], "arrival_ts": [], "lsn": []}
     newest_window = None
-    for snapshot in sorted(history.snapshots(), key=lambda s: s.sequence_number):
+    for snapshot in in_commit_order(history):
         props = snapshot.summary.additional_properties if snapshot.summary else {}
         if "seqlake.window-id" not in props or "seqlake.frontier" not in props:
             continue

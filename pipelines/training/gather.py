@@ -255,7 +255,8 @@ def rebuilt_open_window(
     partition, aggregated per (pointer, item) with the declared merge operators, the tenant's
     groups only."""
     own = con is None
-    con = connect(extensions=()) if own else con
+    if con is None:
+        con = connect(extensions=())
     try:
         keys = pointers.select(["user_id", "open_window", "lsn_bound"])
         con.register("_pointers", keys.append_column("_pos", pa.array(np.arange(keys.num_rows, dtype=np.int64))))

@@ -78,11 +78,11 @@ def write_arrow_samples(
     engine = f"arrow/{mode}"
     requests = samples = quarantined = 0
     with tempfile.TemporaryDirectory(prefix="seqlake-replay-") as scratch:
-        samples_out = failures = None
+        samples_out: BucketFiles | None = None
+        failures: list[pa.Table] = []
         if mode == "lsn":
             table = create_bucketed_table(config, samples_table_name(tenant), sequence_table_schema(tenant))
             samples_out = BucketFiles(table, config.layout.bucket_count)
-            failures = []
         with PrefetchingIterator(reconstruction.batches()) as batches, samples_out or nullcontext():
             for n, batch in enumerate(batches):
                 requests += batch.assembled.num_rows
@@ -91,11 +91,13 @@ def write_arrow_samples(
                 if mode == "time":
                     pq.write_table(batch.assembled, Path(scratch) / f"part-{n:06d}.parquet")
                     continue
+                assert samples_out is not None  # mode "lsn" made it
                 samples_out.write(batch.samples)
                 if batch.quarantined.num_rows:
                     failures.append(batch.quarantined)
             if mode == "lsn":
                 kill_point("samples_written")
+                assert samples_out is not None
                 samples_out.commit(replacing=AlwaysTrue())
         if mode == "lsn":
             kill_point("samples_committed")
@@ -137,12 +139,15 @@ def fatrow_match(
             return 0
         rebuilt = f"iceberg_scan({sql_literal(samples.metadata_location)})"
     else:
+        assert parquet_glob is not None, "fatrow_match needs samples_table or parquet_glob"
         rebuilt = f"read_parquet({sql_literal(parquet_glob)})"
     with connect() as con:
-        (matched,) = con.execute(
+        counted = con.execute(
             f"SELECT count(*) FROM iceberg_scan({sql_literal(fatrow.metadata_location)}) AS f "
             f"JOIN {rebuilt} AS s USING (request_id) WHERE {same}"
         ).fetchone()
+    assert counted is not None  # an aggregate answers one row
+    (matched,) = counted
     return int(matched)
 
 

@@ -47,7 +47,9 @@ class ViewSnapshot:
         # The LSN bound: the highest LSN visible per source partition (published or landed).
         self.lsn_bound = dict(self.frontier)
         self.lsn_bound.update({int(p): int(lsn) for p, lsn in bounds})
-        newest, now = self._con.execute(f"SELECT max(window_id), max(arrival_ts) FROM {_ABOVE}").fetchone()
+        above = self._con.execute(f"SELECT max(window_id), max(arrival_ts) FROM {_ABOVE}").fetchone()
+        assert above is not None  # an aggregate answers one row
+        newest, now = above
         # Rows of this window may still change after the snapshot; every older window is complete.
         # With nothing above the frontier, every visible window is published and complete: the open
         # window is the next one, which holds no visible rows.

@@ -117,7 +117,7 @@ def serve_and_capture(
         with ViewSnapshot(config, history, detail, paths) as view:
             since = state.since_time
             users = view.active_users(since) if view.now is not None else []
-            requests = simulator.requests(users, view.now, state.points) if users else []
+            requests = simulator.requests(users, view.now, state.points) if users and view.now is not None else []
             landing = view.landing_rows(sorted({r.user_id for r in requests}))
             closed = view.closed_windows()
             done = state.next(step_id, view.now)

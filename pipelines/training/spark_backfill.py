@@ -41,14 +41,13 @@ def write_label_pointers(
         reader = job.con.cursor().execute(
             "SELECT * EXCLUDE (_bucket) FROM _labels JOIN _label_buckets USING (_row) ORDER BY _bucket, user_id"
         )
-        table = transaction = None
+        transaction = None
         for batch in reader.to_arrow_reader(64 * 1024):
             rows = pa.Table.from_batches([batch])
             bounds, windows = job.frontiers.at(rows["_ts"])
             rows = rows.append_column("_lsn_bound", bounds).append_column("_open_window", windows)
-            if table is None:
-                table = create_bucketed_table(config, name, rows.schema)
-                transaction = table.transaction()
+            if transaction is None:
+                transaction = create_bucketed_table(config, name, rows.schema).transaction()
             transaction.append(rows)
         if transaction is not None:
             transaction.commit_transaction()
