@@ -8,6 +8,9 @@ VENV := .venv
 BIN := $(VENV)/bin
 INSTALLED := $(VENV)/.installed
 JARS := .jars/.resolved
+# Test files run in parallel processes (pytest-xdist), each file whole in one of them (its fixtures
+# shared); much of a test's time is a JVM, a subprocess or a commit waiting, so two overlap on two cores.
+TEST_WORKERS ?= 2
 
 .PHONY: demo test setup jars lint clean
 
@@ -17,7 +20,7 @@ demo: setup
 test: setup
 	$(BIN)/ruff check .
 	$(BIN)/mypy
-	$(BIN)/pytest
+	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadfile
 
 setup: $(INSTALLED) $(JARS)
 
