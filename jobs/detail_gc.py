@@ -13,13 +13,14 @@ import click
 
 from seqlake.cli import job_main, script_main
 from seqlake.cli_options import common_options, load_cli_config
+from seqlake.cli_types import IntegerAtLeast
 from seqlake.output import emit
 
 
 @click.command("gc", help=__doc__)
 @click.option(
     "--retention-windows",
-    type=click.IntRange(min=1),
+    type=IntegerAtLeast(1),
     help="Keep this many windows back from the newest published one (default: layout.detail_retention_windows).",
 )
 @common_options

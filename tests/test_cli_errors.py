@@ -155,6 +155,7 @@ CASES = {  # name -> (arguments, what the one line says, exit status: 1 a failur
         "--snapshot-retention-hours: must be a number >= 0, got -3",
         2,
     ),
+    "gc: no window kept": (["gc", "--retention-windows", "0"], "--retention-windows: must be an integer >= 1", 2),
     "bench-merge: too few windows": (["bench-merge", "--windows", "0"], "--windows: must be an integer >= 2", 2),
     "init: a folder that cannot exist": (["init", "/proc/nope/x"], "cannot write the starter configuration", 1),
     "bench-compact: negative seed": (["bench-compact", "--seed", "-1"], "--seed: must be an integer >= 0", 2),

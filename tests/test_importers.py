@@ -350,13 +350,15 @@ def expected_history(events: list[tuple[int, int, int, int, float | None]], wind
     return sorted(out)
 
 
-@pytest.mark.spark
-def test_whole_pipeline_on_both_samples(spark, lake_config: Config, tmp_path: Path, capsys, measurement) -> None:
+def test_whole_pipeline_on_both_samples(lake_config: Config, tmp_path: Path, capsys, measurement) -> None:
     """import (CLI, one file after the other) -> raw table -> ingest -> compaction of every window ->
-    history: every event counted once, fsck clean, and each source's longest user read back exactly."""
+    history: every event counted once, fsck clean, and each source's longest user read back exactly.
+    In-process engines (the Spark engines land and publish the same rows: tests/test_ingest_engines.py,
+    tests/test_batch_compaction.py)."""
     from jobs.import_events import main as import_main
-    from pipelines.compaction import compact_batch, history_tables, plan_batches
-    from pipelines.ingest import ingest_source
+    from pipelines.arrow_ingest import ingest_source_in_process
+    from pipelines.compaction import history_tables, plan_batches
+    from pipelines.duckdb_compaction import compact_batch_duckdb
     from pipelines.landing import landing_paths
     from pipelines.publication_check import landing_windows
     from seqlake.catalog import open_catalog, table_identifier
@@ -395,7 +397,7 @@ def test_whole_pipeline_on_both_samples(spark, lake_config: Config, tmp_path: Pa
 
     # 2. ingest: nothing quarantined
     paths = landing_paths(config)  # this namespace's own landing tier: backfills read its arrival times
-    ingested = ingest_source(spark, config, "raw_events", paths)
+    ingested = ingest_source_in_process(config, "raw_events", paths)
     assert (ingested.batches, ingested.records, ingested.landed) == (2, len(source), len(source))
     assert dict(ingested.quarantined) == {}
     ingest_done = time.monotonic()
@@ -406,7 +408,7 @@ def test_whole_pipeline_on_both_samples(spark, lake_config: Config, tmp_path: Pa
     window_ms = window_seconds * 1000
     assert windows == sorted({ts // window_ms for _, _, ts in source})
     batches = plan_batches(state.rows, config.layout.compaction_batch_rows)
-    compacted = sum(compact_batch(spark, config, paths, batch).events for batch in batches)
+    compacted = sum(compact_batch_duckdb(config, paths, batch).events for batch in batches)
     assert compacted == len(source)
     ingest_seconds, compaction_seconds = ingest_done - imported, time.monotonic() - ingest_done
     measurement(

@@ -120,7 +120,9 @@ def embedded_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, st
     return pipeline_contents(config), time.monotonic() - started
 
 
-@pytest.mark.parametrize(("where", "profile"), [("local-spark", "s3"), ("cluster", "cluster")])
+# Submitted to a cluster: object storage, the shared catalog and remote executors at once (the "s3"
+# profile differs only in running Spark locally: tests/test_config.py checks what each profile sets).
+@pytest.mark.parametrize(("where", "profile"), [("cluster", "cluster")])
 def test_the_pipeline_on_s3_with_a_postgres_catalog_equals_the_embedded_run(
     where,
     profile,
