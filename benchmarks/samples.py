@@ -255,7 +255,7 @@ def read_fatrows_duckdb(config: Config, tenant: Tenant) -> tuple[float, int]:
     table = load_existing_table(config, fatrow_table_name(tenant))
     with connect() as con:
         started = time.perf_counter()
-        reader = con.execute(f"SELECT * FROM iceberg_scan({sql_literal(table.metadata_location)})").fetch_record_batch()
+        reader = con.execute(f"SELECT * FROM iceberg_scan({sql_literal(table.metadata_location)})").to_arrow_reader()
         rows = sum(batch.num_rows for batch in reader)
         return time.perf_counter() - started, rows
 

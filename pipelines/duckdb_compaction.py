@@ -159,7 +159,7 @@ def _merged_buckets(con, by_bucket: dict[int, list[str]], names: list[str], hist
         reader = con.execute(
             f"{' UNION ALL BY NAME '.join(selects)} ORDER BY {order}",
             [[_local(p) for p in uris] for _, uris in groups],
-        ).fetch_record_batch(BATCH_ROWS)
+        ).to_arrow_reader(BATCH_ROWS)
         yield from reader
 
 

@@ -238,7 +238,7 @@ def commit_runs(
     runs = live_runs(table)
     missing = [r for r in replaces if r not in runs]
     if missing:
-        raise RunsChanged(f"cannot replace runs {missing}: not live in {table.name()}")
+        raise RunsChanged(f"cannot replace runs {missing}: not live in {'.'.join(table.name())}")
     for run_id in replaces:
         del runs[run_id]
     held = {w for record in runs.values() for w in record.windows}
@@ -273,7 +273,7 @@ def commit_runs(
                     for item in written:
                         files.append_data_file(data_file_for(table, item))
     except CommitFailedException as error:
-        raise RunsChanged(f"{table.name()} changed while committing runs: {error}") from error
+        raise RunsChanged(f"{'.'.join(table.name())} changed while committing runs: {error}") from error
     log.debug(
         "%s: committed runs %s (replacing %s)", ".".join(table.name()), properties["seqlake.added-runs"], replaces
     )
@@ -314,7 +314,7 @@ def commit_file_rewrite(
     since then raises RunsChanged (the caller plans again on the new snapshot)."""
     runs = live_runs(table)
     if runs != runs_read:
-        raise RunsChanged(f"{table.name()}: the runs changed while rewriting files")
+        raise RunsChanged(f"{'.'.join(table.name())}: the runs changed while rewriting files")
     counts = {run_id: [record.files, record.rows] for run_id, record in runs.items()}
     for data_file in replaced:
         run = run_id_of_path(data_file.file_path)
@@ -337,7 +337,7 @@ def commit_file_rewrite(
                 for item in written:
                     files.append_data_file(data_file_for(table, item))
     except CommitFailedException as error:
-        raise RunsChanged(f"{table.name()} changed while rewriting files: {error}") from error
+        raise RunsChanged(f"{'.'.join(table.name())} changed while rewriting files: {error}") from error
     table.refresh()
     return _current_snapshot_id(table)
 
