@@ -1,7 +1,8 @@
 # seqlake: two commands for a newcomer.
 #   make demo   set up (if needed) and run the main job end to end on the embedded warehouse
 #   make test   set up (if needed) and run the whole test suite (what CI runs)
-# Set-up creates .venv/ and resolves the Spark jars into .jars/ once; later runs reuse both.
+# Set-up creates .venv/ and resolves the Spark jars (and the test servers' jars) into .jars/ once;
+# later runs reuse both.
 
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
@@ -36,12 +37,18 @@ $(INSTALLED): pyproject.toml | $(BIN)/python
 
 # Resolved from Maven Central once; Spark loads them with spark.jars and never resolves at start.
 # jvm/s3/pom.xml's jars (S3A and the AWS SDK) go to .jars/s3/, loaded only for s3:// warehouses.
-$(JARS): jvm/pom.xml jvm/s3/pom.xml
+# The servers the tests start go to folders Spark never loads: Iceberg's REST catalog server
+# (jvm/rest/pom.xml, .jars/rest/) and a Kafka broker (jvm/kafka/pom.xml, .jars/kafka/).
+JAR_FOLDERS := s3 rest kafka
+
+$(JARS): jvm/pom.xml $(JAR_FOLDERS:%=jvm/%/pom.xml)
 	rm -rf .jars
 	mvn --batch-mode --quiet -f jvm/pom.xml dependency:copy-dependencies \
 		-DoutputDirectory=../.jars -DincludeScope=runtime
-	mvn --batch-mode --quiet -f jvm/s3/pom.xml dependency:copy-dependencies \
-		-DoutputDirectory=../../.jars/s3 -DincludeScope=runtime
+	for folder in $(JAR_FOLDERS); do \
+		mvn --batch-mode --quiet -f jvm/$$folder/pom.xml dependency:copy-dependencies \
+			-DoutputDirectory=../../.jars/$$folder -DincludeScope=runtime || exit 1; \
+	done
 	touch $@
 
 lint: setup
