@@ -9,8 +9,15 @@ import yaml
 
 from seqlake.config import DEFAULT_CONFIG_PATH, Config, parse_config
 
-# The S3 server, PostgreSQL server and Spark cluster fixtures for every test module.
-pytest_plugins = ["tests.s3_server", "tests.postgres_server", "tests.spark_cluster"]
+# The S3 server, PostgreSQL server, Spark cluster, Iceberg REST catalog and Kafka broker fixtures for
+# every test module.
+pytest_plugins = [
+    "tests.s3_server",
+    "tests.postgres_server",
+    "tests.spark_cluster",
+    "tests.rest_catalog_server",
+    "tests.kafka_broker",
+]
 
 SMALL_GENERATOR = {
     "users": 120,
