@@ -1,0 +1,142 @@
+"""The Kafka broker as the tests run it: keyed JSON messages produced into a 4-partition topic come
+back, through confluent-kafka and through Spark's Kafka batch source, with their partitions, offsets
+and the broker's log-append times (tests/kafka_broker.py)."""
+
+from __future__ import annotations
+
+import json
+import secrets
+import time
+from dataclasses import dataclass
+
+import pytest
+from confluent_kafka import OFFSET_BEGINNING, TIMESTAMP_LOG_APPEND_TIME, Consumer, Producer, TopicPartition
+from confluent_kafka.admin import OffsetSpec
+
+from tests.kafka_broker import KafkaBroker
+
+PARTITIONS = 4
+USERS = 12
+MESSAGES = 60
+PRODUCER_TIMESTAMP_MS = 1_000  # what a producer claims; the broker's log-append time replaces it
+
+
+@dataclass(frozen=True, order=True)
+class Message:
+    partition: int
+    offset: int
+    timestamp_ms: int
+    key: bytes
+    value: bytes
+
+
+@dataclass(frozen=True)
+class Produced:
+    topic: str
+    messages: list[Message]  # as the broker acknowledged them, in (partition, offset) order
+    began_ms: int
+    ended_ms: int
+
+    def end_offsets(self) -> dict[int, int]:
+        return {p: 1 + max(m.offset for m in self.messages if m.partition == p) for p in range(PARTITIONS)}
+
+
+def _produce(broker: KafkaBroker) -> Produced:
+    """A new topic of PARTITIONS partitions, with MESSAGES keyed JSON events of USERS users."""
+    topic = "events_" + secrets.token_hex(4)
+    broker.create_topic(topic, PARTITIONS)
+    producer = Producer({"bootstrap.servers": broker.bootstrap_servers})
+    acknowledged: list[Message] = []
+
+    def delivered(error, message) -> None:
+        assert error is None, error
+        kind, timestamp = message.timestamp()
+        assert kind == TIMESTAMP_LOG_APPEND_TIME
+        acknowledged.append(Message(message.partition(), message.offset(), timestamp, message.key(), message.value()))
+
+    began_ms = time.time_ns() // 1_000_000
+    for n in range(MESSAGES):
+        user = n % USERS
+        event = {"user_id": user, "event": "click" if n % 3 else "view", "n": n}
+        producer.produce(
+            topic,
+            key=str(user).encode(),
+            value=json.dumps(event).encode(),
+            timestamp=PRODUCER_TIMESTAMP_MS,
+            on_delivery=delivered,
+        )
+    assert producer.flush() == 0
+    ended_ms = time.time_ns() // 1_000_000
+    return Produced(topic, sorted(acknowledged), began_ms, ended_ms)
+
+
+def _consume(broker: KafkaBroker, produced: Produced) -> list[Message]:
+    """Every message of the topic, read from each partition's start to its end offset."""
+    consumer = Consumer(
+        {"bootstrap.servers": broker.bootstrap_servers, "group.id": "smoke", "enable.auto.commit": False}
+    )
+    consumer.assign([TopicPartition(produced.topic, p, OFFSET_BEGINNING) for p in range(PARTITIONS)])
+    ends = produced.end_offsets()
+    read: list[Message] = []
+    try:
+        for _ in range(10 * MESSAGES):
+            if len(read) == sum(ends.values()):
+                break
+            message = consumer.poll(1.0)
+            if message is None:
+                continue
+            assert message.error() is None, message.error()
+            kind, timestamp = message.timestamp()
+            assert kind == TIMESTAMP_LOG_APPEND_TIME
+            read.append(Message(message.partition(), message.offset(), timestamp, message.key(), message.value()))
+    finally:
+        consumer.close()
+    return sorted(read)
+
+
+def _end_offsets(broker: KafkaBroker, topic: str) -> dict[int, int]:
+    admin = broker.admin()
+    asked = {TopicPartition(topic, p): OffsetSpec.latest() for p in range(PARTITIONS)}
+    return {tp.partition: future.result().offset for tp, future in admin.list_offsets(asked).items()}
+
+
+def test_keyed_messages_come_back_with_partitions_offsets_and_log_append_times(kafka_broker, measurement):
+    measurement(f"Kafka broker (KRaft) start-up: {kafka_broker.startup_seconds} s")
+    produced = _produce(kafka_broker)
+    assert len(produced.messages) == MESSAGES
+    assert _consume(kafka_broker, produced) == produced.messages
+    # The topic holds those messages and no others: its end offsets are theirs.
+    assert _end_offsets(kafka_broker, produced.topic) == produced.end_offsets()
+    # Each partition's offsets run from 0 without gaps, and each user's messages share one partition.
+    for p in range(PARTITIONS):
+        assert [m.offset for m in produced.messages if m.partition == p] == list(range(produced.end_offsets()[p]))
+    partitions_of_users: dict[bytes, set[int]] = {}
+    for m in produced.messages:
+        partitions_of_users.setdefault(m.key, set()).add(m.partition)
+    assert len(partitions_of_users) == USERS
+    assert all(len(partitions) == 1 for partitions in partitions_of_users.values())
+    assert len({m.partition for m in produced.messages}) > 1
+    # The timestamps are the broker's append times, not the producer's.
+    assert all(produced.began_ms - 1_000 <= m.timestamp_ms <= produced.ended_ms + 1_000 for m in produced.messages)
+
+
+@pytest.mark.spark
+def test_sparks_kafka_batch_source_reads_the_same_messages(spark, kafka_broker):
+    produced = _produce(kafka_broker)
+    bounds = {
+        "startingOffsets": {produced.topic: {str(p): 0 for p in range(PARTITIONS)}},
+        "endingOffsets": {produced.topic: {str(p): end for p, end in produced.end_offsets().items()}},
+    }
+    reader = spark.read.format("kafka").option("kafka.bootstrap.servers", kafka_broker.bootstrap_servers)
+    reader = reader.option("subscribe", produced.topic)
+    for name, offsets in bounds.items():
+        reader = reader.option(name, json.dumps(offsets))
+    rows = reader.load().selectExpr(
+        "partition", "offset", "CAST(unix_millis(timestamp) AS BIGINT) AS timestamp_ms", "timestampType", "key", "value"
+    )
+    read = rows.collect()
+    assert {row.timestampType for row in read} == {1}  # LogAppendTime
+    messages = sorted(
+        Message(row.partition, row.offset, row.timestamp_ms, bytes(row.key), bytes(row.value)) for row in read
+    )
+    assert messages == produced.messages
