@@ -9,6 +9,7 @@ import secrets
 import time
 from dataclasses import dataclass
 
+import confluent_kafka as kafka
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, TIMESTAMP_LOG_APPEND_TIME, Consumer, Producer, TopicPartition
 from confluent_kafka.admin import OffsetSpec
@@ -30,6 +31,15 @@ class Message:
     value: bytes
 
 
+def _message(message: kafka.Message) -> Message:
+    """A delivered or consumed message, whose timestamp must be the broker's append time."""
+    kind, timestamp = message.timestamp()
+    assert kind == TIMESTAMP_LOG_APPEND_TIME
+    partition, offset, key, value = message.partition(), message.offset(), message.key(), message.value()
+    assert partition is not None and offset is not None and key is not None and value is not None
+    return Message(partition, offset, timestamp, key, value)
+
+
 @dataclass(frozen=True)
 class Produced:
     topic: str
@@ -48,11 +58,9 @@ def _produce(broker: KafkaBroker) -> Produced:
     producer = Producer({"bootstrap.servers": broker.bootstrap_servers})
     acknowledged: list[Message] = []
 
-    def delivered(error, message) -> None:
+    def delivered(error: kafka.KafkaError | None, message: kafka.Message) -> None:
         assert error is None, error
-        kind, timestamp = message.timestamp()
-        assert kind == TIMESTAMP_LOG_APPEND_TIME
-        acknowledged.append(Message(message.partition(), message.offset(), timestamp, message.key(), message.value()))
+        acknowledged.append(_message(message))
 
     began_ms = time.time_ns() // 1_000_000
     for n in range(MESSAGES):
@@ -86,9 +94,7 @@ def _consume(broker: KafkaBroker, produced: Produced) -> list[Message]:
             if message is None:
                 continue
             assert message.error() is None, message.error()
-            kind, timestamp = message.timestamp()
-            assert kind == TIMESTAMP_LOG_APPEND_TIME
-            read.append(Message(message.partition(), message.offset(), timestamp, message.key(), message.value()))
+            read.append(_message(message))
     finally:
         consumer.close()
     return sorted(read)
