@@ -14,6 +14,7 @@ import pytest
 from confluent_kafka import OFFSET_BEGINNING, TIMESTAMP_LOG_APPEND_TIME, Consumer, Producer, TopicPartition
 from confluent_kafka.admin import OffsetSpec
 
+from seqlake.spark_session import spark_jars
 from tests.kafka_broker import KafkaBroker
 
 PARTITIONS = 4
@@ -146,3 +147,11 @@ def test_sparks_kafka_batch_source_reads_the_same_messages(spark, kafka_broker):
         Message(row.partition, row.offset, row.timestamp_ms, bytes(row.key), bytes(row.value)) for row in read
     )
     assert messages == produced.messages
+
+
+def test_spark_loads_the_kafka_source_and_none_of_the_servers_jars():
+    names = [jar.name for jar in spark_jars()]
+    for source in ("spark-sql-kafka-0-10_2.13-", "spark-token-provider-kafka-0-10_2.13-", "kafka-clients-"):
+        assert sum(name.startswith(source) for name in names) == 1, source
+    # The broker and the REST catalog server run in JVMs of their own, from folders Spark never reads.
+    assert not [name for name in names if name.startswith(("kafka_2.13-", "kafka-server-", "jetty-", "iceberg-core-"))]
