@@ -146,7 +146,9 @@ def expire_snapshots(table: Table, older_than: datetime, keep_last: int = 1) -> 
 
 
 def _path(uri: str) -> str:
-    return pafs.FileSystem.from_uri(uri)[1] if "://" in uri else uri
+    """A file's path as a listing of its table's location spells it, whichever writer spelled the URI:
+    pyiceberg writes `file:///x`, Spark (Hadoop) `file:/x`; the same file either way."""
+    return resolve_uri(uri)[1]
 
 
 def referenced_files(table: Table) -> set[str]:
