@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from typing import Any
 
 from seqlake.config import Config
@@ -71,6 +72,28 @@ class _DuplicateKeys(dict):
 def _object(pairs: list[tuple[str, Any]]) -> dict:
     found = dict(pairs)
     return found if len(found) == len(pairs) else _DuplicateKeys(found)
+
+
+# Which users a raw payload names, as far as one can be read from it (quarantined payloads: `seqlake
+# forget` removes those naming a forgotten user). Every complete value of a `"user_id"` key in the
+# text, whether the payload parses or not (a truncated payload names the user if the cut came after
+# the value; a key given twice names both), and in each value every run of digits read as an integer:
+# 1000031, "1000031", "u1000031x" and -1000031 all name user 1000031; a missing or null id, or a
+# value cut off by the truncation, names nobody. Broad on purpose: a quarantined record is not valid
+# data, and one that may be the user's goes with them. Regular expressions Python and Java (Spark)
+# read alike: `pipelines.forget` runs the same two on Spark.
+USER_ID_VALUE = r'"user_id"[ \t\r\n]*:[ \t\r\n]*("[^"]*"|[^,}" \t\r\n]+)[ \t\r\n]*[,}]'
+DIGIT_RUN = "[0-9]+"
+
+
+def named_user_ids(payload: str) -> set[int]:
+    """The user ids a raw payload names (see `USER_ID_VALUE`): the reference of forget's selection."""
+    found = set()
+    for value in re.findall(USER_ID_VALUE, payload):
+        for digits in re.findall(DIGIT_RUN, value):
+            if int(digits) <= INT_RANGES["int64"][1]:
+                found.add(int(digits))
+    return found
 
 
 # One decoder for every payload (json.loads with options builds a new one per call).
