@@ -6,16 +6,20 @@ once. manifest.json next to them lists the run, the key and value encodings and 
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import click
 
 from seqlake.cli import job_main, script_main
 from seqlake.cli_options import common_options, load_cli_config
 from seqlake.cli_types import COMMA_LIST, RUN_ID, TABLE_NAME, NumberAbove
+from seqlake.errors import SeqlakeError
 from seqlake.output import emit
 
 
 @click.command("export-sst", help=__doc__)
-@click.option("--out", required=True, metavar="DIR", help="Output directory (new or empty).")
+@click.option("--out", required=True, metavar="DIR", help="Output directory: new or empty, outside the warehouse.")
 @click.option("--run", "run_id", type=RUN_ID, help="Run to export (default: the newest live run).")
 @click.option("--table", default="history", show_default=True, type=TABLE_NAME, help="History table name.")
 @click.option(
@@ -32,9 +36,16 @@ def command(
 ) -> None:
     from seqlake.catalog import load_history_table
     from seqlake.progress import Progress
-    from tableformat.sst_export import DEFAULT_TARGET_FILE_BYTES, export_run_sst
+    from tableformat.sst_export import DEFAULT_TARGET_FILE_BYTES, check_output_dir, export_run_sst
 
-    history = load_history_table(load_cli_config(), table)
+    config = load_cli_config()
+    folder = Path(os.path.realpath(os.path.expanduser(out)))
+    if config.warehouse_uri().startswith("file://"):
+        warehouse = Path(os.path.realpath(config.warehouse_path()))
+        if folder == warehouse or warehouse in folder.parents:
+            raise SeqlakeError(f"--out {out}: inside the warehouse ({warehouse}); export to a folder outside it")
+    check_output_dir(folder, f"--out {out}")
+    history = load_history_table(config, table)
     target = DEFAULT_TARGET_FILE_BYTES if target_file_mb is None else max(1, int(target_file_mb * 2**20))
     progress = Progress("export-sst", rows_unit="keys", show_bytes=True)
     summary = export_run_sst(

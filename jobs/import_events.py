@@ -5,6 +5,11 @@ LSNs 0..n-1 in arrival order; all inputs land in one commit, which the standard 
 quarantines and lands (`seqlake ingest`). The commit records the digest of the inputs and the mapping:
 importing the same files with the same mapping again is a no-op unless --force. Usable as
 `seqlake import`.
+
+A file with events outside the configured event times (`events.min_event_time` ..
+`events.max_event_time`) is refused, with how many and their range, since ingest would quarantine
+them: widen the bounds, or pass --allow-out-of-range to import it as it is (those events are then
+quarantined as event_ts_out_of_range, and the summary names them).
 """
 
 from __future__ import annotations
@@ -12,7 +17,6 @@ from __future__ import annotations
 import hashlib
 import struct
 from collections.abc import Iterator
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
@@ -83,10 +87,11 @@ def next_free_partition(table: Table) -> int:
 
 
 def _fmt_ms(value: int | None, iso: bool = False) -> str | None:
+    from pipelines.importers.files import format_ms
+
     if value is None:
         return None if iso else "-"
-    moment = datetime.fromtimestamp(value / 1000, tz=UTC)
-    return moment.isoformat().replace("+00:00", "Z") if iso else moment.strftime("%Y-%m-%d %H:%M:%S")
+    return format_ms(value, iso)
 
 
 @click.command("import", help=__doc__)
@@ -102,8 +107,15 @@ def _fmt_ms(value: int | None, iso: bool = False) -> str | None:
 @click.option("--table", default="raw_events", show_default=True, type=TABLE_NAME, help="Raw source table.")
 @click.option("--batch-rows", type=IntegerAtLeast(1), default=65536, show_default=True, help="Records per batch.")
 @click.option("--force", is_flag=True, help="Import even if these files were imported before.")
+@click.option(
+    "--allow-out-of-range",
+    is_flag=True,
+    help="Import a file with events outside the configured event times (ingest quarantines them).",
+)
 @common_options
-def command(mapping: str, inputs: tuple[Path, ...], table: str, batch_rows: int, force: bool) -> None:
+def command(
+    mapping: str, inputs: tuple[Path, ...], table: str, batch_rows: int, force: bool, allow_out_of_range: bool
+) -> None:
     from pipelines.importers import ImportStats, import_file, load_mapping, mapping_digest
     from pipelines.raw_landing import create_raw_table, land_raw_records
     from seqlake.catalog import open_catalog, table_identifier
@@ -139,6 +151,7 @@ def command(mapping: str, inputs: tuple[Path, ...], table: str, batch_rows: int,
                 batch_rows,
                 first_partition=first + index * chosen.source_partitions,
                 stats=stats[index],
+                allow_out_of_range=allow_out_of_range,
             )
 
     progress = Progress("import", rows_unit="records", show_bytes=True)
@@ -161,6 +174,9 @@ def command(mapping: str, inputs: tuple[Path, ...], table: str, batch_rows: int,
                 "skipped": stat.skipped,
                 "first_event": _fmt_ms(stat.min_event_ms, iso=True),
                 "last_event": _fmt_ms(stat.max_event_ms, iso=True),
+                "out_of_range": stat.out_of_range,
+                "first_out_of_range": _fmt_ms(stat.min_out_of_range_ms, iso=True),
+                "last_out_of_range": _fmt_ms(stat.max_out_of_range_ms, iso=True),
             }
         )
         lines.append(
@@ -168,6 +184,12 @@ def command(mapping: str, inputs: tuple[Path, ...], table: str, batch_rows: int,
             f"{stat.unreadable:,} unreadable lines, {stat.skipped:,} skipped; "
             f"event time {_fmt_ms(stat.min_event_ms)} .. {_fmt_ms(stat.max_event_ms)} UTC"
         )
+        if stat.out_of_range:
+            lines.append(
+                f"{path.name}: {stat.out_of_range:,} events outside the configured event times, from "
+                f"{_fmt_ms(stat.min_out_of_range_ms)} to {_fmt_ms(stat.max_out_of_range_ms)} UTC: "
+                "ingest quarantines them as event_ts_out_of_range (--allow-out-of-range)"
+            )
     lines.append(
         f"imported {result.records:,} records into {identifier} in {result.commits} commit(s) "
         f"(snapshot {result.snapshot_id}); next: seqlake ingest --source {table}"

@@ -1,5 +1,6 @@
 """Keep the warehouse small: drop detail rows past retention, expire old snapshots, remove orphan
-files and vacuum the landing tier; each step prints what it removed and how many bytes.
+files (and the files of a landing folder that holds no table yet, which a killed first ingest left)
+and vacuum the landing tier; each step prints what it removed and how many bytes.
 
 Never removed: a snapshot younger than `maintenance.snapshot_retention_hours` or among the newest
 `maintenance.keep_snapshots`, a file a live snapshot references, a file younger than
@@ -21,7 +22,7 @@ from seqlake.output import emit
 @click.option("--snapshot-retention-hours", type=HOURS, help="Expire snapshots older than this.")
 @click.option("--orphan-safety-hours", type=HOURS, help="Never remove a file younger than this.")
 @click.option("--landing-retention-hours", type=HOURS, help="Delta VACUUM retention of the landing tier.")
-@click.option("--skip-landing", is_flag=True, help="Do not vacuum the landing tier (no JVM).")
+@click.option("--skip-landing", is_flag=True, help="Do not VACUUM the landing tier's Delta tables (no JVM).")
 @common_options
 def command(
     snapshot_retention_hours: float | None,

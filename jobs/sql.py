@@ -358,6 +358,29 @@ def resolve_file(name: str, sql_dir: Path | Traversable = SQL_DIR) -> Path | Tra
     raise SqlError(f"no SQL file {name!r} (a path, or one of sql/: {known})")
 
 
+def read_sql_file(path: Path | Traversable, shown: str) -> str:
+    """The text of a `--file`: UTF-8 text that DuckDB's parser reads as SQL. Anything else (a binary, a
+    notes file given by mistake) is one line naming the file (`shown`) and never quoting it: it may
+    hold anything, secrets included."""
+    data = path.read_bytes()
+    if b"\x00" in data:
+        raise SqlError(f"--file {shown}: not a SQL file (binary content); its content is not shown")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise SqlError(f"--file {shown}: not a SQL file (not UTF-8 text); its content is not shown") from None
+    try:
+        duckdb.extract_statements(text)
+    except duckdb.Error as error:
+        # DuckDB's message quotes the text near the error: keep only where it is.
+        line = re.search(r"\bLINE (\d+):", str(error))
+        where = f" at line {line.group(1)}" if line else ""
+        raise SqlError(
+            f"--file {shown}: not SQL that DuckDB parses (a syntax error{where}); its content is not shown"
+        ) from None
+    return text
+
+
 # -- output ---------------------------------------------------------------------------------------
 
 
@@ -493,7 +516,8 @@ def command(
                 raise SqlError("--param needs --file or --query")
             return interactive(session, printer(as_json, max_rows))
         if path is not None:
-            text, source = path.read_text(), path.name
+            assert file_name is not None  # the path came from it
+            text, source = read_sql_file(path, file_name), path.name
         else:
             assert query is not None  # neither --file nor --query returned above
             text, source = query, "query"

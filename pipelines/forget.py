@@ -1,7 +1,8 @@
 """Forget users: remove every stored row of some users, one commit per table that holds them.
 
 - The landing tier (Delta, on Spark): the users' events, and quarantined records whose payload names
-  one of them (`$.user_id`).
+  one of them as far as one can be read from it (`seqlake.payload.named_user_ids`: a numeric or
+  mangled id, a truncated payload), never a cast that fails on a malformed id.
 - The history table: each file of a live run that holds one of the users is rewritten without their
   rows by the run writer (same run, same bucket: sorted, footers and checksums as compaction writes
   them), all in one commit that also updates the run registry; the runs keep their windows.
@@ -39,6 +40,7 @@ from pipelines.maintenance import StepReport, user_tables
 from pipelines.publication_check import is_delta_table
 from seqlake.config import Config
 from seqlake.errors import RunsChanged, SeqlakeError, UsersRemain
+from seqlake.payload import DIGIT_RUN, USER_ID_VALUE
 from seqlake.progress import Progress
 from tableformat.evolution import known_field_ids, projection
 from tableformat.registry import commit_file_rewrite, history_file_uri, live_runs, run_id_of_path
@@ -170,42 +172,51 @@ def forget_in_table(table: Table, users: Sequence[int]) -> StepReport:
 # -- landing (Delta) ---------------------------------------------------------------------------------
 
 
-def _in_list(users: Sequence[int]) -> str:
-    return ", ".join(str(int(u)) for u in users)
+def names_users(users: Sequence[int]):
+    """A Spark condition on a quarantined record: its raw payload names one of the users, as
+    `seqlake.payload.named_user_ids` reads it (the same two regular expressions, and try-casts that
+    give null, never an error, for a run of digits beyond a BIGINT)."""
+    from pyspark.sql import functions as F
+
+    values = F.regexp_extract_all(F.col("payload"), F.lit(USER_ID_VALUE), F.lit(1))
+    digits = F.flatten(F.transform(values, lambda value: F.regexp_extract_all(value, F.lit(DIGIT_RUN), F.lit(0))))
+    return F.exists(digits, lambda run: run.try_cast("bigint").isin(list(users)))
+
+
+def _landing_conditions(paths: LandingPaths, users: Sequence[int]) -> dict:
+    """Each landing table's Spark condition for the users' rows: events by id, quarantine by payload."""
+    from pyspark.sql import functions as F
+
+    return {paths.events: F.col("user_id").isin(list(users)), paths.quarantine: names_users(users)}
 
 
 def forget_landing(spark, paths: LandingPaths, users: Sequence[int]) -> list[StepReport]:
     """Delta DELETE of the users' landing events and of quarantined records naming them; a table
     without their rows gets no commit."""
+    from delta.tables import DeltaTable
+
     chosen = _users(users)
-    conditions = {
-        paths.events: f"user_id IN ({_in_list(chosen)})",
-        # Quarantined payloads are raw text: a record that names the user as JSON goes too.
-        paths.quarantine: f"CAST(get_json_object(payload, '$.user_id') AS BIGINT) IN ({_in_list(chosen)})",
-    }
     reports = []
-    for uri, condition in conditions.items():
+    for uri, condition in _landing_conditions(paths, chosen).items():
         report = StepReport(FORGET_STEP, f"landing/{uri.rstrip('/').rsplit('/', 1)[-1]}", unit="rows")
         reports.append(report)
         if not is_delta_table(uri):
             report.notes.append("no table")
             continue
-        target = f"delta.`{uri}`"
-        report.removed = spark.sql(f"SELECT count(*) AS n FROM {target} WHERE {condition}").first()["n"]
+        report.removed = spark.read.format("delta").load(uri).where(condition).count()
         if report.removed:
-            spark.sql(f"DELETE FROM {target} WHERE {condition}").collect()
+            DeltaTable.forPath(spark, uri).delete(condition)
     return reports
 
 
 def landing_rows(spark, paths: LandingPaths, users: Sequence[int]) -> int:
-    chosen = _in_list(_users(users))
-    total = 0
-    if is_delta_table(paths.events):
-        total += spark.sql(f"SELECT count(*) AS n FROM delta.`{paths.events}` WHERE user_id IN ({chosen})").first()["n"]
-    if is_delta_table(paths.quarantine):
-        condition = f"CAST(get_json_object(payload, '$.user_id') AS BIGINT) IN ({chosen})"
-        total += spark.sql(f"SELECT count(*) AS n FROM delta.`{paths.quarantine}` WHERE {condition}").first()["n"]
-    return total
+    """Rows of the users in the landing tier: their events, and quarantined records naming them."""
+    chosen = _users(users)
+    return sum(
+        spark.read.format("delta").load(uri).where(condition).count()
+        for uri, condition in _landing_conditions(paths, chosen).items()
+        if is_delta_table(uri)
+    )
 
 
 # -- all of it ---------------------------------------------------------------------------------------

@@ -9,6 +9,9 @@
   references, and never one younger than the safety interval (a job may be writing it now).
 - `rewrite_small_files`: the many small files that per-step appends leave in the training and fat-row
   tables, rewritten into one file per bucket (`maintenance.small_file_bytes`).
+- `remove_landing_leftovers`: the files of a landing folder that holds no Delta table yet (an ingest
+  killed before its first commit to that table left them; nothing can ever reference them), older
+  than the safety interval; no engine needed.
 - `vacuum_landing`: Delta's VACUUM of the landing and quarantine tables (files their log no longer
   references, and leftovers of killed writes), on Spark.
 
@@ -146,7 +149,9 @@ def expire_snapshots(table: Table, older_than: datetime, keep_last: int = 1) -> 
 
 
 def _path(uri: str) -> str:
-    return pafs.FileSystem.from_uri(uri)[1] if "://" in uri else uri
+    """A file's path as a listing of its table's location spells it, whichever writer spelled the URI:
+    pyiceberg writes `file:///x`, Spark (Hadoop) `file:/x`; the same file either way."""
+    return resolve_uri(uri)[1]
 
 
 def referenced_files(table: Table) -> set[str]:
@@ -267,6 +272,39 @@ def _file_size(path: str) -> int:
     return fs.get_file_info(local).size or 0
 
 
+def remove_landing_leftovers(
+    paths: LandingPaths, safety: timedelta, *, now: datetime | None = None
+) -> list[StepReport]:
+    """Delete the files of each landing folder (events, quarantine) that holds no Delta table, when
+    older than `safety`: an ingest killed between writing its files and the commit that would have
+    created the table left them, and the next ingest writes new ones. A folder with a Delta log is
+    left to `vacuum_landing`. A running ingest's files are younger than `safety`, so a first commit
+    being made now keeps its files."""
+    cutoff = (now or datetime.now(UTC)) - safety
+    reports = []
+    for uri in (paths.events, paths.quarantine):
+        report = StepReport("remove-landing-leftovers", uri.rstrip("/").rsplit("/", 1)[-1])
+        reports.append(report)
+        fs, root = resolve_uri(uri)
+        if fs.get_file_info(f"{root}/_delta_log").type != pafs.FileType.NotFound:
+            report.notes.append("a Delta table: left to its VACUUM")
+            continue
+        listed = fs.get_file_info(pafs.FileSelector(root, recursive=True, allow_not_found=True))
+        young = 0
+        for info in listed:
+            if info.type != pafs.FileType.File:
+                continue
+            if info.mtime is None or info.mtime >= cutoff:
+                young += 1
+                continue
+            fs.delete_file(info.path)
+            report.removed += 1
+            report.bytes += info.size or 0
+        if young:
+            report.notes.append(f"{young} younger than the safety interval kept")
+    return reports
+
+
 def vacuum_landing(spark, paths: LandingPaths, retention: timedelta) -> list[StepReport]:
     """Delta VACUUM of the landing and quarantine tables: files their log no longer references, and
     untracked leftovers, older than `retention`. Listed first (DRY RUN) to report what goes."""
@@ -301,10 +339,11 @@ def run_maintenance(
     now: datetime | None = None,
     progress: Progress | None = None,
 ) -> list[StepReport]:
-    """Every step in order: drop detail past retention, expire snapshots, remove orphan files, and
-    (with a Spark session) vacuum the landing tier. Dropped detail files become orphans once the
-    snapshots holding them expire, so the order frees them in one run when the retention allows.
-    `progress` counts the steps done (per table) and the bytes removed."""
+    """Every step in order: drop detail past retention, expire snapshots, remove orphan files, remove
+    the leftovers of landing folders that hold no table yet (with `paths`), and (with a Spark session)
+    vacuum the landing tier. Dropped detail files become orphans once the snapshots holding them
+    expire, so the order frees them in one run when the retention allows. `progress` counts the steps
+    done (per table) and the bytes removed."""
     spec = config.maintenance
     now = now or datetime.now(UTC)
     tables = maintained_tables(config)
@@ -312,7 +351,7 @@ def run_maintenance(
     landing = spark is not None and paths is not None
     rewritten = [t for t in tables if t.name()[-1].startswith(SMALL_FILE_TABLES)]
     if progress is not None:
-        progress.set_total(1 + len(rewritten) + 2 * len(tables) + (1 if landing else 0))
+        progress.set_total(1 + len(rewritten) + 2 * len(tables) + (paths is not None) + (1 if landing else 0))
     reports: list[StepReport] = []
 
     def done(*step: StepReport) -> None:
@@ -333,6 +372,8 @@ def run_maintenance(
     safety = timedelta(hours=spec.orphan_safety_hours)
     for table in tables:
         done(remove_orphan_files(table, safety, now=now))
+    if paths is not None:
+        done(*remove_landing_leftovers(paths, safety, now=now))
     if landing:
         assert paths is not None  # landing says so
         done(*vacuum_landing(spark, paths, timedelta(hours=spec.landing_retention_hours)))

@@ -15,7 +15,8 @@ relative to the current directory), ``SEQLAKE_CATALOG_URI`` (an SQLAlchemy URI) 
 from __future__ import annotations
 
 import os
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
+from functools import lru_cache
 from importlib.resources.abc import Traversable
 from pathlib import Path
 from typing import Annotated, Literal
@@ -134,6 +135,47 @@ class MaintenanceSpec(_Frozen):
     small_file_bytes: int = Field(default=32 * 2**20, ge=0)
 
 
+class EventsSpec(_Frozen):
+    """What a valid event is, beyond its columns' types: the event times ingest accepts (both ends
+    included). An event outside them is quarantined as `event_ts_out_of_range`; `seqlake import`
+    counts such events and refuses the file unless told (`--allow-out-of-range`)."""
+
+    min_event_time: datetime = Field(default=datetime(2000, 1, 1, tzinfo=UTC), strict=False)
+    max_event_time: datetime = Field(default=datetime(2100, 1, 1, tzinfo=UTC), strict=False)
+
+    @field_validator("min_event_time", "max_event_time")
+    @classmethod
+    def _aware(cls, value: datetime) -> datetime:
+        if value.tzinfo is None:
+            raise ValueError("needs a time zone, e.g. 2000-01-01T00:00:00Z")
+        return value
+
+    @model_validator(mode="after")
+    def _ordered(self) -> EventsSpec:
+        if self.min_event_time >= self.max_event_time:
+            raise ValueError(f"min_event_time {self.min_event_time} is not before max_event_time {self.max_event_time}")
+        return self
+
+    # Properties, not cached: `model_copy(update=...)` would carry a cached value over to the copy.
+    @property
+    def min_event_ms(self) -> int:
+        """`min_event_time` in epoch milliseconds, as payloads carry event times."""
+        return _epoch_ms(self.min_event_time)
+
+    @property
+    def max_event_ms(self) -> int:
+        return _epoch_ms(self.max_event_time)
+
+    def accepts(self, event_ms: int) -> bool:
+        """Whether an event time (epoch milliseconds) is within the bounds."""
+        return self.min_event_ms <= event_ms <= self.max_event_ms
+
+
+@lru_cache(maxsize=64)  # asked once per payload validated
+def _epoch_ms(moment: datetime) -> int:
+    return (moment - datetime(1970, 1, 1, tzinfo=UTC)) // timedelta(milliseconds=1)
+
+
 class SparkSpec(_Frozen):
     master: str = "local[2]"  # spark-submit's --master wins; $SEQLAKE_SPARK_MASTER overrides this
 
@@ -186,6 +228,7 @@ class Config(_Frozen):
     layout: LayoutSpec = LayoutSpec()
     merge: MergeSpec = MergeSpec()
     maintenance: MaintenanceSpec = MaintenanceSpec()
+    events: EventsSpec = EventsSpec()
     spark: SparkSpec = SparkSpec()
     feature_groups: dict[Identifier, FeatureGroupSpec] = Field(min_length=1)
     tenants: dict[Identifier, TenantSpec] = {}

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from seqlake.config import Config
+from seqlake.config import Config, EventsSpec
 
 ARROW_TYPES: dict[str, pa.DataType] = {
     "bool": pa.bool_(),
@@ -37,9 +37,10 @@ RAW_SCHEMA = pa.schema(
 # Keys every payload carries; event_ts is epoch milliseconds.
 PAYLOAD_KEYS = ("event_id", "user_id", "feature_group", "event_ts")
 
-# Event times outside this range are rejected as malformed (epoch milliseconds: 2000-01-01..2100-01-01).
-MIN_EVENT_TS_MS = 946_684_800_000
-MAX_EVENT_TS_MS = 4_102_444_800_000
+# The default bounds of event time (`events` in the configuration; epoch milliseconds, 2000-01-01 ..
+# 2100-01-01): ingest quarantines an event outside the configured ones as event_ts_out_of_range.
+MIN_EVENT_TS_MS = EventsSpec().min_event_ms
+MAX_EVENT_TS_MS = EventsSpec().max_event_ms
 
 
 def event_schema(config: Config) -> pa.Schema:

@@ -10,20 +10,29 @@ JSON strings. A missing or non-string ``event_id`` counts as ``wrong_type``. Att
 absent or null. Every string must be encodable as UTF-8: JSON can spell a lone surrogate (``"\\ud800"``)
 that no Parquet file, Arrow array or Spark row can hold (``invalid_utf8``). Every value that passes fits
 its column in every later stage, so a bad value is quarantined here instead of stopping a job later.
+
+A key that appears twice in the payload object is ``duplicate_key``, whatever the values: JSON leaves
+duplicates undefined (parsers keep the first, the last or fail), so no reading of such a payload is
+the one its sender meant. An event time must lie within ``events.min_event_time`` ..
+``events.max_event_time`` of the configuration (``event_ts_out_of_range``). A line an import could not
+read (a CSV line with the wrong number of fields) arrives as ``{"unreadable_line": <its text>}``
+(`unreadable_line_payload`) and is quarantined as ``unreadable_line``, its text kept.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import re
 from typing import Any
 
 from seqlake.config import Config
-from seqlake.events import MAX_EVENT_TS_MS, MIN_EVENT_TS_MS
 
 # Reasons in priority order: the first that applies is the one reported.
 REASONS = (
     "invalid_json",
+    "duplicate_key",
+    "unreadable_line",
     "missing_user_id",
     "bad_user_id",
     "unknown_feature_group",
@@ -47,9 +56,54 @@ INT_RANGES: dict[str, tuple[int, int]] = {
 _FLOAT32_MAX = 3.4028234663852886e38
 
 
+# The payload of a line an import could not read: this key alone, the line's text its value.
+UNREADABLE_LINE_KEY = "unreadable_line"
+
+
 def _reject_constant(name: str) -> float:
     # NaN and Infinity are not JSON; Python's parser accepts them unless told otherwise.
     raise ValueError(f"non-standard JSON constant {name}")
+
+
+class _DuplicateKeys(dict):
+    """A JSON object in which some key appeared more than once (the later value kept)."""
+
+
+def _object(pairs: list[tuple[str, Any]]) -> dict:
+    found = dict(pairs)
+    return found if len(found) == len(pairs) else _DuplicateKeys(found)
+
+
+# Which users a raw payload names, as far as one can be read from it (quarantined payloads: `seqlake
+# forget` removes those naming a forgotten user). Every complete value of a `"user_id"` key in the
+# text, whether the payload parses or not (a truncated payload names the user if the cut came after
+# the value; a key given twice names both), and in each value every run of digits read as an integer:
+# 1000031, "1000031", "u1000031x" and -1000031 all name user 1000031; a missing or null id, or a
+# value cut off by the truncation, names nobody. Broad on purpose: a quarantined record is not valid
+# data, and one that may be the user's goes with them. Regular expressions Python and Java (Spark)
+# read alike: `pipelines.forget` runs the same two on Spark.
+USER_ID_VALUE = r'"user_id"[ \t\r\n]*:[ \t\r\n]*("[^"]*"|[^,}" \t\r\n]+)[ \t\r\n]*[,}]'
+DIGIT_RUN = "[0-9]+"
+
+
+def named_user_ids(payload: str) -> set[int]:
+    """The user ids a raw payload names (see `USER_ID_VALUE`): the reference of forget's selection."""
+    found = set()
+    for value in re.findall(USER_ID_VALUE, payload):
+        for digits in re.findall(DIGIT_RUN, value):
+            if int(digits) <= INT_RANGES["int64"][1]:
+                found.add(int(digits))
+    return found
+
+
+# One decoder for every payload (json.loads with options builds a new one per call).
+_DECODER = json.JSONDecoder(object_pairs_hook=_object, parse_constant=_reject_constant)
+
+
+def unreadable_line_payload(text: str) -> str:
+    """The raw payload of a source line that could not be read: its text, kept, in an object that
+    `validate_payload` quarantines as ``unreadable_line``."""
+    return json.dumps({UNREADABLE_LINE_KEY: text}, ensure_ascii=False)
 
 
 def _is_int(value: Any) -> bool:
@@ -91,11 +145,15 @@ def validate_payload(payload: str, config: Config) -> tuple[dict | None, str | N
     every column of the feature group (None when absent).
     """
     try:
-        data = json.loads(payload, parse_constant=_reject_constant)
+        data = _DECODER.decode(payload)
     except (ValueError, RecursionError):
         return None, "invalid_json"
     if not isinstance(data, dict):
         return None, "invalid_json"
+    if isinstance(data, _DuplicateKeys):
+        return None, "duplicate_key"
+    if len(data) == 1 and isinstance(data.get(UNREADABLE_LINE_KEY), str):
+        return None, "unreadable_line"
 
     user_id = data.get("user_id")
     if user_id is None:
@@ -113,7 +171,7 @@ def validate_payload(payload: str, config: Config) -> tuple[dict | None, str | N
         return None, "missing_event_ts"
     if not _is_int(event_ts):
         return None, "wrong_type"
-    if not MIN_EVENT_TS_MS <= event_ts <= MAX_EVENT_TS_MS:
+    if not config.events.accepts(event_ts):
         return None, "event_ts_out_of_range"
 
     event_id = data.get("event_id")

@@ -161,6 +161,16 @@ class SstExportSummary:
         return [self.manifest_path.parent / f.name for f in self.files]
 
 
+def check_output_dir(out: Path, label: str | None = None) -> None:
+    """An export goes to a new or empty folder: never among other files, which it could overwrite or
+    be mixed with (an ingest of `*.sst` would take them too). `label` names the folder in the error."""
+    named = label or str(out)
+    if out.exists() and not out.is_dir():
+        raise SeqlakeError(f"{named}: a file, not a folder; export to a new or empty folder")
+    if out.is_dir() and any(out.iterdir()):
+        raise SeqlakeError(f"{named}: not empty; export to a new or empty folder")
+
+
 def export_run_sst(
     table: Table,
     out_dir: str | Path,
@@ -208,9 +218,8 @@ def export_run_sst(
     paths = sorted(_local_path(t.file.file_path) for t in tasks)
 
     out = Path(out_dir)
+    check_output_dir(out)
     out.mkdir(parents=True, exist_ok=True)
-    if (out / MANIFEST_NAME).exists() or any(out.glob("*.sst")):
-        raise SeqlakeError(f"{out} already holds an SST export; choose an empty directory")
     sink = _SstSink(out, target_file_bytes, codecs[compression]())
     spill = out / ".duckdb-spill"
     try:

@@ -6,8 +6,9 @@ fault-free run's, the history passes fsck, and `maintain` then leaves no file th
 One small warehouse is built once (an import; `seqlake ingest`, Spark-only, killed between its two
 appends and run again; some windows published on DuckDB; two capture steps; the samples of one
 tenant) and copied back before each case. Jobs run as a user runs them, in subprocesses on the
-in-process engine: compaction with merges, samples, maintain, forget, a capture step, migrate and
-import. A soak then interleaves them with kills (`SEQLAKE_SOAK_STEPS` steps, 10 by default).
+in-process engine: compaction with merges (and once on Spark, whose files the maintenance that
+follows must keep), samples, maintain, forget, a capture step, migrate and import. A soak then
+interleaves them with kills (`SEQLAKE_SOAK_STEPS` steps, 10 by default).
 """
 
 from __future__ import annotations
@@ -134,6 +135,7 @@ def migrated_config(warehouse: Warehouse) -> Path:
 
 JOBS = {
     "compact and merge": ["compact", "--end-of-stream", "--engine", "duckdb"],
+    "compact and merge on spark": ["compact", "--end-of-stream", "--engine", "spark"],
     "samples": ["samples", "--tenant", "ranking"],
     "maintain": ["maintain", "--skip-landing", "--snapshot-retention-hours", "0", "--orphan-safety-hours", "0"],
     "forget": ["forget", "--skip-landing", "--user", "1000000001", "--user", "1000000002", "--by", "dpo"],
@@ -144,6 +146,8 @@ JOBS = {
 # Compaction's own points are killed in tests/test_no_event_lost.py; here the merge that follows it.
 CASES = [
     ("compact and merge", "merge_written"),
+    # Spark writes the detail table (its metadata spelled file:/...) and the merge run, then is killed.
+    ("compact and merge on spark", "merge_written"),
     ("samples", "samples_committed"),  # between the samples table's commit and the quarantine's
     ("maintain", "maintain_rewrote"),
     ("forget", "forget_committed#3"),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from collections import Counter, defaultdict
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 import numpy as np
 import pyarrow as pa
@@ -13,7 +14,7 @@ import pytest
 from seqlake.config import Config, load_config
 from seqlake.events import MAX_EVENT_TS_MS, PAYLOAD_KEYS, RAW_SCHEMA
 from seqlake.generator import MALFORMED_REASONS, EventGenerator, GeneratorStats, window_of
-from seqlake.payload import MAX_PAYLOAD_BYTES, validate_payload
+from seqlake.payload import MAX_PAYLOAD_BYTES, unreadable_line_payload, validate_payload
 
 SMALL = {"users": 300, "max_events": 5000, "windows": 6, "heavy_users": 2, "items": 5000}
 
@@ -281,7 +282,26 @@ def test_valid_payload_round_trips(config: Config) -> None:
         (with_(currency="EURO", color="red"), "oversize_value"),
         ("{" + " " * MAX_PAYLOAD_BYTES + json.dumps(VALID)[1:], "oversize_value"),
         (with_(color="red"), "unknown_column"),
+        # A key twice, whatever else is wrong and whichever value would win: one rule, duplicate_key.
+        (with_()[:-1] + ',"quantity":3}', "duplicate_key"),
+        (with_()[:-1] + ',"user_id":1000008}', "duplicate_key"),
+        (with_(user_id="x")[:-1] + ',"user_id":"x"}', "duplicate_key"),
+        (with_(currency={"a": 1}).replace('{"a": 1}', '{"a": 1, "a": 2}'), "wrong_type"),  # nested: a bad value
+        (unreadable_line_payload("8,104,1700000500,view"), "unreadable_line"),
+        (unreadable_line_payload(""), "unreadable_line"),
+        (json.dumps({"unreadable_line": 5}), "missing_user_id"),  # not the envelope an import writes
     ],
 )
 def test_validate_payload_reasons(config: Config, payload: str, reason: str) -> None:
     assert validate_payload(payload, config) == (None, reason)
+
+
+def test_event_time_bounds_are_the_configuration_s(config: Config) -> None:
+    nineties = with_(event_ts=826_000_000_000)  # 1996-03-05
+    assert validate_payload(nineties, config) == (None, "event_ts_out_of_range")
+    events = config.events.model_copy(update={"min_event_time": datetime(1995, 1, 1, tzinfo=UTC)})
+    wider = config.model_copy(update={"events": events})
+    assert validate_payload(nineties, wider)[1] is None
+    assert validate_payload(with_(event_ts=events.min_event_ms), wider)[1] is None  # both ends included
+    assert validate_payload(with_(event_ts=events.min_event_ms - 1), wider)[1] == "event_ts_out_of_range"
+    assert (config.events.min_event_ms, config.events.max_event_ms) == (946_684_800_000, 4_102_444_800_000)

@@ -23,6 +23,7 @@ import pyarrow as pa
 import pytest
 import yaml
 
+from pipelines import delta_writer
 from pipelines.arrow_ingest import ingest_source_in_process
 from pipelines.delta_writer import applied_version
 from pipelines.duckdb_compaction import compact_batch_duckdb
@@ -232,6 +233,57 @@ def test_killed_between_the_quarantine_and_landing_commits_then_rerun_lands_each
     assert content(config, paths) == content(config, clean)
     assert content(config, paths)["events"][0] == stats.events + stats.duplicates
     assert content(config, paths)["quarantine"][0] == sum(stats.malformed.values())
+
+
+def untracked_files(uri: str) -> set[Path]:
+    """Data files under a landing folder that its Delta table (if any) does not reference."""
+    folder = Path(engine_location(uri))
+    table = delta_writer.open_table(uri)
+    tracked = {Path(path) for path in table.file_uris()} if table is not None else set()
+    found = {p for p in folder.rglob("*.parquet") if "_delta_log" not in p.parts}
+    return found - tracked
+
+
+@pytest.mark.parametrize("snapshot", [1, pytest.param(2, marks=pytest.mark.spark)])
+def test_maintain_removes_the_files_a_killed_in_process_ingest_left_once_past_the_safety_interval(
+    lake_config: Config, tmp_path: Path, snapshot: int
+) -> None:
+    # Killed (SIGKILL) after a quarantine commit, before the landing one. Killed in the first snapshot,
+    # no landing table exists yet: its files lie in a folder no Delta log will ever reference (removed
+    # by maintain without a JVM, after the orphan safety interval). In the second, they are untracked
+    # files of the table (removed by the landing VACUUM, on Spark).
+    config = source_config(lake_config, f"ingest_leftovers_{snapshot}")
+    stats, snapshots = land_source(config)
+    config_file = write_config(config, tmp_path / "seqlake.yaml")
+    paths = landing_paths(config)
+    killed = seqlake_ingest(
+        config_file, "--engine", "duckdb", env_extra={KILL_AT_ENV: f"ingest_quarantined#{snapshot}"}
+    )
+    assert killed.returncode == -9, killed.stderr
+    left = untracked_files(paths.events)
+    assert left and (delta_writer.open_table(paths.events) is None) == (snapshot == 1)
+
+    def maintain(*args: str) -> None:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("SEQLAKE_")}
+        command = [sys.executable, "-m", "seqlake.cli", "maintain", "--config", str(config_file), *args]
+        done = subprocess.run(command, capture_output=True, text=True, env=env)
+        assert done.returncode == 0, done.stderr
+
+    if snapshot == 1:
+        maintain("--skip-landing")  # young: a running ingest may be about to commit them
+        assert untracked_files(paths.events) == left
+        maintain("--skip-landing", "--orphan-safety-hours", "0")
+    else:
+        maintain("--landing-retention-hours", "0")
+    assert not any(path.exists() for path in left)
+    # The next run lands every record once, as an ingest never killed does.
+    done = seqlake_ingest(config_file, "--engine", "duckdb")
+    assert done.returncode == 0, done.stderr
+    clean = tier(config, "clean")
+    ingest_source_in_process(config, RAW, clean)
+    assert content(config, paths) == content(config, clean)
+    assert content(config, paths)["events"][0] == stats.events + stats.duplicates
+    assert untracked_files(paths.events) == set()
 
 
 @pytest.mark.spark

@@ -2,11 +2,12 @@
 
 Raw records carry, for every declared column type (int16, int32, int64, float32, bool, string with a
 maximum length) and for the keys (user id, event time), the extreme values that fit and the first ones
-that do not, plus strings JSON can spell but UTF-8 cannot (lone surrogates). Real Spark ingests them (the
-in-process engine lands the same rows) and compacts every window; the test checks what a user would:
-each bad record is in quarantine with its reason, every other one landed, every window is published,
-and history equals the fold of the valid events (the reference aggregation, `pipelines.local_compaction`,
-over exactly those events).
+that do not, strings JSON can spell but UTF-8 cannot (lone surrogates), and payloads with a key twice
+(`duplicate_key`, one rule on both engines). Real Spark ingests them (the in-process engine lands the
+same rows) and compacts every window; the test checks what a user would: each bad record is in
+quarantine with its reason, every other one landed, every window is published, and history equals the
+fold of the valid events (the reference aggregation, `pipelines.local_compaction`, over exactly those
+events).
 """
 
 from __future__ import annotations
@@ -104,20 +105,36 @@ INVALID = [
 ]
 
 
+# A key twice: quarantined as duplicate_key on both engines, whichever value a parser would keep and
+# whatever else is wrong (`seqlake.payload`). (event, the key repeated at the end, its second value)
+DUPLICATED = [
+    (engagement(60, action_flags=1), "action_flags", 2),
+    (engagement(61), "user_id", 8),
+    (engagement(62), "event_ts", EVENT_TS),  # the same value twice
+    (engagement(63, surface="s" * 33), "surface", "ok"),  # the second value would fit
+    (engagement(64) | {"user_id": -1}, "user_id", 7),
+]
+INVALID += [(event, "duplicate_key") for event, _, _ in DUPLICATED]
+REPEATED = {event["item_id"]: (key, value) for event, key, value in DUPLICATED}
+
+
 def raw_records() -> tuple[pa.Table, dict[int, str]]:
     """Two arrival windows of records (valid and invalid interleaved); lsn -> expected reason."""
     start = datetime.fromtimestamp(W0 * 3600, UTC)
     records, reasons = [], {}
     events = [(e, None) for e in VALID] + INVALID
     for lsn, (event, reason) in enumerate(sorted(events, key=lambda e: e[0]["item_id"] % 5)):
-        payload = {"event_id": f"e{lsn}", **event}
+        # ensure_ascii: the text is valid UTF-8 even where the value it spells is not
+        payload = json.dumps({"event_id": f"e{lsn}", **event})
+        if event["item_id"] in REPEATED:
+            key, value = REPEATED[event["item_id"]]
+            payload = f"{payload[:-1]}, {json.dumps(key)}: {json.dumps(value)}}}"
         records.append(
             {
                 "source_partition": event["item_id"] % 2,  # one item, one partition: folded together
                 "lsn": lsn,
-                "arrival_ts": start + timedelta(seconds=100 * lsn),  # 44 records across two hours
-                # ensure_ascii: the text is valid UTF-8 even where the value it spells is not
-                "payload": json.dumps(payload),
+                "arrival_ts": start + timedelta(seconds=100 * lsn),  # 49 records across two hours
+                "payload": payload,
             }
         )
         if reason is not None:

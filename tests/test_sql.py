@@ -695,6 +695,30 @@ def test_seqlake_sql_command_exit_codes(on_small):
     assert "Traceback" not in bad.stderr
 
 
+def test_seqlake_sql_file_never_echoes_a_file_that_is_not_sql(on_small, tmp_path):
+    secret = "hunter2-s3cr3t"
+    notes = tmp_path / "notes.txt"
+    notes.write_text(f"meeting notes\npassword = {secret}\nSELECT is not a verb here\n")
+    blob = tmp_path / "blob.bin"
+    blob.write_bytes(b"\x89PNG\r\n" + secret.encode() + bytes(range(256)))
+    latin = tmp_path / "latin.txt"
+    latin.write_bytes(f"caf\xe9 {secret}".encode("latin-1"))
+    catalog = on_small.config.warehouse_path() / "catalog.db"  # a real binary: SQLite pages
+    cases = {
+        notes: "not SQL that DuckDB parses (a syntax error at line 1)",
+        blob: "not a SQL file (binary content)",
+        latin: "not a SQL file (not UTF-8 text)",
+        catalog: "not a SQL file (binary content)",
+    }
+    for path, reason in cases.items():
+        done = subprocess.run([sys.executable, "-m", "jobs.sql", "--file", str(path)], capture_output=True, text=True)
+        assert done.returncode == 1, done.stderr
+        assert done.stderr.splitlines() == [f"seqlake sql: error: --file {path}: {reason}; its content is not shown"], (
+            done.stderr
+        )
+        assert secret not in done.stdout + done.stderr and "meeting" not in done.stderr
+
+
 def test_interactive_prompt(on_small, monkeypatch, capsys):
     lines = "SELECT count(*) AS n\n  FROM history;\nSELECT nope;\nSELECT 2 AS two;\n.quit\nSELECT 3 AS three;\n"
     monkeypatch.setattr(sys, "stdin", io.StringIO(lines))

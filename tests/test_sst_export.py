@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -190,12 +193,36 @@ def test_cli_exports_the_newest_run_and_refuses_a_used_directory(lake: Lake, tmp
     assert f"{sum(W2.values()):,} keys" in printed and "1 SST files" in printed
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["run_id"] == "w2" and manifest["value"]["columns"] == ["item_id", "surface"]
-    with pytest.raises(SeqlakeError, match="already holds an SST export"):
+    with pytest.raises(SeqlakeError, match="not empty; export to a new or empty folder"):
         main(["--out", str(out)])
     with pytest.raises(UnknownRunError, match="'w9'"):
         main(["--out", str(tmp_path / "other"), "--run", "w9"])
     with pytest.raises(SchemaError, match="does not exist"):
         main(["--out", str(tmp_path / "other"), "--table", "missing"])
+
+
+def test_cli_refuses_a_folder_that_is_not_empty_or_is_inside_the_warehouse(lake: Lake, tmp_path: Path) -> None:
+    warehouse = lake.config.warehouse_path()
+    used = tmp_path / "used"
+    used.mkdir()
+    (used / "notes.txt").write_text("mine")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SEQLAKE_")} | {"SEQLAKE_WAREHOUSE": str(warehouse)}
+    inside = f"inside the warehouse ({warehouse}); export to a folder outside it"
+    refusals = {
+        str(used): "not empty; export to a new or empty folder",
+        str(used / "notes.txt"): "a file, not a folder; export to a new or empty folder",
+        str(warehouse / "exports"): inside,
+        str(warehouse): inside,
+        f"{warehouse.parent}/../{warehouse.parent.name}/{warehouse.name}/x": inside,  # spelled another way
+    }
+    before = sorted(warehouse.rglob("*"))
+    for out, reason in refusals.items():
+        command = [sys.executable, "-m", "seqlake.cli", "export-sst", "--out", out]
+        done = subprocess.run(command, capture_output=True, text=True, env=env)
+        assert done.returncode == 1, done.stderr
+        assert done.stderr.splitlines() == [f"seqlake export-sst: error: --out {out}: {reason}"]
+    assert (used / "notes.txt").read_text() == "mine" and sorted(used.iterdir()) == [used / "notes.txt"]
+    assert sorted(warehouse.rglob("*")) == before  # nothing written, not even a folder
 
 
 # -- encodings ---------------------------------------------------------------------------------

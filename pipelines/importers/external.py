@@ -271,7 +271,7 @@ def _table_mapper(
                 if mapped is None:
                     continue
                 partition, _, arrival, payload = mapped
-                arrival = usable_time(arrival) if mapping.arrival_time else None
+                arrival = usable_time(arrival, mapper.events) if mapping.arrival_time else None
                 out_parts.append(partition)
                 out_lsns.append(version << POSITION_BITS | positions[i])
                 out_arrivals.append((arrival if arrival is not None else commit_ms) * 1000)

@@ -11,16 +11,22 @@ mapping builds (see `payloads`). Records of a file:
   Records are staged in a temporary Parquet file and sorted by DuckDB, which spills to disk (out of
   core); a file already in arrival order is streamed back without a sort.
 
-A .dat or CSV line with the wrong number of fields becomes a record whose payload is the line's text
-(quarantined as invalid_json), so nothing is lost without a trace.
+A .dat or CSV line with the wrong number of fields becomes a record whose payload keeps the line's
+text (`payload.unreadable_line_payload`; quarantined as unreadable_line), so nothing is lost without a
+trace. Events whose time lies outside the configured bounds (`events` in the configuration) are
+counted with their range (`ImportStats`); the import refuses such a file unless told
+(`allow_out_of_range`), since ingest would quarantine them. A header line is refused when it reads as
+an event (`header` with `fields` on a file that has no header line: its first event would be lost).
 """
 
 from __future__ import annotations
 
+import csv
 import itertools
 import tempfile
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -32,11 +38,12 @@ import pyarrow.json as pj
 import pyarrow.parquet as pq
 
 from pipelines.importers.mapping import ExplodeSpec, ImportMapping
-from pipelines.importers.payloads import EventMapper, usable_time
-from seqlake.config import Config
+from pipelines.importers.payloads import EventMapper, out_of_range, usable_time
+from seqlake.config import Config, EventsSpec
 from seqlake.duckdb_session import connect, sql_literal
 from seqlake.errors import ConfigError, ImportDataError
-from seqlake.events import MIN_EVENT_TS_MS, RAW_SCHEMA
+from seqlake.events import RAW_SCHEMA
+from seqlake.payload import unreadable_line_payload
 
 STAGE_SCHEMA = pa.schema(
     [
@@ -57,12 +64,57 @@ class ImportStats:
     unreadable: int = 0  # lines that did not parse (emitted with their text as payload)
     skipped: int = 0  # events dropped for an unmapped action value (unknown_action: skip)
     partitions: set[int] = field(default_factory=set)
-    min_event_ms: int | None = None
+    min_event_ms: int | None = None  # the event times ingest accepts, first and last
     max_event_ms: int | None = None
+    out_of_range: int = 0  # events whose time is outside the configured bounds (quarantined at ingest)
+    min_out_of_range_ms: int | None = None
+    max_out_of_range_ms: int | None = None
 
     def saw(self, event_ms: int) -> None:
         self.min_event_ms = event_ms if self.min_event_ms is None else min(self.min_event_ms, event_ms)
         self.max_event_ms = event_ms if self.max_event_ms is None else max(self.max_event_ms, event_ms)
+
+    def saw_out_of_range(self, event_ms: int) -> None:
+        self.out_of_range += 1
+        low, high = self.min_out_of_range_ms, self.max_out_of_range_ms
+        self.min_out_of_range_ms = event_ms if low is None else min(low, event_ms)
+        self.max_out_of_range_ms = event_ms if high is None else max(high, event_ms)
+
+
+def out_of_range_error(source: str, stats: ImportStats, events: EventsSpec) -> ImportDataError:
+    """One line: how many events of `source` lie outside the bounds, their range, and the two ways on."""
+    assert stats.min_out_of_range_ms is not None and stats.max_out_of_range_ms is not None  # some were seen
+    return ImportDataError(
+        f"{source}: {stats.out_of_range:,} events outside the configured event times "
+        f"{format_ms(events.min_event_ms)} .. {format_ms(events.max_event_ms)} UTC, from "
+        f"{format_ms(stats.min_out_of_range_ms)} to {format_ms(stats.max_out_of_range_ms)} UTC: ingest "
+        "would quarantine them as event_ts_out_of_range; widen events.min_event_time / events.max_event_time "
+        "in the configuration to keep them, or pass --allow-out-of-range to import the file as it is"
+    )
+
+
+def format_ms(value: int, iso: bool = False) -> str:
+    """Epoch milliseconds as `YYYY-MM-DD HH:MM:SS` (UTC), or ISO 8601 (`...Z`); beyond the years
+    Python spells (a time in microseconds taken for milliseconds), the number."""
+    try:
+        moment = datetime(1970, 1, 1, tzinfo=UTC) + timedelta(milliseconds=value)
+    except OverflowError:
+        return f"epoch ms {value}"
+    return moment.isoformat().replace("+00:00", "Z") if iso else moment.strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _refuse_header_of_data(values: list[str], mapper: EventMapper, source: str) -> None:
+    """The line the mapping takes for the header (`header` with `fields`) must not read as an event:
+    it is skipped, and a file without a header line would lose its first event unseen."""
+    names = mapper.mapping.fields
+    assert names is not None  # only asked when the mapping names the fields
+    if len(values) == len(names) and mapper.reads_as_event(dict(zip(names, values, strict=True))):
+        line = (mapper.mapping.delimiter or ",").join(values)
+        shown = line if len(line) <= 60 else line[:57] + "..."
+        raise ImportDataError(
+            f"{source}: the mapping takes the first line for a header (header: true with fields), but "
+            f"{shown!r} reads as an event: set header: false if the file has no header line"
+        )
 
 
 def import_file(
@@ -73,9 +125,12 @@ def import_file(
     *,
     first_partition: int = 0,
     stats: ImportStats | None = None,
+    allow_out_of_range: bool = False,
 ) -> Iterator[pa.RecordBatch]:
     """Raw source records (RAW_SCHEMA batches of at most `batch_rows`) of one event file, in arrival
-    order; the same bytes on every run. See the module docstring for partitions, LSNs and arrival."""
+    order; the same bytes on every run. See the module docstring for partitions, LSNs and arrival.
+    Raises ImportDataError, before yielding any record, if events lie outside the configured event
+    times and `allow_out_of_range` is not set."""
     if mapping.format is None:
         raise ConfigError(
             "invalid import mapping: format = None: a file import needs format parquet, csv, jsonl or dat"
@@ -102,6 +157,8 @@ def import_file(
         finally:
             if writer is not None:
                 writer.close()
+        if stats.out_of_range and not allow_out_of_range:
+            raise out_of_range_error(str(path), stats, config.events)
         if writer is None:
             return
         yield from _records(staged, Path(tmp), in_order, batch_rows, stats)
@@ -207,6 +264,10 @@ def _read_csv(path: Path, mapper: EventMapper, batch_rows: int) -> Iterator[_Chu
         use_threads=False,  # unreadable rows are reported in file order
     )
     parse = pcsv.ParseOptions(delimiter=mapping.delimiter or ",", invalid_row_handler=invalid_row)
+    if header and mapping.fields:
+        with open(path, encoding="utf-8", newline="") as handle:
+            first = next(csv.reader(handle, delimiter=mapping.delimiter or ","), [])
+        _refuse_header_of_data(first, mapper, str(path))
     probe = pcsv.open_csv(path, read_options=read, parse_options=parse)
     mapper.check_columns(probe.schema.names, str(path))
     probe.close()
@@ -237,6 +298,8 @@ def _read_dat(path: Path, mapper: EventMapper, batch_rows: int) -> Iterator[_Chu
         names = mapping.fields
         if mapping.header:
             first = handle.readline().rstrip("\r\n")
+            if mapping.fields:
+                _refuse_header_of_data(first.split(delimiter), mapper, str(path))
             names = mapping.fields or first.split(delimiter)
         assert names is not None
         mapper.check_columns(names, str(path))
@@ -286,9 +349,8 @@ class _Stager:
         if self.waiting:  # no usable time in the whole file: they are all quarantined anyway
             parts, seqs, payloads = zip(*self.waiting, strict=True)
             self.waiting = []
-            yield pa.table(
-                [list(parts), [MIN_EVENT_TS_MS] * len(seqs), list(seqs), list(payloads)], schema=STAGE_SCHEMA
-            )
+            first = self.mapper.events.min_event_ms
+            yield pa.table([list(parts), [first] * len(seqs), list(seqs), list(payloads)], schema=STAGE_SCHEMA)
 
     def _stage(self, chunk: _Chunk) -> pa.Table:
         stats = self.stats
@@ -311,7 +373,7 @@ class _Stager:
             raw = chunk.raw[i] if chunk.raw is not None else None
             if raw is not None:
                 stats.unreadable += 1
-                partition, arrival, payload = self.mapper.first_partition, None, raw
+                partition, arrival, payload = self.mapper.first_partition, None, unreadable_line_payload(raw)
             else:
                 stats.rows += 1
                 mapped = self.mapper.event({n: v[i] for n, v in zip(names, values, strict=True)}, seq)
@@ -319,11 +381,14 @@ class _Stager:
                     stats.skipped += 1
                     continue
                 partition, event_ms, arrival_value, payload = mapped
-                if usable_time(event_ms) is not None:
+                events = self.mapper.events
+                if usable_time(event_ms, events) is not None:
                     stats.saw(event_ms)
-                arrival = usable_time(arrival_value)
+                elif out_of_range(event_ms, events):
+                    stats.saw_out_of_range(event_ms)
+                arrival = usable_time(arrival_value, events)
                 if arrival is None and self.mapper.mapping.arrival_time:
-                    arrival = usable_time(event_ms)
+                    arrival = usable_time(event_ms, events)
             if arrival is None:
                 arrival = self.last_arrival
             if arrival is None:

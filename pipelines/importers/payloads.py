@@ -21,9 +21,8 @@ from decimal import Decimal
 from typing import Any
 
 from pipelines.importers.mapping import ImportMapping, action_key
-from seqlake.config import ColumnType, Config
+from seqlake.config import ColumnType, Config, EventsSpec
 from seqlake.errors import ImportDataError
-from seqlake.events import MAX_EVENT_TS_MS, MIN_EVENT_TS_MS
 from seqlake.payload import INT_RANGES
 
 TIME_FACTORS_MS = {"s": 1000, "ms": 1, "us": 0.001}
@@ -130,11 +129,17 @@ def _time_ms(value: Any, unit: str) -> Any:
     return value
 
 
-def usable_time(value: Any) -> int | None:
-    """The value if it is epoch milliseconds ingest accepts as a time, else None."""
-    if _is_int(value) and MIN_EVENT_TS_MS <= value <= MAX_EVENT_TS_MS:
+def usable_time(value: Any, events: EventsSpec) -> int | None:
+    """The value if it is epoch milliseconds ingest accepts as a time (`events`' bounds), else None."""
+    if _is_int(value) and events.accepts(value):
         return value
     return None
+
+
+def out_of_range(value: Any, events: EventsSpec) -> bool:
+    """Whether the value is an event time (epoch milliseconds) outside `events`' bounds: a time
+    ingest reads, then quarantines as event_ts_out_of_range."""
+    return _is_int(value) and not events.accepts(value)
 
 
 def _dumps(value: Any) -> str:
@@ -150,6 +155,7 @@ class EventMapper:
     def __init__(self, mapping: ImportMapping, config: Config | None, first_partition: int = 0) -> None:
         self.mapping = mapping
         self.first_partition = first_partition
+        self.events = config.events if config is not None else EventsSpec()
         group = config.feature_groups[mapping.feature_group] if config is not None else None
         kinds = {name: spec.type for name, spec in group.columns.items()} if group is not None else {}
         item_target = group.item_column if group is not None else "item_id"
@@ -178,6 +184,12 @@ class EventMapper:
         for name, key in self.keys.items():
             if name not in available:
                 raise ImportDataError(f"{key} = {name!r}: no such column in {source} (columns: {available})")
+
+    def reads_as_event(self, row: dict[str, Any]) -> bool:
+        """Whether a source row's user and time read as an integer user id and a time: data, not
+        column names."""
+        m = self.mapping
+        return _is_int(_as_int(row.get(m.user_column))) and _is_int(_time_ms(row.get(m.time), m.time_unit))
 
     def _partition(self, user: Any) -> int:
         if _is_int(user) and user >= 0:
