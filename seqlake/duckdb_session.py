@@ -8,10 +8,14 @@ from __future__ import annotations
 import importlib.util
 import threading
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import duckdb
 
 from seqlake.errors import SetupError
+
+if TYPE_CHECKING:
+    from seqlake.read_only_fs import ReadOnlyFileSystem
 
 # Load order matters: iceberg reads Avro manifests through the avro extension.
 DEFAULT_EXTENSIONS = ("avro", "iceberg", "delta")
@@ -51,8 +55,10 @@ def connect(
     database: str = ":memory:",
     extensions: tuple[str, ...] = DEFAULT_EXTENSIONS,
     read_only: bool = False,
+    object_storage: bool | None = None,
 ) -> duckdb.DuckDBPyConnection:
-    """A DuckDB connection with the given extensions loaded from local files."""
+    """A DuckDB connection with the given extensions loaded from local files; with `object_storage`
+    (default: if this process works on a warehouse on object storage) it reads and writes s3:// too."""
     con = duckdb.connect(
         database,
         read_only=read_only,
@@ -60,7 +66,7 @@ def connect(
     )
     for name in extensions:
         con.execute(f"LOAD {sql_literal(str(extension_path(name)))}")
-    if _object_storage and extensions:
+    if (_object_storage if object_storage is None else object_storage) and extensions:
         use_object_storage(con)
     return con
 
@@ -94,14 +100,28 @@ def use_object_storage(con: duckdb.DuckDBPyConnection) -> None:
     con.execute(S3Settings.from_env().duckdb_secret(sql_literal))
 
 
-def restrict_access(con: duckdb.DuckDBPyConnection, readable: list[str]) -> None:
-    """Confine `con` to files under `readable` folders, with no network and no extension loading, for good.
+def restrict_access(
+    con: duckdb.DuckDBPyConnection,
+    files: ReadOnlyFileSystem,
+    readable: list[str],
+    export_dir: Path | None = None,
+    local_files: list[str] = (),  # type: ignore[assignment]  # a tuple default
+) -> None:
+    """Confine `con` for good: it reads the `readable` folders (URIs) only through `files`, which cannot
+    write; its own local file system reaches `export_dir` and the `local_files` alone; no network, no
+    extension loading, no persistent secrets, and its configuration locked.
 
-    Load extensions and define views first: afterwards the configuration is locked, so no statement can
-    switch access back on. DuckDB lets a statement write wherever it may read; `seqlake.sql_guard`
-    refuses the statements that write.
+    Load extensions and define views first: afterwards no statement can switch any of this back on.
+    DuckDB lets a statement write wherever it may open files; only `export_dir` is such a place.
     """
+    con.register_filesystem(files)
     folders = sorted({folder.rstrip("/") + "/" for folder in readable})
+    if export_dir is not None:
+        folders.append(str(export_dir).rstrip("/") + "/")
     con.execute(f"SET allowed_directories = [{', '.join(sql_literal(f) for f in folders)}]")
+    if local_files:
+        con.execute(f"SET allowed_paths = [{', '.join(sql_literal(f) for f in sorted(set(local_files)))}]")
     con.execute("SET enable_external_access = false")
+    con.execute("SET allow_persistent_secrets = false")
+    con.execute("SET allow_community_extensions = false")
     con.execute("SET lock_configuration = true")
