@@ -54,9 +54,10 @@ from seqlake import resources
 from seqlake.cli import job_main, script_main
 from seqlake.cli_options import common_options, load_cli_config, settings
 from seqlake.cli_types import SQL_PARAM, IntegerAtLeast
-from seqlake.duckdb_session import connect, restrict_access
+from seqlake.duckdb_session import SESSION_SETTINGS, connect, restrict_access, use_object_storage
 from seqlake.errors import CorruptFileError, ReadOnlyError, SeqlakeError, SqlError
 from seqlake.sql_guard import Guard, inside, refused_functions, resolve_local
+from seqlake.storage import is_s3
 
 if TYPE_CHECKING:
     from seqlake.config import Config
@@ -146,7 +147,8 @@ class SqlSession:
             raise SqlError(f"{head}: {error}") from None
         except duckdb.Error as error:
             damage = self.damage(error)
-            raise SqlError(f"{head}: {damage if damage is not None else engine_error(error)}") from None
+            explained = damage if damage is not None else engine_error(error, self.config.warehouse_uri())
+            raise SqlError(f"{head}: {explained}") from None
 
     def judge(self, text: str, statements: list[duckdb.Statement]) -> None:
         """Refuse the whole text unless every statement may run in a read-only session (writes,
@@ -176,9 +178,21 @@ class SqlSession:
         self.close()
 
 
-def engine_error(error: duckdb.Error) -> str:
-    """DuckDB's message without the Python stack it appends when the read-only file system refused."""
-    return str(error).split("\n\nAt:\n", 1)[0].strip()
+_REFUSED_PATH = re.compile(r'Cannot access file "([^"]+)"')
+
+
+def engine_error(error: duckdb.Error, warehouse: str | None = None) -> str:
+    """DuckDB's message without the Python stack it appends when the read-only file system refused;
+    a plain path inside the `warehouse` that DuckDB refused gets a hint to name it by its URI."""
+    message = str(error).split("\n\nAt:\n", 1)[0].strip()
+    refused = _REFUSED_PATH.search(message)
+    root = resolve_local(warehouse) if warehouse is not None else None
+    if refused and root is not None and "://" not in refused.group(1):
+        path = resolve_local(refused.group(1))
+        if path is not None and inside(path, root):
+            first, _, rest = message.partition("\n")
+            message = f"{first} (the warehouse is read by URI: file://{path})" + (f"\n{rest}" if rest else "")
+    return message
 
 
 def _first_line(text: str) -> str:
@@ -376,7 +390,8 @@ def run_script(
                 raise SqlError(f"{source}: {damage}") from None
             absent = "; ".join(f"{name}: {session.missing[name]}" for name in needed)
             hint = f" (not in this warehouse: {absent})" if needed else ""
-            raise SqlError(f"{source}: {_first_line(statement.query)}{hint}\n{engine_error(error)}") from None
+            explained = engine_error(error, session.config.warehouse_uri())
+            raise SqlError(f"{source}: {_first_line(statement.query)}{hint}\n{explained}") from None
         if rows is not None:
             result = Result(statement.query.strip(), [d[0] for d in cursor.description], rows)
             results.append(result)
@@ -428,15 +443,23 @@ def open_session(
     from seqlake.config import load_config
 
     config = config or load_config()
-    session = SqlSession(connect(object_storage=False), config, {})
+    session = SqlSession(connect(object_storage=False, settings=SESSION_SETTINGS), config, {})
     try:
+        # From the start, DuckDB reaches the warehouse only through the read-only file system; on
+        # object storage httpfs is loaded for its S3 secret (Delta metadata), not to read or write.
+        files = read_only_files(config)
+        if is_s3(config.warehouse_uri()):
+            use_object_storage(session.con)
+        session.con.register_filesystem(files)
         define_relations(session, quiet=quiet)
         for path in sql_files(sql_dir):
             run_script(session, path.read_text(), path.name, definitions_only=True, quiet=quiet)
         readable = readable_folders(session)
+        files.confine(readable, sealed_folders(session))
         export_dir = export_folder(allow_writes, readable) if allow_writes is not None else None
-        files = read_only_files(config, readable, sealed_folders(session))
-        restrict_access(session.con, files, readable, export_dir, session.local_files)
+        restrict_access(
+            session.con, readable, export_dir, session.local_files, object_storage=is_s3(config.warehouse_uri())
+        )
         session.guard = Guard(session.con, refused_functions(session.con), export_dir)
     except BaseException:
         session.close()
@@ -444,17 +467,19 @@ def open_session(
     return session
 
 
-def read_only_files(config: Config, readable: list[str], sealed: list[str]):
-    """The file system the session's DuckDB reaches the warehouse through (`seqlake.read_only_fs`)."""
+def read_only_files(config: Config):
+    """The file system the session's DuckDB reaches the warehouse through (`seqlake.read_only_fs`):
+    the warehouse readable until `confine` narrows it to the folders the session reads."""
     import pyarrow.fs as pafs
 
     from seqlake.read_only_fs import ReadOnlyFileSystem
-    from seqlake.storage import is_s3, s3_filesystem
+    from seqlake.storage import s3_filesystem
 
     why = "history data files are read through the history view, which verifies them"
+    warehouse = [engine_uri(config.warehouse_uri())]
     if is_s3(config.warehouse_uri()):
-        return ReadOnlyFileSystem(s3_filesystem(), ("s3", "s3a"), readable, sealed, why)
-    return ReadOnlyFileSystem(pafs.LocalFileSystem(), ("file",), readable, sealed, why)
+        return ReadOnlyFileSystem(s3_filesystem(), ("s3", "s3a"), warehouse, why_sealed=why)
+    return ReadOnlyFileSystem(pafs.LocalFileSystem(), ("file",), warehouse, why_sealed=why)
 
 
 def hadoop_spelled(table) -> list[str]:

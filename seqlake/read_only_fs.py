@@ -39,6 +39,11 @@ class ReadOnlyFileSystem(AbstractFileSystem):
         self.sealed = [self._folder(p) for p in sealed]
         self.why_sealed = why_sealed
 
+    def confine(self, readable: list[str], sealed: list[str]) -> None:
+        """From now on read only under `readable`, and open no file under `sealed`."""
+        self.readable = [self._folder(p) for p in readable]
+        self.sealed = [self._folder(p) for p in sealed]
+
     # -- paths ----------------------------------------------------------------------------------
 
     @classmethod

@@ -34,16 +34,15 @@ _Token = duckdb.token_type
 
 # Statement types that read, or change only the session's own in-memory objects (tables, views,
 # macros, variables). SET is here because DuckDB's locked configuration refuses every setting change;
-# CALL because the function it calls is judged like any other.
+# CALL because the function it calls is judged like any other. (DuckDB's parser gives CREATE for
+# CREATE MACRO and SET for SET VARIABLE: CREATE_FUNC and VARIABLE_SET, never produced, stay refused.)
 READ_ONLY = frozenset(
     {
         _Type.SELECT,
         _Type.CREATE,
-        _Type.CREATE_FUNC,
         _Type.DROP,
         _Type.ALTER,
         _Type.SET,
-        _Type.VARIABLE_SET,
         _Type.INSERT,
         _Type.UPDATE,
         _Type.DELETE,
@@ -240,72 +239,69 @@ class Guard:
     def check_script(self, text: str, statements: list[duckdb.Statement]) -> None:
         """Raise ReadOnlyError unless every statement may run. The whole text is judged too: DuckDB
         expands some statements (PIVOT) into parts whose text is empty."""
-        self._check_tokens(text, tokens(text))
+        self._check_tokens(_head(text), tokens(text))
         for statement in statements:
             self.check(statement)
 
-    def check(self, statement: duckdb.Statement, prepared: bool = False) -> None:
-        """Raise ReadOnlyError unless `statement` may run (`prepared`: as the body of a PREPARE)."""
+    def check(self, statement: duckdb.Statement, prepared: bool = False, within: str | None = None) -> None:
+        """Raise ReadOnlyError unless `statement` may run (`prepared`: as the body of a PREPARE;
+        `within`: the text of the statement that wraps it, which refusals quote)."""
+        head = _head(within or statement.query)
         found = tokens(statement.query)
-        self._check_tokens(statement.query, found)
+        self._check_tokens(head, found)
         kind = statement.type
         if kind not in ALLOWED:
-            raise ReadOnlyError(
-                f"{_head(statement.query)}: {_kind(statement)} is not allowed (the session is read-only)"
-            )
+            raise ReadOnlyError(f"{head}: {_kind(statement)} is not allowed (the session is read-only)")
         if kind == _Type.PREPARE:
             name, body = _prepared_body(statement.query, found)
-            inner = self._parse(body, statement.query)
+            inner = self._parse(body, head)
             for part in inner:
-                self.check(part, prepared=True)
+                self.check(part, prepared=True, within=within or statement.query)
             self.prepared[name] = inner
         elif kind == _Type.EXECUTE:
             name = _name_after(found, "execute")
             if name not in self.prepared:
-                raise ReadOnlyError(f"{_head(statement.query)}: no statement {name!r} was prepared in this session")
+                raise ReadOnlyError(f"{head}: no statement {name!r} was prepared in this session")
             for part in self.prepared[name]:
-                self.check(part, prepared=True)
+                self.check(part, prepared=True, within=within or statement.query)
         elif kind == _Type.EXPLAIN:
-            for part in self._parse(_explained(statement.query, found), statement.query):
-                self.check(part, prepared=prepared)
-        elif kind == _Type.CALL and (not found or found[0].word() != "call"):
-            raise ReadOnlyError(
-                f"{_head(statement.query)}: {found[0].text.upper()} is not allowed (the session is read-only)"
-            )
+            for part in self._parse(_explained(statement.query, found), head):
+                self.check(part, prepared=prepared, within=within or statement.query)
+        elif kind == _Type.CALL and (not found or found[0].word() != "call"):  # CHECKPOINT, FORCE CHECKPOINT
+            words = " ".join(t.text.upper() for t in found if t.kind == _Token.keyword) or _kind(statement)
+            raise ReadOnlyError(f"{head}: {words} is not allowed (the session is read-only)")
         elif kind in WRITES_FILES:
-            self._check_write(statement, prepared)
+            self._check_write(statement, prepared, head)
 
-    def _parse(self, body: str, outer: str) -> list[duckdb.Statement]:
+    def _parse(self, body: str, head: str) -> list[duckdb.Statement]:
         """The statements of a wrapped text (a PREPARE's body, an EXPLAIN's statement)."""
         try:
             inner = self.con.extract_statements(body)
         except duckdb.Error as error:
-            raise ReadOnlyError(f"{_head(outer)}: cannot judge what it runs: {str(error).splitlines()[0]}") from None
+            raise ReadOnlyError(f"{head}: cannot judge what it runs: {str(error).splitlines()[0]}") from None
         if not inner:
-            raise ReadOnlyError(f"{_head(outer)}: cannot judge what it runs")
+            raise ReadOnlyError(f"{head}: cannot judge what it runs")
         return inner
 
-    def _check_tokens(self, query: str, found: list[Token]) -> None:
+    def _check_tokens(self, head: str, found: list[Token]) -> None:
         calls = [name for name in called_functions(found) if name in self.refused]
         if calls:
             why = "runs SQL that is not judged" if calls[0] == "query" else "is not known to be read-only"
-            raise ReadOnlyError(f"{_head(query)}: {calls[0]} is not allowed in a read-only session (it {why})")
+            raise ReadOnlyError(f"{head}: {calls[0]} is not allowed in a read-only session (it {why})")
         if any(t.kind == _Token.keyword and t.word() == "secret" for t in found):
-            raise ReadOnlyError(f"{_head(query)}: secrets cannot be created or dropped in a read-only session")
+            raise ReadOnlyError(f"{head}: secrets cannot be created or dropped in a read-only session")
 
-    def _check_write(self, statement: duckdb.Statement, prepared: bool) -> None:
+    def _check_write(self, statement: duckdb.Statement, prepared: bool, head: str) -> None:
         target = write_target(statement)
         if target is None:
             return  # COPY ... FROM: a read into a table of the session
         if prepared:
-            raise ReadOnlyError(f"{_head(statement.query)}: a prepared statement cannot write; run COPY ... TO itself")
+            raise ReadOnlyError(f"{head}: a prepared statement cannot write (run COPY ... TO itself)")
         if self.export_dir is None:
-            raise ReadOnlyError(
-                f"{_head(statement.query)}: the session is read-only; pass --allow-writes DIR to export into DIR"
-            )
+            raise ReadOnlyError(f"{head}: the session is read-only; pass --allow-writes DIR to export into DIR")
         local = resolve_local(target)
         if local is None or not inside(local, self.export_dir):
-            raise ReadOnlyError(f"{_head(statement.query)}: writes only go into the export folder {self.export_dir}")
+            raise ReadOnlyError(f"{head}: writes only go into the export folder {self.export_dir}")
 
 
 def _name_after(found: list[Token], keyword: str) -> str:
