@@ -11,13 +11,13 @@ The footer checked is the one pyarrow keeps and prunes by. Files whose columns d
 current schema (written before a migration) read through their `tableformat.evolution` projection.
 
 A damaged page surfaces in DuckDB as an arrow_scan error that names no file: `find_damage` then
-verifies the live files one by one (each at most once: files are immutable) and returns the error
-that names the table, the file and what is wrong.
+verifies the live files one by one and returns the error that names the table, the file and what is
+wrong.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import cast
 
 import pyarrow as pa
@@ -68,22 +68,19 @@ class VerifiedScan:
     table: str
     parts: list[Part]
     files: list[LiveFile]
-    verified: set[LiveFile] = field(default_factory=set)  # files whose every page was checked
 
     def view_sql(self) -> str:
         """The SELECT a view of the whole table runs (the parts' rows, each as the current columns)."""
         return " UNION ALL ".join(f"SELECT {', '.join(p.select)} FROM {p.name}" for p in self.parts)
 
     def find_damage(self) -> CorruptFileError | None:
-        """The first live file with a damaged page, footer or size, or None (each file checked once)."""
+        """The first live file with a damaged page, footer or size, or None. Every file is read again
+        (a file verified before may have been damaged since): this runs only after a scan failed."""
         for live in self.files:
-            if live in self.verified:
-                continue
             try:
                 verify_file(live)
             except CorruptFileError as error:
                 return error
-            self.verified.add(live)
         return None
 
 

@@ -382,15 +382,16 @@ def test_prepared_statements_cannot_overwrite_the_catalog_or_a_history_file(smal
     catalog, data = digest(warehouse / "catalog.db"), digest(history_file)
     attempts = [
         f"PREPARE p AS COPY (SELECT 'gone' AS x) TO '{warehouse}/catalog.db' (FORMAT csv); EXECUTE p",
-        f"PREPARE p AS COPY (SELECT * FROM history WHERE user_id = 11) TO '{history_file}' (FORMAT parquet); "
-        "EXECUTE p",
+        f"PREPARE p AS COPY (SELECT * FROM history WHERE user_id = 11) TO '{history_file}' (FORMAT parquet); EXECUTE p",
         f"PREPARE p AS SELECT 1; EXECUTE p; PREPARE p AS COPY (SELECT 1 AS x) TO '{warehouse}/catalog.db'; EXECUTE p",
         f"COPY (SELECT * FROM history WHERE user_id = 11) TO '{history_file}' (FORMAT parquet)",
     ]
     for query in attempts:
         done = seqlake_sql(query)
         assert done.returncode == 1, done.stdout
-        assert len(done.stderr.strip().splitlines()) == 1 and done.stderr.startswith("seqlake sql: error: "), done.stderr
+        assert len(done.stderr.strip().splitlines()) == 1 and done.stderr.startswith("seqlake sql: error: "), (
+            done.stderr
+        )
         assert "cannot write" in done.stderr or "read-only" in done.stderr
         assert digest(warehouse / "catalog.db") == catalog and digest(history_file) == data
     after = seqlake_sql("SELECT count(*) AS n FROM history")
