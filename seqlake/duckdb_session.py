@@ -52,7 +52,7 @@ def connect(
     extensions: tuple[str, ...] = DEFAULT_EXTENSIONS,
     read_only: bool = False,
     object_storage: bool | None = None,
-    settings: dict[str, object] | None = None,
+    settings: dict[str, str | int | float | list[str]] | None = None,
 ) -> duckdb.DuckDBPyConnection:
     """A DuckDB connection with the given extensions loaded from local files; with `object_storage`
     (default: if this process works on a warehouse on object storage) it reads and writes s3:// too.
@@ -99,7 +99,10 @@ def use_object_storage(con: duckdb.DuckDBPyConnection) -> None:
 
 
 # What a confined session fixes when its database starts (the secret manager's settings cannot change later).
-SESSION_SETTINGS = {"allow_persistent_secrets": False, "allow_community_extensions": False}
+SESSION_SETTINGS: dict[str, str | int | float | list[str]] = {
+    "allow_persistent_secrets": False,
+    "allow_community_extensions": False,
+}
 
 
 def restrict_access(
