@@ -39,6 +39,7 @@ and EXPORT DATABASE write into DIR (a folder outside the warehouse), and nowhere
 from __future__ import annotations
 
 import logging
+import os
 import re
 import sys
 from collections.abc import Callable
@@ -57,7 +58,6 @@ from seqlake.cli_types import SQL_PARAM, IntegerAtLeast
 from seqlake.duckdb_session import SESSION_SETTINGS, connect, restrict_access, use_object_storage
 from seqlake.errors import CorruptFileError, ReadOnlyError, SeqlakeError, SqlError
 from seqlake.sql_guard import Guard, inside, refused_functions, resolve_local
-from seqlake.storage import is_s3
 
 if TYPE_CHECKING:
     from seqlake.config import Config
@@ -134,6 +134,9 @@ class SqlSession:
         head = _first_line(text)
         try:
             statements = self.con.extract_statements(text)
+            unused = sorted(set(params) - set().union(*(s.named_parameters for s in statements)))
+            if unused:
+                raise SqlError(f"{head}: parameters {unused} are not used (write $name in the SQL to bind one)")
             self.judge(text, statements)
             relation = None
             for statement in statements:
@@ -307,9 +310,9 @@ def _history_view(session: SqlSession, table) -> str:
 
 
 def _delta_view(session: SqlSession, defined: WarehouseTable) -> str:
-    """The Delta table's current version as an Arrow dataset (delta-rs) registered with the session:
-    DuckDB's own delta_scan would read its data files through the local file system, which the
-    session cannot write through only because it reaches no warehouse folder."""
+    """The Delta table's current version as an Arrow dataset (delta-rs) registered with the session.
+    DuckDB's delta_scan names the data files by plain paths, which only DuckDB's own local file
+    system opens, and that one reaches no warehouse folder (`restrict_access`)."""
     from pipelines.delta_writer import open_table
 
     table = open_table(defined.location)
@@ -401,9 +404,18 @@ def run_script(
 
 
 def readable_folders(session: SqlSession) -> list[str]:
-    """The folders a session may read, as its DuckDB names them: the warehouse and every table's root."""
+    """The folders a session may read, as its DuckDB names them: the warehouse and every table's root
+    (a local one also as the folder it leads to, when a symbolic link is on the way)."""
     folders = [session.config.warehouse_uri()] + [t.location for t in session.tables.values()]
-    return list(dict.fromkeys(engine_uri(folder) for folder in folders))
+    return list(dict.fromkeys(uri for folder in folders for uri in _spellings(folder)))
+
+
+def _spellings(uri: str) -> list[str]:
+    local = resolve_local(uri)
+    if local is None:
+        return [uri]
+    given = Path(os.path.abspath(os.path.expanduser(uri.removeprefix("file://").removeprefix("file:"))))
+    return [f"file://{given}", f"file://{local}"]
 
 
 def sealed_folders(session: SqlSession) -> list[str]:
@@ -441,6 +453,7 @@ def open_session(
     outside the warehouse; no writes at all without it), and no statement can change that.
     """
     from seqlake.config import load_config
+    from seqlake.storage import is_s3
 
     config = config or load_config()
     session = SqlSession(connect(object_storage=False, settings=SESSION_SETTINGS), config, {})
@@ -473,7 +486,7 @@ def read_only_files(config: Config):
     import pyarrow.fs as pafs
 
     from seqlake.read_only_fs import ReadOnlyFileSystem
-    from seqlake.storage import s3_filesystem
+    from seqlake.storage import is_s3, s3_filesystem
 
     why = "history data files are read through the history view, which verifies them"
     warehouse = [engine_uri(config.warehouse_uri())]

@@ -10,6 +10,7 @@ sizes) but their files not opened: the history table's data files are read by th
 
 from __future__ import annotations
 
+import os
 from typing import Any, NoReturn
 
 import pyarrow as pa
@@ -57,17 +58,24 @@ class ReadOnlyFileSystem(AbstractFileSystem):
     def _strip(self, path: str) -> str:
         return self._strip_protocol(path)
 
+    def _real(self, path: str) -> str:
+        """Where a path leads (symbolic links followed) on a local file system; itself elsewhere."""
+        return os.path.realpath(path) if isinstance(self.inner, pafs.LocalFileSystem) else path
+
     def _folder(self, path: str) -> str:
-        return self._strip(path).rstrip("/") + "/"
+        return self._real(self._strip(path)).rstrip("/") + "/"
 
     def _within(self, path: str, folders: list[str]) -> bool:
         return any((path + "/").startswith(folder) for folder in folders)
 
     def _listable(self, path: str) -> str:
         stripped = self._strip(path)
-        if ".." in stripped.split("/") or not self._within(stripped, self.readable):
+        if ".." in stripped.split("/") or not self._within(self._real(stripped), self.readable):
             raise PermissionError(f"{path}: outside the folders this session reads")
         return stripped
+
+    def _sealed(self, stripped: str) -> bool:
+        return self._within(self._real(stripped), self.sealed)
 
     def _entry(self, info: pafs.FileInfo) -> dict[str, Any]:
         kind = "directory" if info.type == pafs.FileType.Directory else "file"
@@ -79,7 +87,7 @@ class ReadOnlyFileSystem(AbstractFileSystem):
         if mode != "rb":
             self._refuse(path)
         stripped = self._listable(path)
-        if self._within(stripped, self.sealed):  # its size may be asked (a listing), not its bytes
+        if self._sealed(stripped):  # its size may be asked (a listing), not its bytes
             return SealedFile(path, self.info(path)["size"], self.why_sealed)
         return self.inner.open_input_file(stripped)
 
