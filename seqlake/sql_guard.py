@@ -252,6 +252,9 @@ class Guard:
         kind = statement.type
         if kind not in ALLOWED:
             raise ReadOnlyError(f"{head}: {_kind(statement)} is not allowed (the session is read-only)")
+        if kind in (_Type.CREATE, _Type.DROP) and "secret" in [t.word() for t in found[:5]]:
+            # CREATE [OR REPLACE] [PERSISTENT | TEMPORARY] SECRET, DROP [PERSISTENT | TEMPORARY] SECRET
+            raise ReadOnlyError(f"{head}: secrets cannot be created or dropped in a read-only session")
         if kind == _Type.PREPARE:
             name, body = _prepared_body(statement.query, found)
             inner = self._parse(body, head)
@@ -288,8 +291,6 @@ class Guard:
         if calls:
             why = "runs SQL that is not judged" if calls[0] == "query" else "is not known to be read-only"
             raise ReadOnlyError(f"{head}: {calls[0]} is not allowed in a read-only session (it {why})")
-        if any(t.kind == _Token.keyword and t.word() == "secret" for t in found):
-            raise ReadOnlyError(f"{head}: secrets cannot be created or dropped in a read-only session")
 
     def _check_write(self, statement: duckdb.Statement, prepared: bool, head: str) -> None:
         target = write_target(statement)
