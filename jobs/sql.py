@@ -481,18 +481,17 @@ def open_session(
 
 
 def read_only_files(config: Config):
-    """The file system the session's DuckDB reaches the warehouse through (`seqlake.read_only_fs`):
-    the warehouse readable until `confine` narrows it to the folders the session reads."""
+    """The file system the session's DuckDB reaches the warehouse through (`seqlake.read_only_fs`),
+    reading anything while seqlake's own definitions load, until `confine` narrows it."""
     import pyarrow.fs as pafs
 
     from seqlake.read_only_fs import ReadOnlyFileSystem
     from seqlake.storage import is_s3, s3_filesystem
 
     why = "history data files are read through the history view, which verifies them"
-    warehouse = [engine_uri(config.warehouse_uri())]
     if is_s3(config.warehouse_uri()):
-        return ReadOnlyFileSystem(s3_filesystem(), ("s3", "s3a"), warehouse, why_sealed=why)
-    return ReadOnlyFileSystem(pafs.LocalFileSystem(), ("file",), warehouse, why_sealed=why)
+        return ReadOnlyFileSystem(s3_filesystem(), ("s3", "s3a"), why_sealed=why)
+    return ReadOnlyFileSystem(pafs.LocalFileSystem(), ("file",), why_sealed=why)
 
 
 def hadoop_spelled(table) -> list[str]:

@@ -21,7 +21,8 @@ SCHEMES = ("file", "s3", "s3a")  # the URI schemes a warehouse lives under
 
 
 class ReadOnlyFileSystem(AbstractFileSystem):
-    """An fsspec file system over a pyarrow one: reads under `readable`, nothing else."""
+    """An fsspec file system over a pyarrow one: reads under `readable` (until `confine`: anywhere),
+    nothing else."""
 
     cachable = False  # fsspec would otherwise hand the same instance to another set of folders
 
@@ -29,14 +30,14 @@ class ReadOnlyFileSystem(AbstractFileSystem):
         self,
         inner: pafs.FileSystem,
         protocols: tuple[str, ...],
-        readable: list[str],
+        readable: list[str] | None = None,
         sealed: list[str] = (),  # type: ignore[assignment]  # a tuple default, as fsspec forbids mutable ones
         why_sealed: str = "",
     ) -> None:
         super().__init__()
         self.inner = inner
         self.protocol = protocols
-        self.readable = [self._folder(p) for p in readable]
+        self.readable: list[str] | None = None if readable is None else [self._folder(p) for p in readable]
         self.sealed = [self._folder(p) for p in sealed]
         self.why_sealed = why_sealed
 
@@ -70,7 +71,8 @@ class ReadOnlyFileSystem(AbstractFileSystem):
 
     def _listable(self, path: str) -> str:
         stripped = self._strip(path)
-        if ".." in stripped.split("/") or not self._within(self._real(stripped), self.readable):
+        outside = self.readable is not None and not self._within(self._real(stripped), self.readable)
+        if ".." in stripped.split("/") or outside:
             raise PermissionError(f"{path}: outside the folders this session reads")
         return stripped
 
