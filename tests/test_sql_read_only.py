@@ -399,3 +399,32 @@ def test_prepared_statements_cannot_overwrite_the_catalog_or_a_history_file(smal
     with pytest.raises(SqlError, match="a prepared statement cannot write"):
         sql_main(["--quiet", "--query", attempts[0]])
     assert digest(warehouse / "catalog.db") == catalog
+
+
+def test_a_table_whose_metadata_spells_file_colon_is_read_and_only_its_files_open(tmp_path):
+    """Spark writes local paths as file:/path (Hadoop's spelling), which DuckDB opens with its own
+    local file system, not the read-only one: the session lets that file system open exactly the
+    current snapshot's files of such a table, nothing beside them, and the guard refuses writing them."""
+    small = build_small_warehouse(tmp_path / "warehouse")
+    catalog = open_catalog(small.config)
+    identifier = table_identifier(small.config, "raw_events")
+    old = catalog.load_table(identifier)
+    rows = old.scan().to_arrow()
+    catalog.drop_table(identifier)
+    location = f"file:{tmp_path}/warehouse/seqlake/raw_spelled"
+    table = catalog.create_table(identifier, schema=old.schema(), location=location, properties=old.properties)
+    table.append(rows)
+    table = catalog.load_table(identifier)
+    assert table.current_snapshot().manifest_list.startswith("file:/") and "://" not in table.metadata_location
+    before = checksums(tmp_path / "warehouse")
+    with open_session(small.config, quiet=True) as session:
+        assert session.query("SELECT count(*) AS n FROM raw_events")["n"].tolist() == [rows.num_rows]
+        data = [t.file.file_path.removeprefix("file:") for t in table.scan().plan_files()]
+        assert set(data) <= set(session.local_files) and len(session.local_files) == len(data) + 2  # + manifests
+        beside = Path(data[0]).with_name("beside.parquet")
+        for target in (beside, Path(data[0]).parent.parent / "metadata" / "v9.metadata.json"):
+            with pytest.raises(duckdb.Error, match="Permission Error"):
+                session.con.execute(f"COPY (SELECT 1 AS x) TO '{target}' (FORMAT csv)")
+        with pytest.raises(SqlError, match="the session is read-only"):
+            session.run(f"COPY (SELECT 1 AS x) TO '{data[0]}' (FORMAT parquet)")
+    assert checksums(tmp_path / "warehouse") == before
