@@ -14,6 +14,7 @@ and the variables the SQL files read with getvariable():
   <table>_metadata     the Iceberg table's current metadata file (pinned when the session opens)
   <table>_location     the table's root folder (Iceberg and Delta)
   seqlake_tables       MAP name -> format (iceberg, delta) of the tables defined above
+  delta_locations      the Delta tables' locations (the only ones delta_files lists)
   window_seconds       layout.window_seconds
   tenants              MAP tenant -> {feature_groups, columns, max_length} from the configuration
 
@@ -277,6 +278,8 @@ def define_relations(session: SqlSession, quiet: bool = False) -> None:
     for name, why in session.missing.items():
         _note(session, f"{name} is not defined: {why}", quiet)
 
+    delta = [t.location for t in session.tables.values() if t.format == "delta"]
+    con.execute("SET VARIABLE delta_locations = CAST(? AS VARCHAR[])", [delta])
     formats = [t.format for t in session.tables.values()]
     con.execute(
         "SET VARIABLE seqlake_tables = CAST(MAP(?, ?) AS MAP(VARCHAR, VARCHAR))", [list(session.tables), formats]
@@ -465,15 +468,18 @@ def open_session(
             use_object_storage(session.con)
         session.con.register_filesystem(files)
         define_relations(session, quiet=quiet)
+        trusted: set[str] = set()  # sql/'s definitions, which the session may run again as they are
         for path in sql_files(sql_dir):
-            run_script(session, path.read_text(), path.name, definitions_only=True, quiet=quiet)
+            text = path.read_text()
+            run_script(session, text, path.name, definitions_only=True, quiet=quiet)
+            trusted |= {s.query.strip() for s in session.con.extract_statements(text) if s.type in DEFINITIONS}
         readable = readable_folders(session)
         files.confine(readable, sealed_folders(session))
         export_dir = export_folder(allow_writes, readable) if allow_writes is not None else None
         restrict_access(
             session.con, readable, export_dir, session.local_files, object_storage=is_s3(config.warehouse_uri())
         )
-        session.guard = Guard(session.con, refused_functions(session.con), export_dir)
+        session.guard = Guard(session.con, refused_functions(session.con), export_dir, trusted=frozenset(trusted))
     except BaseException:
         session.close()
         raise

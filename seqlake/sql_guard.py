@@ -8,9 +8,11 @@ statements prepared in this session, and judged then, can run), an EXPLAIN (ANAL
 by its statement. Function calls anywhere in a statement's text, a macro's body or a view's included,
 are judged by name: table functions only from a list known to read (DuckDB's catalog tells which
 functions are table functions, so one a later version adds is refused), no function DuckDB marks as
-having side effects unless it is harmless, and no dynamic SQL (`query`, whose text would escape
-judging). COPY ... TO and EXPORT DATABASE write files: they run only with an export folder, only into
-it, and never from a prepared statement.
+having side effects unless it is harmless, no dynamic SQL (`query`, whose text would escape
+judging), and not Delta's own reader, which opens files without DuckDB's access checks. COPY ... TO
+and EXPORT DATABASE write files: they run only with an export folder, only into it, and never from a
+prepared statement. The definitions of sql/, which the session ran when it opened, may run again as
+they are (`--file catalog.sql`).
 
 This is the first of two walls. The second is DuckDB's own configuration (`seqlake.duckdb_session.
 restrict_access`): the session reaches the warehouse only through a file system that cannot write
@@ -66,7 +68,6 @@ READING_TABLE_FUNCTIONS = frozenset(
         *("parquet_schema", "parquet_bloom_probe"),
         *("iceberg_scan", "iceberg_metadata", "iceberg_snapshots", "iceberg_column_stats"),
         *("iceberg_partition_stats", "iceberg_table_properties", "iceberg_schema_properties"),
-        *("delta_scan", "delta_list_files"),
         *("range", "generate_series", "unnest", "repeat", "repeat_row", "json_each", "json_tree"),
         *("summary", "query_table", "test_all_types", "test_vector_types"),
         *("duckdb_columns", "duckdb_constraints", "duckdb_databases", "duckdb_dependencies"),
@@ -92,6 +93,14 @@ HARMLESS_SIDE_EFFECTS = frozenset(
 )
 
 
+# Why some functions are refused, besides not being known to be read-only.
+WHY_REFUSED = {
+    "query": "it runs SQL that is not judged",
+    "delta_scan": "Delta's reader opens files past the session's folders; query the landing views",
+    "delta_list_files": "Delta's reader opens files past the session's folders; use delta_files",
+}
+
+
 def refused_functions(con: duckdb.DuckDBPyConnection) -> frozenset[str]:
     """The functions of `con`'s catalog a read-only statement may not call: DuckDB's own table
     functions and table macros that are not known to read, and functions with side effects that are
@@ -101,7 +110,7 @@ def refused_functions(con: duckdb.DuckDBPyConnection) -> frozenset[str]:
         "WHERE (function_type IN ('table', 'table_macro') AND internal) OR has_side_effects"
     ).fetchall()
     names = {name for (name,) in rows}
-    return frozenset(names - READING_TABLE_FUNCTIONS - HARMLESS_SIDE_EFFECTS) | {"query"}
+    return frozenset(names - READING_TABLE_FUNCTIONS - HARMLESS_SIDE_EFFECTS) | set(WHY_REFUSED)
 
 
 # -- tokens ------------------------------------------------------------------------------------------
@@ -235,13 +244,16 @@ class Guard:
     refused: frozenset[str]  # `refused_functions` of the session's connection
     export_dir: Path | None = None  # the one folder COPY ... TO and EXPORT DATABASE may write into
     prepared: dict[str, list[duckdb.Statement]] = field(default_factory=dict)  # judged PREPARE bodies
+    trusted: frozenset[str] = frozenset()  # the texts of the definitions the session ran when it opened
 
     def check_script(self, text: str, statements: list[duckdb.Statement]) -> None:
-        """Raise ReadOnlyError unless every statement may run. The whole text is judged too: DuckDB
-        expands some statements (PIVOT) into parts whose text is empty."""
-        self._check_tokens(_head(text), tokens(text))
+        """Raise ReadOnlyError unless every statement may run. DuckDB expands some statements (PIVOT)
+        into parts without text: then the whole text's function calls are judged too."""
+        if any(not s.query.strip() for s in statements):
+            self._check_tokens(_head(text), tokens(text))
         for statement in statements:
-            self.check(statement)
+            if statement.query.strip() not in self.trusted:
+                self.check(statement)
 
     def check(self, statement: duckdb.Statement, prepared: bool = False, within: str | None = None) -> None:
         """Raise ReadOnlyError unless `statement` may run (`prepared`: as the body of a PREPARE;
@@ -289,8 +301,8 @@ class Guard:
     def _check_tokens(self, head: str, found: list[Token]) -> None:
         calls = [name for name in called_functions(found) if name in self.refused]
         if calls:
-            why = "runs SQL that is not judged" if calls[0] == "query" else "is not known to be read-only"
-            raise ReadOnlyError(f"{head}: {calls[0]} is not allowed in a read-only session (it {why})")
+            why = WHY_REFUSED.get(calls[0], "it is not known to be read-only")
+            raise ReadOnlyError(f"{head}: {calls[0]} is not allowed in a read-only session ({why})")
 
     def _check_write(self, statement: duckdb.Statement, prepared: bool, head: str) -> None:
         target = write_target(statement)

@@ -110,6 +110,9 @@ def hostile_statements(root: Path, metadata: str, outside: Path) -> dict[str, tu
         "vacuum": ("VACUUM", "VACUUM is not allowed"),
         "pragma": ("PRAGMA enable_profiling", "PRAGMA is not allowed"),
         "detach": ("DETACH memory", "DETACH is not allowed"),
+        "delta's reader outside": ("FROM delta_list_files('/etc')", "delta_list_files is not allowed"),
+        "delta scan outside": ("FROM delta_scan('/etc')", "delta_scan is not allowed"),
+        "delta_files outside": ("FROM delta_files('/etc')", "is not a Delta table of this warehouse"),
         "an unverified read of history": (
             "FROM iceberg_scan(getvariable('history_metadata'))",
             "read through the history view",
