@@ -8,6 +8,10 @@ several sorted runs so that active users live in more than one run), then measur
   verification the same 256 `read_user` lookups with page checksums and footer digests checked (as
                every seqlake read is) and without (`tableformat.io.unverified_reads`): wall-time
                ratio, printed and not asserted;
+  SQL          the same queries (a grouped scan of the whole table; point lookups of the 256 users)
+               through `seqlake sql`'s history view, which verifies every page and footer
+               (`tableformat.verified_scan`), and through plain DuckDB (`iceberg_scan`, nothing
+               verified): wall-time ratio of each, and of opening the session, printed;
   cache        a Zipf-skewed lookup workload (a serving tenant's selection) through `HistoryReader`
                and through `CachedHistoryReader` at each cache bound: hit rate, speed-up ratio. A
                bound of 0 caches no chunk, so its row shows what the per-snapshot file index alone
@@ -176,6 +180,7 @@ class ReadBench:
     multi: list[dict] = field(default_factory=list)  # one per selection
     cache: list[dict] = field(default_factory=list)  # one per cache size
     verification: dict = field(default_factory=dict)  # verified against unverified reads
+    sql: dict = field(default_factory=dict)  # the verified SQL history view against plain DuckDB
     failures: list[str] = field(default_factory=list)
 
     @property
@@ -192,6 +197,7 @@ class ReadBench:
             "multi": self.multi,
             "cache": self.cache,
             "verification": self.verification,
+            "sql": self.sql,
             "failures": self.failures,
             "ok": self.ok,
         }
@@ -268,6 +274,78 @@ def measure_verification(table, users: list[int], selection: Selection, repeats:
     verified_s, unverified_s = float(np.median(times["verified"])), float(np.median(times["unverified"]))
     row = {"users": len(users), "verified_s": verified_s, "unverified_s": unverified_s}
     return row | {"cost_ratio": verified_s / unverified_s}, [] if same else ["verified reads differ from unverified"]
+
+
+SQL_SCAN = "SELECT user_id, count(*) AS n, sum(lsn) AS lsns, max(event_ts) AS newest FROM history GROUP BY user_id"
+SQL_LOOKUP = "SELECT * FROM history WHERE user_id = $user ORDER BY event_ts, lsn"
+
+
+def measure_sql(config: Config, table, users: list[int], repeats: int) -> tuple[dict, list[str]]:
+    """The same SQL through `seqlake sql`'s verified history view and through plain DuckDB's
+    `iceberg_scan` of the same snapshot: a grouped scan of every row, and one point lookup per user.
+    Times are medians of interleaved repeats on warm sessions (the operating system's page cache
+    holds the files for both); defining the history view (the verified one checks every live file's
+    size and footer) is timed on its own. Results are compared."""
+    from jobs.sql import open_session
+    from seqlake.duckdb_session import connect, sql_literal
+    from tableformat.schema import history_read_schema
+    from tableformat.verified_scan import history_scan
+
+    def open_plain():
+        con = connect()
+        con.execute(f"CREATE VIEW history AS SELECT * FROM iceberg_scan({sql_literal(table.metadata_location)})")
+        return con
+
+    def open_verified_view():
+        """What the verified session adds to `open_plain`: every live file's size and footer checked."""
+        con = connect()
+        target, _ = history_read_schema(table)
+        types = {f.type: str(t) for f, t in zip(target, con.from_arrow(target.empty_table()).types, strict=True)}
+        scan = history_scan(table, types)
+        for part in scan.parts:
+            con.register(part.name, part.data)
+        con.execute(f"CREATE VIEW history AS {scan.view_sql()}")
+        return con
+
+    opened: dict[str, list[float]] = {"verified": [], "plain": []}
+    for _ in range(repeats):
+        for name, opener in (("verified", open_verified_view), ("plain", open_plain)):
+            elapsed, con = _timed(opener)
+            opened[name].append(elapsed)
+            con.close()
+    verified_session, plain = open_session(config, quiet=True), open_plain()
+    connections = {"verified": verified_session.con, "plain": plain}
+
+    def scan(con) -> list[tuple]:
+        return sorted(con.execute(SQL_SCAN).fetchall())
+
+    def lookups(con) -> list[list[tuple]]:
+        return [con.execute(SQL_LOOKUP, {"user": u}).fetchall() for u in users]
+
+    times: dict[str, dict[str, list[float]]] = {q: {"verified": [], "plain": []} for q in ("scan", "lookups")}
+    results: dict[str, dict[str, object]] = {q: {} for q in times}
+    try:
+        for name, con in connections.items():  # warm-up: files in the page cache, footers parsed
+            results["scan"][name], results["lookups"][name] = scan(con), lookups(con)
+        for r in range(repeats):
+            order = ("verified", "plain") if r % 2 == 0 else ("plain", "verified")
+            for query, run in (("scan", scan), ("lookups", lookups)):
+                for name in order:
+                    elapsed, _ = _timed(lambda run=run, con=connections[name]: run(con))  # type: ignore[misc]
+                    times[query][name].append(elapsed)
+    finally:
+        verified_session.close()
+        plain.close()
+    failures = [
+        f"SQL {query} through the verified history view differs from plain DuckDB"
+        for query in results
+        if results[query]["verified"] != results[query]["plain"]
+    ]
+    row: dict[str, object] = {"users": len(users)}
+    for query, by in (*times.items(), ("open", opened)):
+        verified_s, plain_s = float(np.median(by["verified"])), float(np.median(by["plain"]))
+        row[query] = {"verified_s": verified_s, "plain_s": plain_s, "cost_ratio": verified_s / plain_s}
+    return row, failures
 
 
 def measure_cache(
@@ -351,6 +429,10 @@ def run_read_bench(
         row, failures = measure_verification(table, chosen, selection, repeats)
         bench.verification = {"selection": name, **row}
         bench.failures += failures
+        say(f"SQL: a grouped scan and {multi_users} point lookups, verified history view against plain DuckDB")
+        row, failures = measure_sql(config, table, chosen, repeats)
+        bench.sql = row
+        bench.failures += failures
         # The cache workload reads like a serving tenant: the first tenant's profile, if any.
         selection_name, selection = list(selections(config).items())[min(1, len(selections(config)) - 1)]
         say(f"cache: {lookups:,} Zipf lookups ({selection_name}), bounds {list(cache_bytes)} B")
@@ -385,6 +467,21 @@ def format_report(bench: ReadBench) -> str:
             f"{v['verified_s']:.3f} s verified (page checksums, footer digests), {v['unverified_s']:.3f} s "
             f"without: cost ×{v['cost_ratio']:.2f}.",
         ]
+    if bench.sql:
+        q = bench.sql
+        lines += [
+            "",
+            "| SQL through `seqlake sql` (verified history view) vs plain DuckDB (`iceberg_scan`) | verified, s "
+            "| plain, s | cost |",
+            "|---|---:|---:|---:|",
+        ]
+        for key, label in (
+            ("scan", "grouped scan of every row"),
+            ("lookups", f"{q['users']} point lookups (`WHERE user_id = $user`)"),
+            ("open", "defining the view on a new connection (verified: every file's size and footer checked)"),
+        ):
+            m = q[key]
+            lines.append(f"| {label} | {m['verified_s']:.3f} | {m['plain_s']:.3f} | ×{m['cost_ratio']:.2f} |")
     lines += [
         "",
         "| selection | lookups (distinct users) | cache bound | HistoryReader, s | CachedHistoryReader, s | "

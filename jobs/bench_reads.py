@@ -3,8 +3,10 @@
 Builds a history table in a temporary warehouse (removed afterwards; the configured warehouse is not
 touched): a few thousand users with heavy-tailed history lengths in several sorted runs. Then, in one
 run: N users through `histories` against N x `read_user` (time ratio; opens, reads and bytes counted),
-and a Zipf-skewed lookup workload through `HistoryReader` and `CachedHistoryReader` (hit rate,
-speed-up). Every fast-path result is compared with the plain one; exit status 1 if any differs.
+verified reads against unverified ones, the same SQL through `seqlake sql`'s verified history view
+and through plain DuckDB (cost ratio), and a Zipf-skewed lookup workload through `HistoryReader` and
+`CachedHistoryReader` (hit rate, speed-up). Every fast-path result is compared with the plain one; exit
+status 1 if any differs.
 Times are wall clock on a possibly shared machine: compare the ratios, not the absolute times.
 """
 

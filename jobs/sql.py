@@ -3,8 +3,10 @@
 Before sql/ is loaded, `seqlake sql` defines, for the tables this warehouse has:
 
 \b
-  history, history_detail, raw_events   views: iceberg_scan of each table's current metadata file
-  landing_events, quarantine            views: delta_scan of the landing tier (pipelines.landing)
+  history                        view: the current snapshot, every page's checksum and every file's
+                                 size and footer verified (tableformat.verified_scan)
+  history_detail, raw_events     views: iceberg_scan of each table's current metadata file
+  landing_events, quarantine     views: the landing tier's current version (pipelines.landing)
 
 and the variables the SQL files read with getvariable():
 
@@ -12,6 +14,7 @@ and the variables the SQL files read with getvariable():
   <table>_metadata     the Iceberg table's current metadata file (pinned when the session opens)
   <table>_location     the table's root folder (Iceberg and Delta)
   seqlake_tables       MAP name -> format (iceberg, delta) of the tables defined above
+  delta_locations      the Delta tables' locations (the only ones delta_files lists)
   window_seconds       layout.window_seconds
   tenants              MAP tenant -> {feature_groups, columns, max_length} from the configuration
 
@@ -27,14 +30,17 @@ day:date=2026-01-05` (types: int, float, bool, timestamp, date, text).
 With `--output json` the results come as one JSON document (each result's statement, columns and
 rows); at the prompt (no --file or --query), one JSON document per result and line.
 
-The session is read-only: it reads files only inside the warehouse, cannot write, attach databases,
-install or load extensions, and cannot change these settings. `--allow-writes DIR` lets COPY ... TO and
-EXPORT DATABASE write into DIR (a folder outside the warehouse), and nowhere else.
+The session is read-only: only statements known to read run (seqlake.sql_guard); DuckDB reaches
+the warehouse only through a file system that cannot write, reads files only inside the warehouse,
+never reads history data files itself (the history view verifies them), cannot attach databases,
+install or load extensions, and cannot change these settings. `--allow-writes DIR` lets COPY ... TO
+and EXPORT DATABASE write into DIR (a folder outside the warehouse), and nowhere else.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import re
 import sys
 from collections.abc import Callable
@@ -50,12 +56,13 @@ from seqlake import resources
 from seqlake.cli import job_main, script_main
 from seqlake.cli_options import common_options, load_cli_config, settings
 from seqlake.cli_types import SQL_PARAM, IntegerAtLeast
-from seqlake.duckdb_session import connect, restrict_access, use_object_storage
-from seqlake.errors import ReadOnlyError, SqlError
-from seqlake.sql_guard import check_statement, inside, resolve_local
+from seqlake.duckdb_session import SESSION_SETTINGS, connect, restrict_access, use_object_storage
+from seqlake.errors import CorruptFileError, ReadOnlyError, SeqlakeError, SqlError
+from seqlake.sql_guard import Guard, inside, refused_functions, resolve_local
 
 if TYPE_CHECKING:
     from seqlake.config import Config
+    from tableformat.verified_scan import VerifiedScan
 
 log = logging.getLogger(__name__)
 
@@ -104,27 +111,66 @@ class SqlSession:
     config: Config
     tables: dict[str, WarehouseTable]
     missing: dict[str, str] = field(default_factory=dict)  # relation or object -> why it is absent
+    damaged: dict[str, str] = field(default_factory=dict)  # relation or object -> the damage it would read
     notes: list[str] = field(default_factory=list)
-    read_only: bool = False  # set once access is restricted: from then on every statement is checked
-    export_dir: Path | None = None  # the one folder COPY ... TO may write into
+    local_files: list[str] = field(default_factory=list)  # `hadoop_spelled` files of the views' tables
+    guard: Guard | None = None  # set once access is restricted: from then on every statement is judged
+    history_scan: VerifiedScan | None = None  # what the history view reads
+
+    @property
+    def read_only(self) -> bool:
+        return self.guard is not None
+
+    @property
+    def export_dir(self) -> Path | None:
+        """The one folder COPY ... TO may write into."""
+        return self.guard.export_dir if self.guard is not None else None
 
     def run(self, text: str, params: dict[str, object] | None = None, source: str = "query") -> list[Result]:
         """Run every statement of `text`; return the results of those that return rows."""
         return run_script(self, text, source, params=params)
 
     def query(self, text: str, **params: object):
-        """One query's result as a pandas DataFrame, with `$name` parameters bound (for notebooks)."""
+        """The last statement's result as a pandas DataFrame, with `$name` parameters bound (for notebooks)."""
+        head = _first_line(text)
         try:
-            for statement in self.con.extract_statements(text):
-                self.check(statement)
-            return self.con.execute(text, params or None).df()
-        except (duckdb.Error, ReadOnlyError) as error:
-            raise SqlError(f"{_first_line(text)}: {error}") from None
+            statements = self.con.extract_statements(text)
+            unused = sorted(set(params) - set().union(*(s.named_parameters for s in statements)))
+            if unused:
+                raise SqlError(f"{head}: parameters {unused} are not used (write $name in the SQL to bind one)")
+            self.judge(text, statements)
+            relation = None
+            for statement in statements:
+                self.refuse_damaged(statement, head)
+                bound = {k: params[k] for k in statement.named_parameters if k in params}
+                relation = self.con.execute(statement, bound or None)
+            if relation is None:
+                raise SqlError(f"{head}: no statement to run")
+            return relation.df()
+        except ReadOnlyError as error:
+            raise SqlError(f"{head}: {error}") from None
+        except duckdb.Error as error:
+            damage = self.damage(error)
+            explained = damage if damage is not None else engine_error(error, self.config.warehouse_uri())
+            raise SqlError(f"{head}: {explained}") from None
 
-    def check(self, statement: duckdb.Statement) -> None:
-        """Refuse a statement a read-only session must not run (writes, ATTACH, INSTALL, LOAD...)."""
-        if self.read_only:
-            check_statement(statement, self.export_dir)
+    def judge(self, text: str, statements: list[duckdb.Statement]) -> None:
+        """Refuse the whole text unless every statement may run in a read-only session (writes,
+        ATTACH, INSTALL, LOAD...); nothing is judged while the session is being set up."""
+        if self.guard is not None:
+            self.guard.check_script(text, statements)
+
+    def refuse_damaged(self, statement: duckdb.Statement, source: str) -> None:
+        """SqlError naming the damage if `statement` reads a relation built on a damaged file."""
+        for name in _needs(self, statement.query):
+            if name in self.damaged:
+                raise SqlError(f"{source}: {self.damaged[name]}")
+
+    def damage(self, error: duckdb.Error) -> CorruptFileError | None:
+        """The damaged history file behind a failed scan (DuckDB's error names none), if there is one."""
+        if self.history_scan is None or "arrow_scan" not in str(error):
+            return None
+        return self.history_scan.find_damage()
 
     def close(self) -> None:
         self.con.close()
@@ -134,6 +180,23 @@ class SqlSession:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+_REFUSED_PATH = re.compile(r'Cannot access file "([^"]+)"')
+
+
+def engine_error(error: duckdb.Error, warehouse: str | None = None) -> str:
+    """DuckDB's message without the Python stack it appends when the read-only file system refused;
+    a plain path inside the `warehouse` that DuckDB refused gets a hint to name it by its URI."""
+    message = str(error).split("\n\nAt:\n", 1)[0].strip()
+    refused = _REFUSED_PATH.search(message)
+    root = resolve_local(warehouse) if warehouse is not None else None
+    if refused and root is not None and "://" not in refused.group(1):
+        path = resolve_local(refused.group(1))
+        if path is not None and inside(path, root):
+            first, _, rest = message.partition("\n")
+            message = f"{first} (the warehouse is read by URI: file://{path})" + (f"\n{rest}" if rest else "")
+    return message
 
 
 def _first_line(text: str) -> str:
@@ -159,6 +222,13 @@ def _local_path(uri: str) -> Path | None:
     return None
 
 
+def engine_uri(uri: str) -> str:
+    """A location as the session's DuckDB names it: file:///path for a local one (read through the
+    read-only file system, `seqlake.read_only_fs`), any other URI unchanged."""
+    local = resolve_local(uri)
+    return f"file://{local}" if local is not None else uri
+
+
 def define_relations(session: SqlSession, quiet: bool = False) -> None:
     """Views and variables for the warehouse's tables (only those that exist)."""
     con, config = session.con, session.config
@@ -168,36 +238,48 @@ def define_relations(session: SqlSession, quiet: bool = False) -> None:
     check_warehouse(config)
 
     catalog = open_catalog(config)
+    loaded = {}
     for name in ICEBERG_TABLES:
         identifier = table_identifier(config, name)
         if not catalog.table_exists(identifier):
             session.missing[name] = f"no Iceberg table {identifier} in the catalog"
             continue
-        table = catalog.load_table(identifier)
-        session.tables[name] = WarehouseTable(name, "iceberg", table.location(), table.metadata_location)
+        table = loaded[name] = catalog.load_table(identifier)
+        session.tables[name] = WarehouseTable(
+            name, "iceberg", engine_uri(table.location()), engine_uri(table.metadata_location)
+        )
     paths = landing_paths(config)
     for name, location in zip(DELTA_TABLES, (paths.events, paths.quarantine), strict=True):
         local = _local_path(location)
         if local is not None and not (local / "_delta_log").is_dir():
             session.missing[name] = f"no Delta table at {location}"
             continue
-        session.tables[name] = WarehouseTable(name, "delta", location)
+        session.tables[name] = WarehouseTable(name, "delta", engine_uri(location))
 
     for defined in list(session.tables.values()):
         try:
             con.execute(f"SET VARIABLE {defined.name}_location = ?", [defined.location])
             if defined.format == "iceberg":
                 con.execute(f"SET VARIABLE {defined.name}_metadata = ?", [defined.metadata_location])
-                scan = f"iceberg_scan(getvariable('{defined.name}_metadata'))"
+            if defined.name == "history":
+                scan = _history_view(session, loaded[defined.name])
+            elif defined.format == "iceberg":
+                scan = f"SELECT * FROM iceberg_scan(getvariable('{defined.name}_metadata'))"
+                session.local_files += hadoop_spelled(loaded[defined.name])
             else:
-                scan = f"delta_scan(getvariable('{defined.name}_location'))"
-            con.execute(f"CREATE OR REPLACE VIEW {defined.name} AS SELECT * FROM {scan}")
-        except duckdb.Error as error:
+                scan = _delta_view(session, defined)
+            con.execute(f"CREATE OR REPLACE VIEW {defined.name} AS {scan}")
+        except CorruptFileError as error:  # the history table's files are not what its manifests list
+            del session.tables[defined.name]
+            session.missing[defined.name] = session.damaged[defined.name] = str(error)
+        except (duckdb.Error, SeqlakeError) as error:
             del session.tables[defined.name]
             session.missing[defined.name] = f"{defined.format} table at {defined.location} is unreadable: {error}"
     for name, why in session.missing.items():
         _note(session, f"{name} is not defined: {why}", quiet)
 
+    delta = [t.location for t in session.tables.values() if t.format == "delta"]
+    con.execute("SET VARIABLE delta_locations = CAST(? AS VARCHAR[])", [delta])
     formats = [t.format for t in session.tables.values()]
     con.execute(
         "SET VARIABLE seqlake_tables = CAST(MAP(?, ?) AS MAP(VARCHAR, VARCHAR))", [list(session.tables), formats]
@@ -213,6 +295,35 @@ def define_relations(session: SqlSession, quiet: bool = False) -> None:
         for t in names
     ]
     con.execute(f"SET VARIABLE tenants = CAST(MAP(?, ?) AS {TENANTS_TYPE})", [names, specs])
+
+
+def _history_view(session: SqlSession, table) -> str:
+    """The verified scan of the history table registered with the session; the SELECT its view runs."""
+    from tableformat.schema import history_read_schema
+    from tableformat.verified_scan import history_scan
+
+    target, _ = history_read_schema(table)
+    empty = session.con.from_arrow(target.empty_table())
+    sql_types = {f.type: str(kind) for f, kind in zip(target, empty.types, strict=True)}
+    scan = history_scan(table, sql_types)
+    for part in scan.parts:
+        session.con.register(part.name, part.data)
+    session.history_scan = scan
+    return scan.view_sql()
+
+
+def _delta_view(session: SqlSession, defined: WarehouseTable) -> str:
+    """The Delta table's current version as an Arrow dataset (delta-rs) registered with the session.
+    DuckDB's delta_scan names the data files by plain paths, which only DuckDB's own local file
+    system opens, and that one reaches no warehouse folder (`restrict_access`)."""
+    from pipelines.delta_writer import open_table
+
+    table = open_table(defined.location)
+    if table is None:
+        raise SeqlakeError(f"no Delta table at {defined.location}")
+    name = f"seqlake_{defined.name}"
+    session.con.register(name, table.to_pyarrow_dataset())
+    return f"SELECT * FROM {name}"
 
 
 def sql_files(folder: Path | Traversable = SQL_DIR) -> list[Path | Traversable]:
@@ -254,8 +365,7 @@ def run_script(
     if unused:
         raise SqlError(f"{source}: parameters {unused} are not used (write $name in the SQL to bind one)")
     try:  # every statement first: a script with one refused statement runs none
-        for statement in statements:
-            session.check(statement)
+        session.judge(text, statements)
     except ReadOnlyError as error:
         raise SqlError(f"{source}: {error}") from None
     results = []
@@ -263,9 +373,11 @@ def run_script(
         definition = statement.type in DEFINITIONS
         if definitions_only and not definition:
             continue
+        if not definitions_only:
+            session.refuse_damaged(statement, source)
         bound = {k: params[k] for k in statement.named_parameters if k in params}
         try:
-            cursor = con.execute(statement.query, bound or None)
+            cursor = con.execute(statement, bound or None)  # the statement judged, not its text parsed again
             rows = cursor.fetchall() if not definition and cursor is not None and cursor.description else None
         except duckdb.Error as error:
             needed = _needs(session, statement.query)
@@ -274,11 +386,18 @@ def run_script(
                 what = created.group(1) if created else _first_line(statement.query)
                 if created:
                     session.missing[what] = f"needs {', '.join(needed)}"
+                    damaged = [session.damaged[n] for n in needed if n in session.damaged]
+                    if damaged:
+                        session.damaged[what] = damaged[0]
                 _note(session, f"{source}: skipped {what}: needs {', '.join(needed)}, not in this warehouse", quiet)
                 continue
+            damage = session.damage(error)
+            if damage is not None:
+                raise SqlError(f"{source}: {damage}") from None
             absent = "; ".join(f"{name}: {session.missing[name]}" for name in needed)
             hint = f" (not in this warehouse: {absent})" if needed else ""
-            raise SqlError(f"{source}: {_first_line(statement.query)}{hint}\n{error}") from None
+            explained = engine_error(error, session.config.warehouse_uri())
+            raise SqlError(f"{source}: {_first_line(statement.query)}{hint}\n{explained}") from None
         if rows is not None:
             result = Result(statement.query.strip(), [d[0] for d in cursor.description], rows)
             results.append(result)
@@ -288,14 +407,25 @@ def run_script(
 
 
 def readable_folders(session: SqlSession) -> list[str]:
-    """The folders a session may read: the warehouse and every table's root (local ones as plain paths)."""
-    folders = [session.config.warehouse_uri()]
-    folders += [t.location for t in session.tables.values()]
-    out = []
-    for folder in folders:
-        local = resolve_local(folder)
-        out.append(str(local) if local is not None else folder)
-    return out
+    """The folders a session may read, as its DuckDB names them: the warehouse and every table's root
+    (a local one also as the folder it leads to, when a symbolic link is on the way)."""
+    folders = [session.config.warehouse_uri()] + [t.location for t in session.tables.values()]
+    return list(dict.fromkeys(uri for folder in folders for uri in _spellings(folder)))
+
+
+def _spellings(uri: str) -> list[str]:
+    local = resolve_local(uri)
+    if local is None:
+        return [uri]
+    given = Path(os.path.abspath(os.path.expanduser(uri.removeprefix("file://").removeprefix("file:"))))
+    return [f"file://{given}", f"file://{local}"]
+
+
+def sealed_folders(session: SqlSession) -> list[str]:
+    """Folders whose files DuckDB may list but not open: the history table's data files, which only
+    the verified history view reads."""
+    history = session.tables.get("history")
+    return [history.location.rstrip("/") + "/data"] if history is not None else []
 
 
 def export_folder(allow_writes: str | Path, readable: list[str]) -> Path:
@@ -329,23 +459,61 @@ def open_session(
     from seqlake.storage import is_s3
 
     config = config or load_config()
-    session = SqlSession(connect(), config, {})
+    session = SqlSession(connect(object_storage=False, settings=SESSION_SETTINGS), config, {})
     try:
+        # From the start, DuckDB reaches the warehouse only through the read-only file system; on
+        # object storage httpfs is loaded for its S3 secret (Delta metadata), not to read or write.
+        files = read_only_files(config)
         if is_s3(config.warehouse_uri()):
             use_object_storage(session.con)
+        session.con.register_filesystem(files)
         define_relations(session, quiet=quiet)
+        trusted: set[str] = set()  # sql/'s definitions, which the session may run again as they are
         for path in sql_files(sql_dir):
-            run_script(session, path.read_text(), path.name, definitions_only=True, quiet=quiet)
+            text = path.read_text()
+            run_script(session, text, path.name, definitions_only=True, quiet=quiet)
+            trusted |= {s.query.strip() for s in session.con.extract_statements(text) if s.type in DEFINITIONS}
         readable = readable_folders(session)
-        if allow_writes is not None:
-            session.export_dir = export_folder(allow_writes, readable)
-            readable.append(str(session.export_dir))
-        restrict_access(session.con, readable)
-        session.read_only = True
+        files.confine(readable, sealed_folders(session))
+        export_dir = export_folder(allow_writes, readable) if allow_writes is not None else None
+        restrict_access(
+            session.con, readable, export_dir, session.local_files, object_storage=is_s3(config.warehouse_uri())
+        )
+        session.guard = Guard(session.con, refused_functions(session.con), export_dir, trusted=frozenset(trusted))
     except BaseException:
         session.close()
         raise
     return session
+
+
+def read_only_files(config: Config):
+    """The file system the session's DuckDB reaches the warehouse through (`seqlake.read_only_fs`),
+    reading anything while seqlake's own definitions load, until `confine` narrows it."""
+    import pyarrow.fs as pafs
+
+    from seqlake.read_only_fs import ReadOnlyFileSystem
+    from seqlake.storage import is_s3, s3_filesystem
+
+    why = "history data files are read through the history view, which verifies them"
+    if is_s3(config.warehouse_uri()):
+        return ReadOnlyFileSystem(s3_filesystem(), ("s3", "s3a"), why_sealed=why)
+    return ReadOnlyFileSystem(pafs.LocalFileSystem(), ("file",), why_sealed=why)
+
+
+def hadoop_spelled(table) -> list[str]:
+    """Local files of the table's current snapshot (manifest lists, manifests, data files) that its
+    metadata spells file:/path, Hadoop's spelling in tables Spark committed: DuckDB opens those with
+    its own local file system, which may therefore open exactly these files and no others."""
+    from tableformat.io import is_local
+
+    snapshot = table.current_snapshot()
+    if snapshot is None:
+        return []
+    paths = [snapshot.manifest_list, *(m.manifest_path for m in snapshot.manifests(table.io))]
+    paths += [task.file.file_path for task in table.scan().plan_files()]
+    return [
+        str(resolve_local(p)) for p in paths if is_local(p) and p.startswith("file:") and not p.startswith("file://")
+    ]
 
 
 def resolve_file(name: str, sql_dir: Path | Traversable = SQL_DIR) -> Path | Traversable:

@@ -51,16 +51,20 @@ def connect(
     database: str = ":memory:",
     extensions: tuple[str, ...] = DEFAULT_EXTENSIONS,
     read_only: bool = False,
+    object_storage: bool | None = None,
+    settings: dict[str, str | int | float | list[str]] | None = None,
 ) -> duckdb.DuckDBPyConnection:
-    """A DuckDB connection with the given extensions loaded from local files."""
+    """A DuckDB connection with the given extensions loaded from local files; with `object_storage`
+    (default: if this process works on a warehouse on object storage) it reads and writes s3:// too.
+    `settings` are DuckDB settings fixed when the database starts."""
     con = duckdb.connect(
         database,
         read_only=read_only,
-        config={"autoinstall_known_extensions": False, "autoload_known_extensions": False},
+        config={"autoinstall_known_extensions": False, "autoload_known_extensions": False, **(settings or {})},
     )
     for name in extensions:
         con.execute(f"LOAD {sql_literal(str(extension_path(name)))}")
-    if _object_storage and extensions:
+    if (_object_storage if object_storage is None else object_storage) and extensions:
         use_object_storage(con)
     return con
 
@@ -94,14 +98,37 @@ def use_object_storage(con: duckdb.DuckDBPyConnection) -> None:
     con.execute(S3Settings.from_env().duckdb_secret(sql_literal))
 
 
-def restrict_access(con: duckdb.DuckDBPyConnection, readable: list[str]) -> None:
-    """Confine `con` to files under `readable` folders, with no network and no extension loading, for good.
+# What a confined session fixes when its database starts (the secret manager's settings cannot change later).
+SESSION_SETTINGS: dict[str, str | int | float | list[str]] = {
+    "allow_persistent_secrets": False,
+    "allow_community_extensions": False,
+}
 
-    Load extensions and define views first: afterwards the configuration is locked, so no statement can
-    switch access back on. DuckDB lets a statement write wherever it may read; `seqlake.sql_guard`
-    refuses the statements that write.
+
+def restrict_access(
+    con: duckdb.DuckDBPyConnection,
+    readable: list[str],
+    export_dir: Path | None = None,
+    local_files: list[str] = (),  # type: ignore[assignment]  # a tuple default
+    object_storage: bool = False,
+) -> None:
+    """Confine `con` for good to the `readable` folders (URIs, which a registered read-only file
+    system serves: `seqlake.read_only_fs`), `export_dir` and the `local_files` (which its own local
+    file system opens): no network, no extension loading, its configuration locked (and, opened with
+    `SESSION_SETTINGS`, no persistent secrets). With `object_storage`, httpfs's S3 file system is
+    switched off, so s3:// is read only through the read-only file system.
+
+    Load extensions and define views first: afterwards no statement can switch any of this back on.
+    DuckDB lets a statement write wherever its own file systems may open files: `export_dir` (and the
+    `local_files`) only.
     """
     folders = sorted({folder.rstrip("/") + "/" for folder in readable})
+    if export_dir is not None:
+        folders.append(str(export_dir).rstrip("/") + "/")
     con.execute(f"SET allowed_directories = [{', '.join(sql_literal(f) for f in folders)}]")
+    if local_files:
+        con.execute(f"SET allowed_paths = [{', '.join(sql_literal(f) for f in sorted(set(local_files)))}]")
+    if object_storage:
+        con.execute("SET disabled_filesystems = 'S3FileSystem'")
     con.execute("SET enable_external_access = false")
     con.execute("SET lock_configuration = true")

@@ -158,10 +158,12 @@ class Lake:
             query: the SQL; write `$name` for a value and pass it in `params` (never into the text).
             params: {name: value} bound to `$name`.
 
-        Returns the result as a pandas DataFrame (`jobs.sql.SqlSession.query`).
+        Returns the result as a pandas DataFrame (`jobs.sql.SqlSession.query`). The `history` view
+        reads the snapshot current when the session opened, every page and file verified.
 
         Raises:
-            SqlError: DuckDB rejected the statement, or it would write; SetupError: no warehouse there.
+            SqlError: DuckDB rejected the statement, it would write, or it reads a damaged or
+                replaced history file (the message names it); SetupError: no warehouse there.
         """
         if self._session is None:
             from jobs.sql import open_session

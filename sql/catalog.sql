@@ -34,11 +34,17 @@ CREATE OR REPLACE MACRO iceberg_files(metadata, location) AS TABLE
     FROM live
     FULL OUTER JOIN listed ON path_key(live.file_path) = path_key(listed.filename);
 
--- The same for a Delta table: files of its current version, and Parquet files outside _delta_log that
--- it does not reference (removed by later commits and not vacuumed yet).
+-- The same for a Delta table of the warehouse (one of the variable delta_locations): files of its
+-- current version, and Parquet files outside _delta_log that it does not reference (removed by later
+-- commits and not vacuumed yet). Delta's own reader opens files past the session's folders, so no
+-- other location is listed.
 CREATE OR REPLACE MACRO delta_files(location) AS TABLE
     WITH live AS (
-        SELECT data_file, cardinality FROM delta_list_files(location)
+        SELECT data_file, cardinality FROM delta_list_files(if(
+            list_contains(coalesce(getvariable('delta_locations'), []), location),
+            location,
+            error('delta_files: ' || location || ' is not a Delta table of this warehouse')
+        ))
     ),
     listed AS (
         SELECT filename, size FROM read_blob(location || '/**/*.parquet')

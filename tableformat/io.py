@@ -139,26 +139,32 @@ def is_local(uri: str) -> bool:
 
 class FooterCache:
     """A bounded LRU of parsed Parquet footers (cachetools): a reader that looks up many users in the
-    same file parses its footer once. Files are immutable, so an entry never goes stale."""
+    same file parses its footer once. Files are immutable, so an entry never goes stale. Each footer
+    is kept with the size the file had when it was read, which a snapshot's manifest must agree with."""
 
     def __init__(self, capacity: int = 1024) -> None:
         self.capacity = capacity
-        self._entries: LRUCache[str, pq.FileMetaData] = LRUCache(maxsize=capacity)
+        self._entries: LRUCache[str, tuple[pq.FileMetaData, int | None]] = LRUCache(maxsize=capacity)
         self._lock = threading.Lock()
         self.hits = self.misses = 0
 
     def get(self, uri: str) -> pq.FileMetaData | None:
+        found = self.entry(uri)
+        return None if found is None else found[0]
+
+    def entry(self, uri: str) -> tuple[pq.FileMetaData, int | None] | None:
+        """(footer, file size when read) of `uri`, counted as a hit or a miss."""
         with self._lock:
-            meta = self._entries.get(uri)
-            if meta is None:
+            found = self._entries.get(uri)
+            if found is None:
                 self.misses += 1
                 return None
             self.hits += 1
-            return meta
+            return found
 
-    def put(self, uri: str, meta: pq.FileMetaData) -> None:
+    def put(self, uri: str, meta: pq.FileMetaData, size: int | None = None) -> None:
         with self._lock:
-            self._entries[uri] = meta
+            self._entries[uri] = (meta, size)
 
 
 def read_footer(handle: pa.NativeFile) -> pq.FileMetaData:
@@ -190,16 +196,26 @@ def unverified_reads() -> Iterator[None]:
         _verify = True
 
 
-def load_footer(fs, footers: FooterCache, uri: str) -> pq.FileMetaData:
-    """A file's parsed footer, from the cache or read with two exact reads and cached."""
-    meta = footers.get(uri)
-    if meta is None:
-        from tableformat.verified import verified_file, verified_footer  # verified builds on this module
+def load_footer(fs, footers: FooterCache, uri: str, size: int | None = None) -> pq.FileMetaData:
+    """A history file's parsed footer, from the cache or read with two exact reads and cached; the
+    file must have `size` bytes (its manifest's, when the caller knows it), and its footer seqlake's
+    metadata and layout digest: a file replaced by another Parquet file is refused, never read."""
+    from tableformat.verified import check_size, verified_file, verified_footer  # verified builds on this module
 
-        with verified_file(fs, uri) as handle:
-            # checked against the layout digest the writer stored
-            meta = verified_footer(handle, uri) if _verify else read_footer(handle)
-        footers.put(uri, meta)
+    found = footers.entry(uri)
+    if found is not None:
+        meta, actual = found
+        if actual is not None:
+            check_size(actual, size, uri)  # the file read before is the one this snapshot lists
+        return meta
+    with verified_file(fs, uri) as handle:
+        actual = handle.size()
+        if _verify:
+            meta = verified_footer(handle, uri, size=size, seqlake_file=True)
+        else:
+            check_size(actual, size, uri)
+            meta = read_footer(handle)
+    footers.put(uri, meta, actual)
     return meta
 
 

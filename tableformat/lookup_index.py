@@ -72,12 +72,14 @@ class FileIndex:
         user_type = cast(PrimitiveType, field_.field_type)  # user_id is a long
         specs = table.specs()
         self.uris: list[str] = []
+        self.sizes: dict[str, int] = {}  # uri -> the manifest's file size (a reader checks it)
         low, high = [], []
         buckets: dict[int, list[int]] = {}  # bucket count -> each file's bucket (-1: no such partition field)
         scan = table.scan(row_filter=condition if condition is not None else AlwaysTrue())
         for i, task in enumerate(scan.plan_files()):
             data_file = task.file
             self.uris.append(data_file.file_path)
+            self.sizes[data_file.file_path] = data_file.file_size_in_bytes
             lower = (data_file.lower_bounds or {}).get(field_.field_id)
             upper = (data_file.upper_bounds or {}).get(field_.field_id)
             low.append(LOW if lower is None else from_bytes(user_type, lower))
@@ -352,7 +354,7 @@ class LookupIndex:
     def __init__(
         self,
         table: Table,
-        footer: Callable[[str], pq.FileMetaData],
+        footer: Callable[[str, int | None], pq.FileMetaData],
         entries: dict[str, FileEntry] | None = None,
     ) -> None:
         meta = table.metadata
@@ -370,7 +372,8 @@ class LookupIndex:
         with self._lock:
             found = self._entries.get(uri)
         if found is None:
-            found = FileEntry(uri, self._footer(uri))
+            size = self.files.sizes.get(uri) if self.files is not None else None
+            found = FileEntry(uri, self._footer(uri, size))  # the footer of the file the manifest lists
             with self._lock:
                 found = self._entries.setdefault(uri, found)
         return found

@@ -119,8 +119,9 @@ class HistoryReader:
 
     # -- reading -------------------------------------------------------------------------------
 
-    def footer(self, uri: str) -> pq.FileMetaData:
-        return load_footer(self.fs, self.footers, uri)
+    def footer(self, uri: str, size: int | None = None) -> pq.FileMetaData:
+        """The file's verified footer; with `size` (its manifest's), a file of another size is refused."""
+        return load_footer(self.fs, self.footers, uri, size)
 
     def projection(self, uri: str) -> Projection:
         """How the file's columns read as the table's current ones (`tableformat.evolution`): as

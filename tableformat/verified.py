@@ -54,13 +54,24 @@ def describe(error: BaseException) -> str:
     return f"corrupt or unreadable ({type(error).__name__}): {text}"
 
 
-def check_footer(meta: pq.FileMetaData, uri: str) -> pq.FileMetaData:
-    """`meta`, if it is the footer its writer wrote (layout digest); else CorruptFileError."""
+def check_footer(meta: pq.FileMetaData, uri: str, seqlake_file: bool = False) -> pq.FileMetaData:
+    """`meta`, if it is the footer its writer wrote (layout digest); else CorruptFileError.
+
+    With `seqlake_file` (a history file, which seqlake's writer always stamps), a footer without
+    seqlake's metadata or layout digest is refused too: the file is not the one the manifest lists
+    (replaced by another Parquet file)."""
     try:
         facts = FileFacts.from_metadata(meta.metadata)
         if facts is None or not facts.layout_digest:
-            return meta  # not a seqlake history file, or written before the digest: nothing to compare
+            if seqlake_file:
+                what = "seqlake metadata" if facts is None else "layout digest"
+                raise CorruptFileError(
+                    table_of(uri), uri, f"not a file seqlake wrote: its footer has no {what} (replaced?)"
+                )
+            return meta  # not a seqlake history file: nothing to compare
         actual = layout_digest_of(meta)
+    except CorruptFileError:
+        raise
     except DAMAGE as error:
         raise CorruptFileError(table_of(uri), uri, f"corrupt metadata: {describe(error)}") from error
     if actual != facts.layout_digest:
@@ -72,18 +83,30 @@ def check_footer(meta: pq.FileMetaData, uri: str) -> pq.FileMetaData:
     return meta
 
 
-def verified_footer(handle: pa.NativeFile, uri: str) -> pq.FileMetaData:
-    """The file's footer (two exact reads, `tableformat.io.read_footer`), checked against its layout digest."""
-    size = handle.size()
-    if size >= 12:
-        handle.seek(size - 8)
+def check_size(actual: int, expected: int | None, uri: str) -> None:
+    """CorruptFileError unless the file has the size its manifest lists (when that is known)."""
+    if expected is not None and actual != expected:
+        raise CorruptFileError(
+            table_of(uri), uri, f"size {actual} bytes differs from the manifest's {expected} (replaced or truncated)"
+        )
+
+
+def verified_footer(
+    handle: pa.NativeFile, uri: str, size: int | None = None, seqlake_file: bool = False
+) -> pq.FileMetaData:
+    """The file's footer (two exact reads, `tableformat.io.read_footer`), checked against its layout
+    digest, and the file's size against `size` (the manifest's) when given."""
+    actual = handle.size()
+    check_size(actual, size, uri)
+    if actual >= 12:
+        handle.seek(actual - 8)
         tail = handle.read(8)
         length = int.from_bytes(tail[:4], "little")
-    if size < 12 or tail[4:] != b"PAR1" or length > size - 12:
+    if actual < 12 or tail[4:] != b"PAR1" or length > actual - 12:
         raise CorruptFileError(
-            table_of(uri), uri, f"truncated or not a Parquet file ({size} bytes, no complete footer)"
+            table_of(uri), uri, f"truncated or not a Parquet file ({actual} bytes, no complete footer)"
         )
-    return check_footer(read_footer(handle), uri)
+    return check_footer(read_footer(handle), uri, seqlake_file)
 
 
 def open_verified(source: pa.NativeFile | str, **options) -> pq.ParquetFile:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import threading
 from datetime import UTC, datetime, timedelta
+from functools import partial
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -40,6 +41,9 @@ from pipelines.training.tables import (
 from seqlake.catalog import load_existing_table
 from seqlake.config import DEFAULT_CONFIG_PATH, parse_config
 from tableformat.reader import HistoryReader
+from tableformat.registry import commit_file_rewrite, history_file_uri, live_runs, run_id_of_path
+from tableformat.run_writer import write_run
+from tableformat.schema import history_arrow_schema
 
 pytestmark = pytest.mark.spark
 
@@ -214,17 +218,29 @@ def test_a_value_changed_after_the_bound_is_rebuilt_from_detail(spark, lake_conf
 def test_corrupted_history_under_a_capture_is_quarantined(spark, lake_config):
     config, tenant, _ = out_of_order_example(spark, lake_config)
     history, _ = history_tables(config)
-    # Flip one stored watch time of a row the rebuild reads from history (item 103 at time 3; the
-    # rows at 6..8 come from the captured fragment).
-    for path in HistoryReader(history).files_for_user(USER):
-        local = path.removeprefix("file://").removeprefix("file:")
-        table = pq.read_table(local)
+    # Change one stored watch time of a row the rebuild reads from history (item 103 at time 3; the
+    # rows at 6..8 come from the captured fragment), in a commit that rewrites its file: the table
+    # stays valid, its content is not what the capture saw. (A file replaced on storage behind the
+    # table's back is refused by every reader instead: tests/test_replaced_files.py.)
+    uris = set(HistoryReader(history).files_for_user(USER))
+    for data_file in (t.file for t in history.scan().plan_files() if t.file.file_path in uris):
+        table = pq.read_table(data_file.file_path.removeprefix("file://").removeprefix("file:"))
         if 103 in table["item_id"].to_pylist():
             watch = table["watch_time_ms"].to_pylist()
             watch[table["item_id"].to_pylist().index(103)] += 1
             column = table.schema.get_field_index("watch_time_ms")
             table = table.set_column(column, table.schema.field(column), pa.array(watch, pa.int32()))
-            pq.write_table(table, local)
+            run_id = run_id_of_path(data_file.file_path)
+            schema = history_arrow_schema(config, history.schema())
+            written = write_run(
+                table.cast(schema).to_batches(),
+                file_uri=partial(history_file_uri, history.location(), run_id, attempt="changed"),
+                schema=schema,
+                run_id=run_id,
+                bucket_count=config.layout.bucket_count,
+                group_order=list(config.feature_groups),
+            )
+            commit_file_rewrite(history, live_runs(history), [data_file], written)
             break
     else:
         pytest.fail("no history file holds the captured item")

@@ -178,6 +178,9 @@ def test_bench_reads_at_small_size(measurement):
     assert bench.ok, bench.failures
     assert bench.multi and bench.cache
     assert bench.verification["cost_ratio"] > 0 and "Verification (" in report  # printed, not a target
+    assert (
+        all(bench.sql[q]["cost_ratio"] > 0 for q in ("scan", "lookups", "open")) and "verified history view" in report
+    )
     for row in bench.multi:
         assert row["multi_io"]["opens"] <= row["loop_io"]["opens"]  # both keep each file open once read
         assert row["multi_io"]["reads"] < row["loop_io"]["reads"]
@@ -191,6 +194,12 @@ def test_bench_reads_at_small_size(measurement):
             f"faster than the read_user loop; opens ×{row['opens_ratio']:.1f}, reads ×{row['reads_ratio']:.1f}, "
             f"bytes ×{row['bytes_ratio']:.1f} fewer"
         )
+    sql = bench.sql
+    measurement(
+        f"bench-reads (small), SQL through the verified history view against plain DuckDB: grouped scan "
+        f"×{sql['scan']['cost_ratio']:.2f}, {sql['users']} point lookups ×{sql['lookups']['cost_ratio']:.2f}, "
+        f"opening ×{sql['open']['cost_ratio']:.2f}"
+    )
     for row in bench.cache:
         measurement(
             f"bench-reads (small), {row['lookups']} Zipf lookups, {row['selection']}, cache "

@@ -5,7 +5,8 @@ int32 within Iceberg's `int`), one is retired and later added again under its ol
 table with the changed configuration is one line naming every difference and `seqlake migrate`;
 after the migration old runs stay as they are on disk, new runs carry the new schema with the
 table's field ids, and seqlake's reader (plain, cached, Top-K by pages) and DuckDB return the old
-rows with nulls for what they predate. A merge of old and new runs writes the current schema and
+rows with nulls for what they predate (DuckDB both by iceberg_scan and through `seqlake sql`'s verified
+history view). A merge of old and new runs writes the current schema and
 keeps every row; fsck passes throughout."""
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import pytest
 import yaml
 
 from benchmarks.merge import BASE_WINDOW, publish_window, window_rows
+from jobs.sql import open_session
 from pipelines.compaction import history_tables
 from pipelines.duckdb_compaction import merge_runs_if_needed_duckdb
 from pipelines.migrate import migrate, plan_migration
@@ -172,6 +174,10 @@ def check_reads(history, config: Config, expected: pa.Table, monkeypatch) -> Non
     with connect() as con:
         scanned = con.execute("SELECT * FROM iceberg_scan(?)", [history.metadata_location]).to_arrow_table()
     assert ordered(scanned, names) == ordered(expected, names)
+    with open_session(config, quiet=True) as session:  # `seqlake sql`: the verified scan, file by file's projection
+        verified = session.con.execute("SELECT * FROM history").to_arrow_table()
+    assert verified.schema.names == scanned.schema.names  # the table's column order, as iceberg_scan gives it
+    assert ordered(verified, names) == ordered(expected, names)
     assert history.scan().to_arrow().num_rows == expected.num_rows
     for reader in (HistoryReader(history), CachedHistoryReader(history)):
         users = pc.unique(expected["user_id"]).to_pylist()

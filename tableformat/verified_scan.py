@@ -1,0 +1,175 @@
+"""The history table as Arrow datasets whose every read is verified: what `seqlake sql` and `Lake.sql`
+query as `history`.
+
+DuckDB's Parquet reader checks no page checksums, so a flipped bit in a history file would be served
+as data. The SQL session's `history` view therefore reads the table's current snapshot through
+pyarrow's dataset scanner (DuckDB pushes its projections and filters into it) with every page's CRC
+checked as it is decoded, the check seqlake's own reader makes. When the scan is built, every live
+file must be the one its manifest lists (its size) and a file seqlake wrote whose footer is intact
+(`tableformat.verified.check_footer`: the layout digest over the schema and the pruning statistics).
+The footer checked is the one pyarrow keeps and prunes by. Files whose columns differ from the
+current schema (written before a migration) read through their `tableformat.evolution` projection.
+
+A damaged page surfaces in DuckDB as an arrow_scan error that names no file: `find_damage` then
+verifies the live files one by one and returns the error that names the table, the file and what is
+wrong.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import cast
+
+import pyarrow as pa
+import pyarrow.dataset as ds
+import pyarrow.parquet as pq
+from pyiceberg.conversions import from_bytes
+from pyiceberg.table import Table
+from pyiceberg.types import PrimitiveType
+
+from seqlake.errors import CorruptFileError, SeqlakeError
+from tableformat.evolution import Projection, UnknownFieldId, known_field_ids, projection
+from tableformat.io import resolve_uri
+from tableformat.schema import history_read_schema
+from tableformat.verified import (
+    DAMAGE,
+    check_footer,
+    check_size,
+    describe,
+    open_verified,
+    table_of,
+    verified_file,
+    verified_footer,
+)
+
+VERIFIED_FORMAT = ds.ParquetFileFormat(
+    default_fragment_scan_options=ds.ParquetFragmentScanOptions(page_checksum_verification=True)
+)
+
+
+@dataclass(frozen=True)
+class LiveFile:
+    uri: str
+    size: int  # the manifest's
+    users: tuple[int, int] | None = None  # the manifest's user_id bounds (what lookups prune files by)
+
+
+@dataclass(frozen=True)
+class Part:
+    """Files that read alike: one dataset, and the select list that turns its columns into the table's."""
+
+    name: str  # the relation it is registered as
+    data: ds.Dataset | pa.Table
+    select: list[str]
+
+
+@dataclass
+class VerifiedScan:
+    table: str
+    parts: list[Part]
+    files: list[LiveFile]
+
+    def view_sql(self) -> str:
+        """The SELECT a view of the whole table runs (the parts' rows, each as the current columns)."""
+        return " UNION ALL ".join(f"SELECT {', '.join(p.select)} FROM {p.name}" for p in self.parts)
+
+    def find_damage(self) -> CorruptFileError | None:
+        """The first live file with a damaged page, footer or size, or None. Every file is read again
+        (a file verified before may have been damaged since): this runs only after a scan failed."""
+        for live in self.files:
+            try:
+                verify_file(live)
+            except CorruptFileError as error:
+                return error
+        return None
+
+
+def _quoted(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def history_scan(table: Table, sql_types: dict[pa.DataType, str], prefix: str = "seqlake_history") -> VerifiedScan:
+    """The verified scan of `table`'s current snapshot; CorruptFileError if a live file is not what
+    its manifest lists (size, seqlake footer, layout digest). `sql_types` names each Arrow type of the
+    table's columns as DuckDB spells it (for the columns a file predates, and widened ones)."""
+    name = ".".join(table.name()[1:]) or "history"
+    target, loose = history_read_schema(table)
+    files: list[LiveFile] = []
+    user_field = table.schema().find_field("user_id")
+    user_type = cast(PrimitiveType, user_field.field_type)  # user_id is a long
+    if table.metadata.current_snapshot_id is not None:
+        for task in table.scan().plan_files():
+            data_file = task.file
+            if task.delete_files:
+                raise SeqlakeError(
+                    f"table {name}: {data_file.file_path} has row-level deletes, which seqlake never writes"
+                )
+            low = (data_file.lower_bounds or {}).get(user_field.field_id)
+            high = (data_file.upper_bounds or {}).get(user_field.field_id)
+            users = None
+            if low is not None and high is not None:
+                users = (int(from_bytes(user_type, low)), int(from_bytes(user_type, high)))
+            files.append(LiveFile(data_file.file_path, data_file.file_size_in_bytes, users))
+    known = known_field_ids(table)
+    groups: dict[tuple, tuple[Projection, pa.Schema, list[ds.Fragment]]] = {}
+    for live in files:
+        fragment, meta = _fragment(live)
+        file_schema = meta.schema.to_arrow_schema()
+        try:
+            found = projection(file_schema, target, loose, known)
+        except UnknownFieldId as error:
+            raise CorruptFileError(table_of(live.uri), live.uri, str(error)) from None
+        key = (found.identity, tuple(found.sources.items()), tuple((n, str(f.type)) for n, f in found.fields.items()))
+        groups.setdefault(key, (found, file_schema, []))[2].append(fragment)
+    parts = []
+    for i, (found, file_schema, fragments) in enumerate(groups.values()):
+        columns = [file_schema.field(s) for s in dict.fromkeys(found.sources.values()) if s is not None]
+        schema = target if found.identity else pa.schema(columns)
+        dataset = ds.FileSystemDataset(fragments, schema, VERIFIED_FORMAT, fragments[0].filesystem)
+        select = []
+        for column in target.names:
+            source, wanted = found.sources.get(column), found.fields[column]
+            if source is None:
+                select.append(f"CAST(NULL AS {sql_types[wanted.type]}) AS {_quoted(column)}")
+            elif column in found.casts:
+                select.append(f"CAST({_quoted(source)} AS {sql_types[wanted.type]}) AS {_quoted(column)}")
+            else:
+                select.append(_quoted(source) if source == column else f"{_quoted(source)} AS {_quoted(column)}")
+        parts.append(Part(f"{prefix}_{i}", dataset, select))
+    if not parts:  # no files: the table's columns, no rows
+        parts.append(Part(f"{prefix}_0", target.empty_table(), [_quoted(c) for c in target.names]))
+    return VerifiedScan(name, parts, files)
+
+
+def _fragment(live: LiveFile) -> tuple[ds.ParquetFileFragment, pq.FileMetaData]:
+    """The file as a dataset fragment whose footer is checked (the one pyarrow keeps and prunes its row
+    groups by), with the manifest's user_id bounds as its guarantee: a lookup skips the whole file,
+    as seqlake's reader does (`tableformat.lookup_index.FileIndex`)."""
+    fs, path = resolve_uri(live.uri)
+    table = table_of(live.uri)
+    try:
+        info = fs.get_file_info(path)
+        if info.type == pa.fs.FileType.NotFound:
+            raise CorruptFileError(table, live.uri, "missing (the file does not exist)")
+        check_size(info.size, live.size, live.uri)
+        guarantee = None
+        if live.users is not None:
+            guarantee = (ds.field("user_id") >= live.users[0]) & (ds.field("user_id") <= live.users[1])
+        fragment = VERIFIED_FORMAT.make_fragment(path, fs, guarantee, file_size=live.size)
+        fragment.ensure_complete_metadata()
+        meta = check_footer(fragment.metadata, live.uri, seqlake_file=True)
+    except CorruptFileError:
+        raise
+    except DAMAGE as error:
+        raise CorruptFileError(table, live.uri, describe(error)) from error
+    return fragment, meta
+
+
+def verify_file(live: LiveFile) -> None:
+    """Read every page of a live history file with its checksum checked; CorruptFileError if any fails."""
+    fs, path = resolve_uri(live.uri)
+    with verified_file(fs, path, live.uri) as handle:
+        meta = verified_footer(handle, live.uri, size=live.size, seqlake_file=True)
+        parquet = open_verified(handle, metadata=meta)
+        for group in range(meta.num_row_groups):
+            parquet.read_row_group(group)
