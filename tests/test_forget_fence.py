@@ -3,7 +3,6 @@ forgotten users' rows or plans again, so none comes back."""
 
 from __future__ import annotations
 
-import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
