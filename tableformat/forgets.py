@@ -107,10 +107,14 @@ def last_sequence_number(table: Table) -> int:
 
 
 def inherited(history: Table | None) -> dict[str, str]:
-    """The table property a new table of the namespace starts with: history's record, so a writer
-    that read before a finished forget drops its users there too."""
-    raw = history.metadata.properties.get(FORGETS_PROPERTY) if history is not None else None
-    return {FORGETS_PROPERTY: raw} if raw else {}
+    """The table property a new table of the namespace starts with: history's epochs, so a writer
+    that read before a finished forget drops its users there too (none of its snapshots predates
+    them: no sequence number)."""
+    record = forgets_of(history.metadata) if history is not None else Forgets()
+    if not record.epochs and record.folded_at is None:
+        return {}
+    epochs = tuple(replace(e, sequence=-1) for e in record.epochs)
+    return {FORGETS_PROPERTY: Forgets(epochs, -1, record.folded_at).to_json()}
 
 
 # -- the writers' side ------------------------------------------------------------------------------

@@ -50,7 +50,7 @@ from seqlake.config import Config
 from seqlake.duckdb_session import connect, sql_literal
 from seqlake.errors import ForgetCommitted, SchemaError
 from tableformat.bucketing import bucket_of
-from tableformat.forgets import ATTEMPTS, ForgetsChanged, drop_users, fenced_transaction, read_point
+from tableformat.forgets import ATTEMPTS, ForgetsChanged, ReadPoint, drop_users, fenced_transaction, read_point
 from tableformat.schema import TIMESTAMP_US
 from tableformat.snapshots import in_commit_order
 from tableformat.writer import open_output
@@ -323,6 +323,7 @@ class Backfill:
         as_of: AsOf = "event-time",
         batch_rows: int = 2048,
         ts_column: str = "ts",
+        point: ReadPoint | None = None,
     ) -> None:
         if as_of not in AS_OF:
             raise SchemaError(f"as_of must be one of {', '.join(AS_OF)}, not {as_of!r}")
@@ -330,7 +331,8 @@ class Backfill:
 
         self.config, self.tenant, self.as_of, self.batch_rows = config, tenant, as_of, batch_rows
         self.history, self.detail = history_tables(config)
-        self.point = read_point(self.history)  # before the first read: what the output's commit checks
+        # Before the first read: what the output's commit checks (a run again keeps its first one).
+        self.point = point or read_point(self.history)
         self.con = connect()
         self.con.execute("SET TimeZone = 'UTC'")
         self.columns = load_labels(self.con, config, labels, ts_column)
@@ -389,8 +391,10 @@ def write_backfill(
     left out and the commit is fenced on that check (`tableformat.forgets`); a forget that reaches
     the table before the commit makes the backfill run again."""
     name = out or f"backfill_{tenant.name}"
+    point = None  # the first attempt's: a job that began before a forget leaves its users out, run again or not
     for _ in range(ATTEMPTS):
-        job = Backfill(config, labels, tenant, as_of, batch_rows, ts_column)
+        job = Backfill(config, labels, tenant, as_of, batch_rows, ts_column, point)
+        point = job.point
         try:
             rows = _write_once(config, job, name)
         except ForgetsChanged:
