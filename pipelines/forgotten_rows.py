@@ -8,7 +8,9 @@ of one of those users predates the request, and should be gone, when
   quarantine): its LSN is at or below its source partition's mark;
 - it carries a request time (each tenant's training, fat-row and samples tables): the request came at
   or before the newest arrival then;
-- it is in any other table with a `user_id` (the samples quarantine, backfills): always.
+- it is in any other table with a `user_id` (the samples quarantine, backfills): it is in a data
+  file the table held when the forget reached it (the file's data sequence number is at most the one
+  the table's forget record keeps for that forget: `tableformat.forgets`; recent forgets only).
 Events that arrive after a forget, and requests made after it, are new data. A request recorded
 before marks existed counts every row of its users. Each table is read once, its rows of the users
 only (bucket and bounds pruning), and judged with one join.
@@ -20,6 +22,7 @@ from collections import defaultdict
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 from pyiceberg.expressions import In
 from pyiceberg.table import Table
 
@@ -30,8 +33,9 @@ from pipelines.maintenance import user_tables
 from pipelines.publication_check import is_delta_table
 from seqlake.config import Config
 from seqlake.duckdb_session import connect
+from tableformat.forgets import forgets_of
 from tableformat.fsck import Finding
-from tableformat.io import engine_location
+from tableformat.io import engine_location, resolve_uri
 from tableformat.schema import TIMESTAMP_US
 
 INVARIANT = "forgotten-user"
@@ -75,11 +79,33 @@ def _predating(rows: pa.Table, by_lsn: pa.Table, by_time: pa.Table) -> pa.Table:
         unmarked = by_lsn.filter(pc.is_null(by_lsn["source_partition"])).select(["user_id"])
         anything = rows.join(unmarked, "user_id", join_type="inner")
         return pa.concat_tables([exact.select(["user_id"]), anything.select(["user_id"])])
-    if "request_ts" in names:
-        timed = rows.join(by_time, "user_id", join_type="inner")
-        old = pc.or_kleene(pc.is_null(timed["mark_arrival"]), pc.less_equal(timed["request_ts"], timed["mark_arrival"]))
-        return timed.filter(old).select(["user_id"])
-    return rows.select(["user_id"])
+    timed = rows.join(by_time, "user_id", join_type="inner")
+    old = pc.or_kleene(pc.is_null(timed["mark_arrival"]), pc.less_equal(timed["request_ts"], timed["mark_arrival"]))
+    return timed.filter(old).select(["user_id"])
+
+
+def _held_at_forget(table: Table, users: list[int]) -> pa.Table:
+    """The rows of `users` in live files of `table` that the table held when a forget of them
+    reached it (by data sequence number, against the table's forget record)."""
+    reached: dict[int, int] = {}  # user -> the highest sequence number a forget of theirs reached
+    for epoch in forgets_of(table.metadata).epochs:
+        for user in epoch.users:
+            reached[user] = max(reached.get(user, -1), epoch.sequence)
+    snapshot = table.current_snapshot()
+    if snapshot is None or not reached or max(reached.values()) < 0:
+        return pa.table({"user_id": pa.array([], pa.int64())})
+    parts = []
+    for manifest in snapshot.manifests(table.io):
+        for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True):
+            sequence = entry.sequence_number if entry.sequence_number is not None else -1
+            older = pa.array(sorted(u for u, top in reached.items() if sequence <= top and u in users), pa.int64())
+            if not len(older):
+                continue
+            fs, path = resolve_uri(entry.data_file.file_path)
+            with fs.open_input_file(path) as handle:
+                ids = pq.read_table(handle, columns=["user_id"])["user_id"]
+            parts.append(pa.table({"user_id": ids.filter(pc.is_in(ids, value_set=older))}))
+    return pa.concat_tables(parts) if parts else pa.table({"user_id": pa.array([], pa.int64())})
 
 
 def _finding(name: str, found: pa.Table, requests: list[forget_audit.Forgotten], options: str) -> Finding | None:
@@ -128,7 +154,9 @@ def forgotten_findings(config: Config, paths: LandingPaths | None, config_file: 
     history, _ = history_tables(config)
     namespace = config.warehouse.namespace
     for table in [history, *user_tables(config, besides=(history.name()[-1],))]:
-        found = _predating(_table_rows(table, users), by_lsn, by_time)
+        columns = table.refresh().schema().column_names
+        judged = ("lsn" in columns and "source_partition" in columns) or "request_ts" in columns
+        found = _predating(_table_rows(table, users), by_lsn, by_time) if judged else _held_at_forget(table, users)
         finding = _finding(f"{namespace}.{table.name()[-1]}", found, requests, options)
         if finding is not None:
             findings.append(finding)

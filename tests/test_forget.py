@@ -102,24 +102,27 @@ def table_contents(lake, leaving_out: list[int] = ()) -> dict[str, str]:
     return found
 
 
-def parquet_files(root: Path) -> list[Path]:
-    return [p for p in root.rglob("*.parquet") if "_delta_log" not in p.parts]
+def parquet_files(root: Path, leaving_out: tuple[str, ...] = ()) -> list[Path]:
+    """Every Parquet data file under `root`, live or not (Iceberg data folders, Delta tables), but the
+    Delta logs' checkpoints and the folders named in `leaving_out`."""
+    return [p for p in root.rglob("*.parquet") if "_delta_log" not in p.parts and not set(leaving_out) & set(p.parts)]
 
 
-def users_on_disk(roots: list[Path], users: list[int]) -> dict[str, int]:
+def users_on_disk(roots: list[Path], users: list[int], leaving_out: tuple[str, ...] = ()) -> dict[str, int]:
     """Rows of the users in every Parquet data file under the roots, live or not: by `user_id`, or by a
-    raw payload naming them."""
+    raw payload naming them (`"user_id": U` in its JSON, spaced or not, quoted or not)."""
     found = {}
     wanted = pa.array(users, pa.int64())
+    named = "|".join(str(int(u)) for u in users)
+    pattern = rf'"user_id"\s*:\s*"?({named})"?\s*[,}}]'
     for root in roots:
-        for path in parquet_files(root):
+        for path in parquet_files(root, leaving_out):
             rows = pq.read_table(path)
             hits = 0
             if "user_id" in rows.schema.names:
                 hits += pc.sum(pc.is_in(rows["user_id"], value_set=wanted)).as_py() or 0
             if "payload" in rows.schema.names:
-                texts = rows["payload"].to_pylist()
-                hits += sum(any(f'"user_id": {u}' in (t or "") for u in users) for t in texts)
+                hits += pc.sum(pc.match_substring_regex(rows["payload"], pattern)).as_py() or 0
             if hits:
                 found[str(path)] = hits
     return found
@@ -195,16 +198,47 @@ def test_forget_removes_the_users_everywhere_even_when_killed_then_maintain_remo
     assert sum(r.removed for r in forget_users(config, doomed, spark=spark, paths=lake.paths)) == 0
     assert commits(tables) == {name: count + 2 for name, count in before.items()}
 
-    # Still on disk: old snapshots reference the replaced files. `maintain` then removes them.
+    # Still on disk: old snapshots reference the replaced files. `maintain` then removes them, whatever
+    # maintenance.keep_snapshots keeps: no snapshot from before the forget stays.
     roots = [Path(t.location().removeprefix("file://")) for t in tables]
     roots.append(Path(lake.paths.events.removeprefix("file://")).parent)
     assert users_on_disk(roots, doomed)
-    spec = config.maintenance.model_copy(update={"snapshot_retention_hours": 0, "keep_snapshots": 1})
+    assert config.maintenance.keep_snapshots > 1
+    spec = config.maintenance.model_copy(update={"snapshot_retention_hours": 0})
     run_maintenance(config.model_copy(update={"maintenance": spec}), now=datetime.now(UTC) + timedelta(days=2))
     vacuum_landing(spark, lake.paths, timedelta(0))
     assert users_on_disk(roots, doomed) == {}
     assert table_contents(lake) == expected
     fsck_table(history_tables(config)[0])
+
+
+def test_after_forget_and_the_documented_maintain_no_parquet_file_on_disk_holds_the_users(tmp_path: Path) -> None:
+    """The commands a user runs on the small demo's warehouse: every Parquet file left under it (Iceberg
+    data folders and the landing tier's Delta tables, live or not) is read; none holds a row of the
+    forgotten user. The raw source table, a message log's stand-in, forgets by its own retention."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SEQLAKE_")}
+
+    def run(*args: str) -> str:
+        done = subprocess.run(
+            [sys.executable, "-m", "seqlake.cli", *args], capture_output=True, text=True, env=env, cwd=tmp_path
+        )
+        assert done.returncode == 0, f"seqlake {' '.join(args)}: {done.stderr}"
+        return done.stdout
+
+    run("demo", "--small")
+    warehouse = tmp_path / "warehouse"
+    user = [1_000_000]
+    raw = ("raw_events",)
+    on_disk = users_on_disk([warehouse], user, leaving_out=raw)
+    assert on_disk and any("landing" in path for path in on_disk)  # the test could fail
+    assert users_on_disk([warehouse / "seqlake" / raw[0]], user)  # the log keeps them, and the scan sees them
+    run("forget", "--user", str(user[0]))
+    assert users_on_disk([warehouse], user, leaving_out=raw)  # old snapshots still reference the files
+    hours = ("--snapshot-retention-hours", "--orphan-safety-hours", "--landing-retention-hours")
+    run("maintain", *(arg for option in hours for arg in (option, "0")))
+    assert users_on_disk([warehouse], user, leaving_out=raw) == {}
+    checked = run("fsck")
+    assert "OK" in checked
 
 
 def test_forget_needs_a_user_and_a_warehouse(tmp_path: Path) -> None:
