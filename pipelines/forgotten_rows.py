@@ -131,8 +131,9 @@ def _table_rows(table: Table, users: list[int]) -> pa.Table:
 
 
 def _landing_rows(con, uri: str, users: pa.Array, quarantine: bool) -> pa.Table:
-    # Quarantined records are raw payloads: the user id as far as one can be read from them.
-    user = "TRY_CAST(json_extract_string(payload, '$.user_id') AS BIGINT)" if quarantine else "user_id"
+    # Quarantined records are raw payloads: the user id of those that are JSON objects.
+    named = "TRY_CAST(CASE WHEN json_valid(payload) THEN json_extract_string(payload, '$.user_id') END AS BIGINT)"
+    user = named if quarantine else "user_id"
     con.register("_forgotten_users", pa.table({"user_id": users}))
     return con.execute(
         f"SELECT {user} AS user_id, lsn, source_partition FROM delta_scan(?) "

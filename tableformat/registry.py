@@ -4,8 +4,9 @@ Files are written by seqlake's own writer (from Python or from Spark tasks) and 
 Each commit adds whole sorted runs (and, for a merge, removes the runs it replaces) in one Iceberg
 snapshot, together with the table property `seqlake.runs` that lists the live runs: a reader never
 sees half a run, and every engine can ignore the property safely. The LSN frontier is a table
-property too (`seqlake.frontier`, set in the same commit as the runs it covers): table properties
-live in the table metadata, not in a snapshot, so expiring old snapshots loses neither.
+property too (`seqlake.frontier`, set in the same commit as the runs it covers), and so is the forget
+record (`seqlake.forgets`, `tableformat.forgets`) that fences every commit of new files: table
+properties live in the table metadata, not in a snapshot, so expiring old snapshots loses none.
 """
 
 from __future__ import annotations

@@ -5,6 +5,7 @@ any data file on disk. Run again it is a no-op; killed half way and run again it
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import subprocess
 import sys
@@ -18,11 +19,13 @@ import pytest
 import yaml
 
 import seqlake
+from jobs.demo import RAW_TABLE
 from pipelines.compaction import history_tables
 from pipelines.compaction_quarantine import compaction_quarantine_schema, compaction_quarantine_table
 from pipelines.faults import KILL_AT_ENV
 from pipelines.forget import forget_users, tables_with_users, user_rows
 from pipelines.maintenance import run_maintenance, vacuum_landing
+from pipelines.raw_landing import land_raw_records
 from pipelines.training.capture import Request, capture_requests, fat_rows, training_rows
 from pipelines.training.materialize import write_arrow_samples
 from pipelines.training.online_view import ViewSnapshot
@@ -36,8 +39,11 @@ from pipelines.training.tables import (
     training_schema,
     training_table_name,
 )
+from seqlake.catalog import open_catalog, table_identifier
+from seqlake.config import DEFAULT_CONFIG_PATH, load_config
 from seqlake.duckdb_session import connect
 from seqlake.errors import SeqlakeError, SetupError
+from seqlake.events import RAW_SCHEMA
 from tableformat.fsck import fsck_table
 from tableformat.reader import HistoryReader
 from tableformat.registry import live_runs, published_windows
@@ -239,6 +245,77 @@ def test_after_forget_and_the_documented_maintain_no_parquet_file_on_disk_holds_
     assert users_on_disk([warehouse], user, leaving_out=raw) == {}
     checked = run("fsck")
     assert "OK" in checked
+
+
+def test_fsck_reports_rows_a_forget_left_with_the_command_that_removes_them(tmp_path: Path) -> None:
+    """A forget that leaves the landing tier (`--skip-landing`), then a rebuild of history from the
+    landing tier, brings the user's old events back: fsck names each table holding them and the
+    command that removes them; run, fsck is clean. Events of the user that arrive after the forget are
+    new data, and fsck leaves them alone."""
+    config = tmp_path / "seqlake.yaml"
+    packaged = yaml.safe_load(DEFAULT_CONFIG_PATH.read_text())  # the small demo's own data, as a user runs it
+    packaged["warehouse"] = {**packaged["warehouse"], "path": str(tmp_path / "warehouse")}
+    config.write_text(yaml.safe_dump(packaged, sort_keys=False))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SEQLAKE_")}
+
+    def run(*args: str, expect: int = 0) -> subprocess.CompletedProcess:
+        done = subprocess.run(
+            [sys.executable, "-m", "seqlake.cli", args[0], "--config", str(config), *args[1:]],
+            capture_output=True,
+            text=True,
+            env=env,
+        )
+        assert done.returncode == expect, f"seqlake {' '.join(args)}: {done.stderr}"
+        return done
+
+    run("demo", "--small")
+    user = 1_000_000
+    run("forget", "--skip-landing", "--user", str(user))
+
+    def found() -> tuple[set[str], list[str]]:
+        lines = [line for line in run("fsck", expect=1).stderr.splitlines() if "[forgotten-user]" in line]
+        return {line.split(": ")[2] for line in lines}, lines
+
+    assert found()[0] <= {"landing/events", "landing/quarantine"}  # what --skip-landing left
+    history, _ = history_tables(load_config(str(config)))
+    for run_id in live_runs(history):
+        run("drop-run", "--run", run_id)
+    run("compact", "--end-of-stream", "--engine", "duckdb")
+    tables, broken = found()
+    assert {"seqlake.history", "seqlake.history_detail", "landing/events"} <= tables, broken
+    assert tables <= {"seqlake.history", "seqlake.history_detail", "landing/events", "landing/quarantine"}
+    command = broken[0].split("remove them: ")[1]
+    assert command == f"seqlake forget --config {config} --user {user}"
+    run(*command.split()[1:])
+    assert "OK" in run("fsck").stdout
+    assert user_rows(history_tables(load_config(str(config)))[0], [user]) == 0
+
+    # New events of the user, after the forget: new data, not a finding.
+    events = [
+        {
+            "source_partition": 9,
+            "lsn": n,
+            "arrival_ts": datetime.now(UTC),
+            "payload": json.dumps(
+                {
+                    "event_id": f"late-{n}",
+                    "user_id": user,
+                    "feature_group": "engagement",
+                    "event_ts": int(datetime.now(UTC).timestamp() * 1000),
+                    "item_id": n,
+                    "action_flags": 1,
+                }
+            ),
+        }
+        for n in range(3)
+    ]
+    loaded = load_config(str(config))
+    raw = open_catalog(loaded).load_table(table_identifier(loaded, RAW_TABLE))
+    land_raw_records(raw, pa.Table.from_pylist(events, schema=RAW_SCHEMA).to_batches())
+    run("ingest", "--engine", "duckdb")
+    run("compact", "--end-of-stream", "--engine", "duckdb")
+    assert user_rows(history_tables(loaded)[0], [user]) > 0
+    assert "OK" in run("fsck").stdout
 
 
 def test_forget_needs_a_user_and_a_warehouse(tmp_path: Path) -> None:
