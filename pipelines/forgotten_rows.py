@@ -27,7 +27,6 @@ from pyiceberg.expressions import In
 from pyiceberg.table import Table
 
 from pipelines import forget_audit
-from pipelines.compaction import history_tables
 from pipelines.landing import LandingPaths
 from pipelines.maintenance import user_tables
 from pipelines.publication_check import is_delta_table
@@ -124,8 +123,6 @@ def _finding(name: str, found: pa.Table, requests: list[forget_audit.Forgotten],
 
 
 def _table_rows(table: Table, users: list[int]) -> pa.Table:
-    if table.refresh().current_snapshot() is None:
-        return pa.table({"user_id": pa.array([], pa.int64())})
     columns = [c for c in ("user_id", "lsn", "source_partition", "request_ts") if c in table.schema().column_names]
     return table.scan(row_filter=In("user_id", users), selected_fields=tuple(columns)).to_arrow()
 
@@ -152,10 +149,11 @@ def forgotten_findings(config: Config, paths: LandingPaths | None, config_file: 
     by_lsn, by_time = _marks(requests)
     options = f" --config {config_file}" if config_file else ""
     findings: list[Finding] = []
-    history, _ = history_tables(config)
     namespace = config.warehouse.namespace
-    for table in [history, *user_tables(config, besides=(history.name()[-1],))]:
-        columns = table.refresh().schema().column_names
+    for table in user_tables(config):  # history among them; none is created (fsck changes nothing)
+        if table.refresh().current_snapshot() is None:
+            continue
+        columns = table.schema().column_names
         judged = ("lsn" in columns and "source_partition" in columns) or "request_ts" in columns
         found = _predating(_table_rows(table, users), by_lsn, by_time) if judged else _held_at_forget(table, users)
         finding = _finding(f"{namespace}.{table.name()[-1]}", found, requests, options)
