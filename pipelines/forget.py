@@ -1,12 +1,12 @@
-"""Forget users: remove every stored row of some users, one commit per table that holds them.
+"""Forget users: remove every stored row of some users, one commit per table, in this order:
 
 - The landing tier (Delta, on Spark): the users' events, and quarantined records whose payload names
   one of them (`$.user_id`).
-- The history table: each file of a live run that holds one of the users is rewritten without their
-  rows by the run writer (same run, same bucket: sorted, footers and checksums as compaction writes
-  them), all in one commit that also updates the run registry; the runs keep their windows.
 - Every other Iceberg table of the namespace with a `user_id` column (detail, compaction quarantine,
   each tenant's training, fat-row and samples tables, the samples quarantine): one copy-on-write delete.
+- The history table, last: each file of a live run that holds one of the users is rewritten without
+  their rows by the run writer (same run, same bucket: sorted, footers and checksums as compaction
+  writes them), all in one commit that also updates the run registry; the runs keep their windows.
 
 The raw source table (a message log's stand-in, raw payloads, no `user_id` column) is not touched: a
 real log forgets by its own retention.
