@@ -5,8 +5,9 @@ drops the forgotten users' rows or plans again: afterwards they have no row in a
 landing tier included), every other row is what the same steps leave without the forget, and fsck
 finds no live row of a forgotten user.
 
-Without the fence (`tableformat.forgets.missed_users` answering no one) every case fails: the rows
-come back. A migration writes no row (schemas and properties only), and a forget refuses a
+Without the fence (`tableformat.forgets.missed_users` answering no one) every case but the merges'
+fails: the rows come back (a merge reads history alone, and a forget's commit there already fails
+the merge's commit). A migration writes no row (schemas and properties only), and a forget refuses a
 half-migrated warehouse (its tables differ from either configuration), so the two cannot interleave.
 """
 
