@@ -25,7 +25,7 @@ folded epoch.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Literal
@@ -44,8 +44,9 @@ from seqlake.errors import ForgetCommitted
 from tableformat.io import resolve_uri
 
 FORGETS_PROPERTY = "seqlake.forgets"
-# How long a finished forget stays listed: a writer's read and its commit are hours apart at most.
+# How long a finished forget stays listed; a job whose read began before a fold plans again.
 HORIZON = timedelta(days=7)
+ATTEMPTS = 5  # fenced commits that find a new forget check and commit again this many times
 
 
 @dataclass(frozen=True)
@@ -232,13 +233,6 @@ def remove_missed(table: Table, point: ReadPoint, scope: BooleanExpression | Non
     raise ForgetCommitted(f"{'.'.join(table.name())}: forgets kept committing; run the job again")
 
 
-ATTEMPTS = 5
-
-
 def record_forget(transaction: Transaction, updated: Forgets) -> None:
     """Set the forget record in a (guarded) transaction: a forget's own commit on a table."""
     guard(transaction).set_properties({FORGETS_PROPERTY: updated.to_json()})
-
-
-def users_of(epochs: Sequence[Epoch]) -> list[int]:
-    return sorted({u for e in epochs for u in e.users})
