@@ -4,10 +4,12 @@ tables), one commit per table that holds them; print the rows removed per table,
 none is left. Each request is recorded in the `forget_audit` table: who asked (--by), which users,
 when, and the rows each table held of them (a killed forget, run again, completes the same record).
 
-The replaced files stay on disk while older snapshots reference them: the bytes are gone once
-`seqlake maintain` has expired those snapshots and removed the orphan files (right away with
-`seqlake maintain --snapshot-retention-hours 0`). Running forget again is a no-op; a forget killed
-half way, run again, ends where an unkilled one ends.
+Every table records the request (`seqlake.forgets`): a job that read before it and commits after it
+leaves the users out. The replaced files stay on disk while older snapshots reference them: the next
+`seqlake maintain` expires every snapshot from before the forget whatever keep_snapshots says, once
+older than the snapshot retention, and removes the orphan files; right away with `seqlake maintain
+--snapshot-retention-hours 0 --orphan-safety-hours 0 --landing-retention-hours 0`. Running forget
+again is a no-op; a forget killed half way, run again, ends where an unkilled one ends.
 """
 
 from __future__ import annotations

@@ -3,6 +3,9 @@
 With --repair-plan, also say which runs hold broken files, which windows they cover, where each
 window's events can be rebuilt from (the landing tier, or the detail table's retained events), and the
 commands to run.
+
+Checking the history table, it also reports every table (the landing tier included) that holds live
+rows of a forgotten user from before the forget, with the `seqlake forget` command that removes them.
 """
 
 from __future__ import annotations
@@ -131,6 +134,7 @@ def repair_plan_lines(config: Config, table, findings: list[Finding], config_fil
 @click.option("--repair-plan", is_flag=True, help="Say which runs and windows to rebuild, from where and how.")
 @common_options
 def command(table: str, quick: bool, repair_plan: bool) -> int:
+    from pipelines.forgotten_rows import forgotten_findings
     from pipelines.landing import landing_paths
     from pipelines.publication_check import publication_findings
     from seqlake.catalog import check_warehouse, load_history_table, table_identifier
@@ -156,8 +160,12 @@ def command(table: str, quick: bool, repair_plan: bool) -> int:
     plan = repair_plan_lines(config, history, list(report.findings), settings().config) if repair_plan else []
     if not findings and table == "history":
         findings = [f"{identifier}: {finding}" for finding in publication_findings(history, landing_paths(config))]
+    forgotten = forgotten_findings(config, landing_paths(config), settings().config) if table == "history" else []
+    findings += [str(f) for f in forgotten]
     facts = {"runs": report.runs, "files": report.files, "rows": report.rows, "bytes": report.bytes}
-    return _report(identifier, findings, report.findings, plan if report.findings else [], facts)
+    found = [*report.findings, *forgotten]
+    found = found if len(found) == len(findings) else []  # publication findings are lines alone
+    return _report(identifier, findings, found, plan if report.findings else [], facts)
 
 
 def _report(identifier: str, lines: list[str], findings, plan: list[str], facts: dict[str, Any]) -> int:

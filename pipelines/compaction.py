@@ -17,11 +17,13 @@ from __future__ import annotations
 import functools
 import json
 import logging
+from collections.abc import Callable
 from contextlib import suppress
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from pyiceberg.exceptions import TableAlreadyExistsError
+from pyiceberg.expressions import In
 from pyiceberg.io.pyarrow import pyarrow_to_schema
 from pyiceberg.partitioning import PartitionField, PartitionSpec
 from pyiceberg.table import Table
@@ -36,8 +38,9 @@ from pipelines.merge_policy import policy_of, runs_to_merge
 from pipelines.parse import landing_schema
 from seqlake.catalog import open_catalog, spark_name, table_identifier
 from seqlake.config import Config
-from seqlake.errors import SeqlakeError, SimulatedCrash
+from seqlake.errors import ForgetCommitted, SeqlakeError, SimulatedCrash
 from tableformat.evolution import by_projection, known_field_ids, select_list
+from tableformat.forgets import ReadPoint, inherited, missed_users, read_point, remove_missed
 from tableformat.registry import (
     RunRecord,
     RunsChanged,
@@ -116,7 +119,7 @@ def history_tables(config: Config) -> tuple[Table, Table]:
         SortField(source_id=iceberg_schema.find_field("user_id").field_id, transform=IdentityTransform()),
         SortField(source_id=iceberg_schema.find_field("event_ts").field_id, transform=IdentityTransform()),
     )
-    properties = {"write.parquet.compression-codec": "zstd"}
+    properties = {"write.parquet.compression-codec": "zstd", **inherited(history)}
     try:
         detail = catalog.create_table(
             detail_id, schema=iceberg_schema, partition_spec=spec, sort_order=order, properties=properties
@@ -277,18 +280,29 @@ def compact_batch(
 ) -> CompactionResult:
     """Publish closed windows as one sorted run that holds exactly them; windows published already
     are left out (all of them: a no-op)."""
+    return replanning("compaction", lambda: _compact_batch(spark, config, paths, windows, fail_at))
+
+
+def _compact_batch(
+    spark: SparkSession, config: Config, paths: LandingPaths, windows: list[int], fail_at: str | None
+) -> CompactionResult:
     from pyspark.sql import functions as F
 
+    from pipelines.compaction_quarantine import compaction_quarantine_table
     from pipelines.spark_history import write_run_with_spark
 
-    history, _, published, todo = batch_to_publish(config, windows)
+    history, detail, published, todo = batch_to_publish(config, windows)
     if not todo:
         return CompactionResult(max(windows), batch_run_id(sorted(windows)), published=False)
     run_id = batch_run_id(todo)
+    point = read_point(history)  # before the first read: the forgets this batch has seen
 
     # The batch's landing rows are read once: for its events and for its LSN frontier.
     landed = batch_landing(spark, paths, todo).persist()
-    events = batch_events(spark, config, paths, todo, published, landed).persist()
+    events = batch_events(spark, config, paths, todo, published, landed)
+    # Users of a forget under way (it cleaned detail, not history yet) stay out of the batch.
+    dropping = missed_users(history, point, detail.refresh()).to_pylist()
+    events = (events.where(~F.col("user_id").isin(dropping)) if dropping else events).persist()
     split = None
     try:
         split = split_batch_spark(spark, config, events, f"_seqlake_events_{run_id}", todo)
@@ -300,6 +314,11 @@ def compact_batch(
         split.kept.writeTo(spark_name(config, DETAIL)).option(
             "snapshot-property.seqlake.window-id", str(todo[-1])
         ).overwrite(F.col("window_id").isin(todo))
+        # Spark's commits are not fenced: a forget that reached these tables meanwhile is undone here.
+        scope = In("window_id", todo)
+        remove_missed(detail, point, scope)
+        if split.quarantined:
+            remove_missed(compaction_quarantine_table(config), point, scope)
         _crash("after_detail", fail_at)
         event_count = events.count() - split.quarantined
         own_lsns = window_lsns(spark, paths, todo, landed)
@@ -308,8 +327,19 @@ def compact_batch(
             split.release()
         events.unpersist()
         landed.unpersist()
-    result = publish_batch(history, todo, files, own_lsns, event_count, fail_at=fail_at)
+    result = publish_batch(history, todo, files, own_lsns, event_count, fail_at=fail_at, point=point)
     return replace(result, quarantined=split.quarantined) if result.published else result
+
+
+def replanning(name: str, attempt: Callable[[], CompactionResult]) -> CompactionResult:
+    """Run `attempt` (a batch's read, write and commit) again when a forget it did not see committed
+    while it ran (ForgetCommitted: nothing of it was published); its next read sees the forget."""
+    for _ in range(COMMIT_ATTEMPTS):
+        try:
+            return attempt()
+        except ForgetCommitted as error:
+            log.info("%s: %s; planning again", name, error)
+    raise ForgetCommitted(f"{name}: forgets kept committing while it ran; run compact again")
 
 
 def publish_batch(
@@ -320,9 +350,12 @@ def publish_batch(
     event_count: int,
     *,
     fail_at: str | None = None,
+    point: ReadPoint | None = None,
 ) -> CompactionResult:
     """Commit a written batch run (any engine); a lost race retries on the new snapshot, or removes
-    the files when the windows were published by someone else."""
+    the files when the windows were published by someone else. A forget that committed after the
+    batch's read (`point`) and names a user the files hold raises ForgetCommitted (files removed):
+    the batch plans again (`replanning`)."""
     run_id = batch_run_id(windows)
     row_count = sum(f.facts.row_count for f in files)
     record = RunRecord(run_id, "window" if len(windows) == 1 else "batch", windows, len(files), row_count)
@@ -334,9 +367,12 @@ def publish_batch(
         if len(windows) > 1:
             properties["seqlake.windows"] = json.dumps(windows)
         try:
-            commit_runs(history, [(record, files)], snapshot_properties=properties)
+            commit_runs(history, [(record, files)], snapshot_properties=properties, point=point)
             log.info("published run %s: windows %s, %d rows in %d files", run_id, windows, row_count, len(files))
             break
+        except ForgetCommitted:
+            delete_files([f.uri for f in files])
+            raise
         except WindowsAlreadyPublished:
             # Another job published these windows first: ours becomes a no-op and leaves no file behind.
             log.info("run %s: windows %s were published by another job first", run_id, windows)
@@ -385,6 +421,7 @@ def merge_runs_if_needed(spark: SparkSession, config: Config) -> str | None:
     if todo is None:
         return None
     history, runs, windows, run_id = todo
+    point = read_point(history)
     paths = [f.file_path for f in files_of_runs(history, set(runs))]
     names = history_arrow_schema(config).names
     target, loose = history_read_schema(history)
@@ -408,17 +445,20 @@ def merge_runs_if_needed(spark: SparkSession, config: Config) -> str | None:
         files = write_run_with_spark(rows, history, config, run_id)
     finally:
         spark.conf.set(vectorized, previous)
-    return commit_merge(history, list(runs), windows, run_id, files)
+    return commit_merge(history, list(runs), windows, run_id, files, point)
 
 
-def commit_merge(history: Table, replaced: list[str], windows: list[int], run_id: str, files: list) -> str | None:
+def commit_merge(
+    history: Table, replaced: list[str], windows: list[int], run_id: str, files: list, point: ReadPoint
+) -> str | None:
     """Commit a written merge run (any engine) in place of `replaced`; None, with its files removed,
-    when another job published or merged first (the rewrite is stale; the next compaction decides)."""
+    when another job published or merged first, or a forget the merge's read (`point`) did not see
+    committed (the rewrite is stale; the next compaction decides)."""
     record = RunRecord(run_id, "merge", windows, len(files), sum(f.facts.row_count for f in files))
     kill_point("merge_written")
     try:
-        commit_runs(history, [(record, files)], replaces=replaced)
-    except (RunsChanged, WindowsAlreadyPublished):
+        commit_runs(history, [(record, files)], replaces=replaced, point=point)
+    except (RunsChanged, WindowsAlreadyPublished, ForgetCommitted):
         log.info("merge %s of %s: another job committed first; the next compaction decides", run_id, replaced)
         delete_files([f.uri for f in files])
         return None

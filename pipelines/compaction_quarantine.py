@@ -28,6 +28,7 @@ from pipelines.parse import landing_schema
 from pipelines.window_replace import replace_windows
 from seqlake.catalog import open_catalog, spark_name, table_identifier
 from seqlake.config import Config
+from tableformat.forgets import ReadPoint, inherited
 from tableformat.registry import check_matches_config
 from tableformat.schema import history_arrow_schema, with_field_ids
 
@@ -55,8 +56,12 @@ def compaction_quarantine_table(config: Config) -> Table:
     spec = PartitionSpec(
         PartitionField(source_id=window, field_id=1000, transform=IdentityTransform(), name="window_id")
     )
+    from pipelines.compaction import HISTORY  # that module imports this one
+
+    history_id = table_identifier(config, HISTORY)
+    history = catalog.load_table(history_id) if catalog.table_exists(history_id) else None
     try:
-        return catalog.create_table(identifier, schema=schema, partition_spec=spec)
+        return catalog.create_table(identifier, schema=schema, partition_spec=spec, properties=inherited(history))
     except TableAlreadyExistsError:
         return catalog.load_table(identifier)
 
@@ -98,9 +103,12 @@ def split_batch_spark(spark, config: Config, events, view: str, windows: list[in
     return SparkSplit(rows, kept, quarantined, (groups, failed))
 
 
-def split_batch_duckdb(con, config: Config, events: pa.Table, windows: list[int]) -> tuple[pa.Table, pa.Table, int]:
+def split_batch_duckdb(
+    con, config: Config, events: pa.Table, windows: list[int], point: ReadPoint
+) -> tuple[pa.Table, pa.Table, int]:
     """(rows of the groups that fit, their events, the count quarantined) on DuckDB; the events of the
-    groups that do not fit are written to the compaction quarantine (replacing the windows' rows)."""
+    groups that do not fit are written to the compaction quarantine (replacing the windows' rows;
+    fenced on the forgets the batch's read, `point`, saw)."""
     con.register("_events", events)
     con.execute(f"CREATE OR REPLACE TEMP TABLE _groups AS {checked_groups_sql(config, '_events', 'duckdb', GROUPING)}")
     rows = con.execute(fitting_rows_sql(config, "_groups", "duckdb", GROUPING)).to_arrow_table()
@@ -109,6 +117,6 @@ def split_batch_duckdb(con, config: Config, events: pa.Table, windows: list[int]
     if not failed.num_rows:
         return rows, events, 0
     schema = compaction_quarantine_table(config).schema().as_arrow()
-    replace_windows(compaction_quarantine_table(config), failed.select(schema.names).cast(schema), windows)
+    replace_windows(compaction_quarantine_table(config), failed.select(schema.names).cast(schema), windows, point)
     kept = con.execute(group_events_sql(config, "_events", "_groups", "duckdb", GROUPING, failed=False))
     return rows, kept.to_arrow_table(), failed.num_rows

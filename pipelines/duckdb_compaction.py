@@ -26,6 +26,7 @@ from pipelines.compaction import (
     commit_merge,
     merge_to_do,
     publish_batch,
+    replanning,
 )
 from pipelines.compaction_quarantine import split_batch_duckdb
 from pipelines.landing import LandingPaths
@@ -36,6 +37,7 @@ from seqlake.config import Config
 from seqlake.duckdb_session import connect, sql_literal
 from tableformat.bucketing import bucket_of
 from tableformat.evolution import by_projection, known_field_ids, select_list
+from tableformat.forgets import drop_users, missed_users, read_point
 from tableformat.io import engine_location
 from tableformat.registry import files_of_runs, history_file_uri
 from tableformat.run_writer import write_run
@@ -126,13 +128,22 @@ def compact_batch_duckdb(
     config: Config, paths: LandingPaths, windows: list[int], *, fail_at: str | None = None
 ) -> CompactionResult:
     """`pipelines.compaction.compact_batch` on DuckDB: the same run content, no Spark session."""
+    return replanning("compaction", lambda: _compact_batch_duckdb(config, paths, windows, fail_at))
+
+
+def _compact_batch_duckdb(
+    config: Config, paths: LandingPaths, windows: list[int], fail_at: str | None
+) -> CompactionResult:
     history, detail, published, todo = batch_to_publish(config, windows)
     if not todo:
         return CompactionResult(max(windows), batch_run_id(sorted(windows)), published=False)
     run_id = batch_run_id(todo)
+    point = read_point(history)  # before the first read: the forgets this batch has seen
     with connect(extensions=("delta",)) as con:
         events = batch_events_duckdb(con, config, paths, todo, detail, published)
-        rows, events, quarantined = split_batch_duckdb(con, config, events, todo)
+        # Users of a forget under way (it cleaned detail, not history yet) stay out of the batch.
+        events = drop_users(events, missed_users(history, point, detail.refresh()))
+        rows, events, quarantined = split_batch_duckdb(con, config, events, todo, point)
         own_lsns = _window_lsns(con, paths, todo)
     _crash("before_write", fail_at)
     files = write_history_run(history, config, run_id, rows)
@@ -141,9 +152,9 @@ def compact_batch_duckdb(
     # In the table's column order: after a migration, added columns come last there.
     stored = detail.schema().as_arrow()
     detail_rows = events.select(stored.names).cast(stored)
-    replace_windows(detail, detail_rows, todo, {"seqlake.window-id": str(todo[-1])})
+    replace_windows(detail, detail_rows, todo, point, {"seqlake.window-id": str(todo[-1])})
     _crash("after_detail", fail_at)
-    result = publish_batch(history, todo, files, own_lsns, events.num_rows, fail_at=fail_at)
+    result = publish_batch(history, todo, files, own_lsns, events.num_rows, fail_at=fail_at, point=point)
     return replace(result, quarantined=quarantined) if result.published else result
 
 
@@ -169,6 +180,7 @@ def merge_runs_if_needed_duckdb(config: Config) -> str | None:
     if todo is None:
         return None
     history, runs, windows, run_id = todo
+    point = read_point(history)
     by_bucket: dict[int, list[str]] = {}
     for data_file in files_of_runs(history, set(runs)):
         by_bucket.setdefault(int(data_file.partition[0]), []).append(data_file.file_path)
@@ -187,4 +199,4 @@ def merge_runs_if_needed_duckdb(config: Config) -> str | None:
             bucket_count=config.layout.bucket_count,
             group_order=list(config.feature_groups),
         )
-    return commit_merge(history, list(runs), windows, run_id, files)
+    return commit_merge(history, list(runs), windows, run_id, files, point)

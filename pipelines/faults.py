@@ -4,21 +4,40 @@
 `<point>#<n>` the n-th time (inside the second batch, the third table, ...). Unset, a point costs a
 dictionary lookup. Every job names its points after what has just become durable: `after_commit`,
 `merge_committed`, `capture_appended`, ...
+
+`run_at(point, action)` runs another job at a point instead (in-process, once): the tests put a
+`forget` inside a writer's gap between its read and its commit this way.
 """
 
 from __future__ import annotations
 
 import os
 import signal
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 KILL_AT_ENV = "SEQLAKE_KILL_AT"
 _passages: dict[str, int] = {}  # points passed in this process
+_actions: dict[str, Callable[[], object]] = {}  # point -> what runs there the next time it is passed
 
 
 def kill_point(point: str) -> None:
-    """SIGKILL this process here if the environment names this point (and this passage)."""
+    """SIGKILL this process here if the environment names this point (and this passage); run the
+    action `run_at` left here, if any."""
+    if _actions and point in _actions:
+        _actions.pop(point)()
     wanted, _, nth = os.environ.get(KILL_AT_ENV, "").partition("#")
     if wanted == point:
         _passages[point] = _passages.get(point, 0) + 1
         if _passages[point] == int(nth or 1):
             os.kill(os.getpid(), signal.SIGKILL)
+
+
+@contextmanager
+def run_at(point: str, action: Callable[[], object]) -> Iterator[None]:
+    """Run `action` the next time this process passes `point` (once), within the block."""
+    _actions[point] = action
+    try:
+        yield
+    finally:
+        _actions.pop(point, None)

@@ -3,8 +3,9 @@
 - `drop_detail_windows`: detail rows of windows past `layout.detail_retention_windows`, kept longer
   when a training pointer's open window still needs them (its rebuild reads the detail of windows
   from its open window on, and checks ids against the retention before it).
-- `expire_snapshots`: snapshots older than the retention, always keeping the newest ones. Pipeline
-  state is in table properties (`tableformat/registry.py`), so no state goes with them.
+- `expire_snapshots`: snapshots older than the retention, always keeping the newest ones, but never
+  one from before a forget. Pipeline state is in table properties (`tableformat/registry.py`), so no
+  state goes with them.
 - `remove_orphan_files`: files under a table's location that no live snapshot or metadata file
   references, and never one younger than the safety interval (a job may be writing it now).
 - `rewrite_small_files`: the many small files that per-step appends leave in the training and fat-row
@@ -40,10 +41,11 @@ from seqlake.catalog import open_catalog
 from seqlake.config import Config
 from seqlake.progress import Progress
 from tableformat.evolution import known_field_ids, projection
+from tableformat.forgets import forgets_of
 from tableformat.io import resolve_uri
 from tableformat.registry import published_windows
 from tableformat.schema import table_arrow_schema
-from tableformat.snapshots import in_commit_order
+from tableformat.snapshots import in_commit_order, sequence_number
 
 log = logging.getLogger(__name__)
 
@@ -128,11 +130,15 @@ def drop_detail_windows(detail: Table, keep_from: int | None) -> StepReport:
 
 def expire_snapshots(table: Table, older_than: datetime, keep_last: int = 1) -> StepReport:
     """Expire the snapshots taken before `older_than`, except the newest `keep_last` (at least the
-    current one) and branch or tag heads (pyiceberg protects them)."""
+    current one) and branch or tag heads (pyiceberg protects them). A snapshot from before a forget
+    (`tableformat.forgets`: up to the sequence number the table's forget record keeps) is never one of
+    the kept newest: time travel must not reach a forgotten user."""
     table.refresh()
     report = StepReport("expire-snapshots", table.name()[-1], unit="snapshots")
     snapshots = in_commit_order(table)
-    kept = {s.snapshot_id for s in snapshots[-max(keep_last, 1) :]}
+    forgotten_through = forgets_of(table.metadata).sequence
+    after_forgets = [s for s in snapshots if sequence_number(s) > forgotten_through]
+    kept = {s.snapshot_id for s in after_forgets[-max(keep_last, 1) :]}
     current = table.current_snapshot()
     if current is not None:
         kept.add(current.snapshot_id)

@@ -19,20 +19,32 @@ from pyiceberg.exceptions import CommitFailedException, ValidationException
 from pyiceberg.expressions import In
 from pyiceberg.table import Table
 
+from tableformat.forgets import ReadPoint, drop_users, fenced_transaction
+
 log = logging.getLogger(__name__)
 
 ATTEMPTS = 6
 
 
 def replace_windows(
-    table: Table, rows: pa.Table, windows: list[int], snapshot_properties: dict[str, str] | None = None
+    table: Table,
+    rows: pa.Table,
+    windows: list[int],
+    point: ReadPoint,
+    snapshot_properties: dict[str, str] | None = None,
 ) -> None:
-    """`table`'s rows of `windows` become `rows`, in one commit."""
+    """`table`'s rows of `windows` become `rows`, in one commit, without the rows of users a forget
+    removed after the writer's read (`point`): the commit is fenced on that check
+    (`tableformat.forgets`), and a forget that reaches the table meanwhile makes it check again."""
     for attempt in range(ATTEMPTS):
         try:
-            table.refresh().overwrite(
-                rows, overwrite_filter=In("window_id", windows), snapshot_properties=snapshot_properties or {}
+            transaction, missed = fenced_transaction(table.refresh(), point)
+            transaction.overwrite(
+                drop_users(rows, missed),
+                overwrite_filter=In("window_id", windows),
+                snapshot_properties=snapshot_properties or {},
             )
+            transaction.commit_transaction()
             return
         except (CommitFailedException, ValidationException) as error:
             if attempt == ATTEMPTS - 1:

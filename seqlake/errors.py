@@ -93,6 +93,11 @@ class UsersRemain(SeqlakeError):
     """A table still holds rows of a forgotten user after `forget` (never expected)."""
 
 
+class ForgetCommitted(SeqlakeError):
+    """A forget committed after this job read its input (`tableformat.forgets`): what it wrote may
+    hold the forgotten users' rows, so it was not committed. Plan again on the new snapshot."""
+
+
 # -- data in and out -----------------------------------------------------------------------------
 
 

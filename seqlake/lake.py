@@ -293,9 +293,10 @@ class Lake:
 
     def forget(self, user_ids: Iterable[int], *, spark=None) -> list[StepReport]:
         """Remove every row of the users from the history table and every table holding a `user_id`,
-        and with a Spark session from the landing tier too, one commit per table that holds them
+        and with a Spark session from the landing tier too, one commit per table, which also records
+        the forget so that no job that read before it brings their rows back
         (`pipelines.forget.forget_users`). Returns one report per table (rows removed); the bytes are
-        gone once `maintain` expires the older snapshots and removes the orphan files.
+        gone once `maintain` expires the snapshots from before it and removes the orphan files.
 
         Raises:
             UsersRemain: a table still holds a row of theirs afterwards; SetupError: no warehouse there.

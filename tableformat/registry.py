@@ -4,8 +4,9 @@ Files are written by seqlake's own writer (from Python or from Spark tasks) and 
 Each commit adds whole sorted runs (and, for a merge, removes the runs it replaces) in one Iceberg
 snapshot, together with the table property `seqlake.runs` that lists the live runs: a reader never
 sees half a run, and every engine can ignore the property safely. The LSN frontier is a table
-property too (`seqlake.frontier`, set in the same commit as the runs it covers): table properties
-live in the table metadata, not in a snapshot, so expiring old snapshots loses neither.
+property too (`seqlake.frontier`, set in the same commit as the runs it covers), and so is the forget
+record (`seqlake.forgets`, `tableformat.forgets`) that fences every commit of new files: table
+properties live in the table metadata, not in a snapshot, so expiring old snapshots loses none.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from pyiceberg.transforms import BucketTransform
 from pyiceberg.typedef import Record
 
 from seqlake.config import Config
-from seqlake.errors import RunsChanged, SchemaError, SeqlakeError, WindowsAlreadyPublished
+from seqlake.errors import ForgetCommitted, RunsChanged, SchemaError, SeqlakeError, WindowsAlreadyPublished
 from tableformat.evolution import (
     COLUMN_TYPES_PROPERTY,
     SchemaDiff,
@@ -40,6 +41,7 @@ from tableformat.evolution import (
     table_declared_types,
     with_groups,
 )
+from tableformat.forgets import Forgets, ReadPoint, files_holding, guard, missed_users, record_forget
 from tableformat.layout import STATISTICS_COLUMNS
 from tableformat.schema import (
     FORMAT_VERSION,
@@ -229,12 +231,17 @@ def commit_runs(
     *,
     replaces: Sequence[str] = (),
     snapshot_properties: dict[str, str] | None = None,
+    point: ReadPoint | None = None,
 ) -> int:
     """Add runs (and drop the runs in `replaces`) in one snapshot; return its id.
 
     A `seqlake.frontier` among the snapshot properties also becomes the table property, in the same
     commit. Raises RunsChanged when another commit won the race (the caller refreshes and decides
-    again), WindowsAlreadyPublished when a new run would hold a window a remaining live run holds."""
+    again), WindowsAlreadyPublished when a new run would hold a window a remaining live run holds.
+    With `point` (where the writer's read began: `tableformat.forgets`), ForgetCommitted when a
+    forget the read did not see names a user the new files hold; the commit is fenced on it."""
+    if point is not None:
+        _check_forgets(table, point, [item for _, written in new_runs for item in written])
     runs = live_runs(table)
     missing = [r for r in replaces if r not in runs]
     if missing:
@@ -260,6 +267,8 @@ def commit_runs(
     removed = files_of_runs(table, set(replaces)) if replaces else []
     try:
         with table.transaction() as tx:
+            if point is not None:
+                guard(tx)  # the check above holds at the commit, or the commit fails
             state = {RUNS_PROPERTY: json.dumps({k: asdict(v) for k, v in runs.items()})}
             if FRONTIER_PROPERTY in properties:
                 state[FRONTIER_PROPERTY] = properties[FRONTIER_PROPERTY]
@@ -279,6 +288,25 @@ def commit_runs(
     )
     table.refresh()
     return _current_snapshot_id(table)
+
+
+def _check_forgets(table: Table, point: ReadPoint, written: Sequence[WrittenFile]) -> None:
+    """Raise ForgetCommitted if a file about to be committed holds a user a forget removed after the
+    writer's read (its footer's user range first, then its user_id column)."""
+    missed = missed_users(table, point)
+    if not len(missed):
+        return
+    users = missed.to_numpy()
+    ranged = [
+        item.uri
+        for item in written
+        if item.facts.row_count and bool(((users >= item.facts.key_min[0]) & (users <= item.facts.key_max[0])).any())
+    ]
+    if files_holding(ranged, missed):
+        raise ForgetCommitted(
+            f"{'.'.join(table.name())}: users {missed.to_pylist()[:10]} were forgotten after this job read "
+            "its input, and its files hold their rows"
+        )
 
 
 def run_id_of_path(path: str) -> str:
@@ -306,9 +334,11 @@ def commit_file_rewrite(
     written: Sequence[WrittenFile],
     *,
     snapshot_properties: dict[str, str] | None = None,
+    forgets: Forgets | None = None,
 ) -> int:
     """Replace some files of live runs by rewritten ones (the same runs, buckets and windows, fewer
-    rows) in one snapshot, with the runs' file and row counts updated in the same commit.
+    rows) in one snapshot, with the runs' file and row counts updated in the same commit, and with
+    `forgets` the table's forget record (a forget's commit: `tableformat.forgets`).
 
     `runs_read` is the registry the rewrite was planned on: a run published, merged or rewritten
     since then raises RunsChanged (the caller plans again on the new snapshot)."""
@@ -330,6 +360,8 @@ def commit_file_rewrite(
     properties = {"seqlake.operation": "rewrite-files", **(snapshot_properties or {})}
     try:
         with table.transaction() as tx:
+            if forgets is not None:
+                record_forget(tx, forgets)
             tx.set_properties({RUNS_PROPERTY: json.dumps(updated)})
             with tx.update_snapshot(snapshot_properties=properties).overwrite() as files:
                 for data_file in replaced:

@@ -46,8 +46,8 @@ def capture_step(config_path: str, step: int) -> int:
         for tenant in profiles:
             captured = capture_batch(view, reader, tenant, batch, config.training.fragment_events)
             training, fatrow = tables[tenant.name]
-            append_step(training, captured.training, done)
-            append_step(fatrow, captured.fat_rows, done)
+            append_step(training, captured.training, done, view.read_point)
+            append_step(fatrow, captured.fat_rows, done, view.read_point)
     return len(requests)
 
 

@@ -15,6 +15,7 @@ from pipelines.training.tables import create_bucketed_table
 from seqlake.config import DEFAULT_CONFIG_PATH, parse_config
 from seqlake.errors import SeqlakeError
 from tableformat.bucketing import bucket_of
+from tableformat.forgets import ReadPoint
 
 SCHEMA = pa.schema([pa.field("user_id", pa.int64(), nullable=False), pa.field("seq", pa.list_(pa.int32()))])
 
@@ -42,7 +43,7 @@ def test_each_bucket_becomes_one_file_of_its_partition_and_the_commit_replaces(t
     files.write(rows_of([]))  # nothing to write: no file
     bucketed.refresh()
     assert sorted(bucketed.scan().to_arrow()["user_id"].to_pylist()) == [5, 6]  # not visible yet
-    files.commit(replacing=AlwaysTrue())
+    files.commit(ReadPoint(), replacing=AlwaysTrue())
     bucketed.refresh()
     tasks = list(bucketed.scan().plan_files())
     assert sorted(t.file.partition[0] for t in tasks) == [0, 3]

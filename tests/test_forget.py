@@ -5,6 +5,7 @@ any data file on disk. Run again it is a no-op; killed half way and run again it
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import subprocess
 import sys
@@ -18,11 +19,13 @@ import pytest
 import yaml
 
 import seqlake
+from jobs.demo import RAW_TABLE
 from pipelines.compaction import history_tables
 from pipelines.compaction_quarantine import compaction_quarantine_schema, compaction_quarantine_table
 from pipelines.faults import KILL_AT_ENV
 from pipelines.forget import forget_users, tables_with_users, user_rows
 from pipelines.maintenance import run_maintenance, vacuum_landing
+from pipelines.raw_landing import land_raw_records
 from pipelines.training.capture import Request, capture_requests, fat_rows, training_rows
 from pipelines.training.materialize import write_arrow_samples
 from pipelines.training.online_view import ViewSnapshot
@@ -36,8 +39,11 @@ from pipelines.training.tables import (
     training_schema,
     training_table_name,
 )
+from seqlake.catalog import open_catalog, table_identifier
+from seqlake.config import DEFAULT_CONFIG_PATH, load_config
 from seqlake.duckdb_session import connect
 from seqlake.errors import SeqlakeError, SetupError
+from seqlake.events import RAW_SCHEMA
 from tableformat.fsck import fsck_table
 from tableformat.reader import HistoryReader
 from tableformat.registry import live_runs, published_windows
@@ -102,24 +108,27 @@ def table_contents(lake, leaving_out: list[int] = ()) -> dict[str, str]:
     return found
 
 
-def parquet_files(root: Path) -> list[Path]:
-    return [p for p in root.rglob("*.parquet") if "_delta_log" not in p.parts]
+def parquet_files(root: Path, leaving_out: tuple[str, ...] = ()) -> list[Path]:
+    """Every Parquet data file under `root`, live or not (Iceberg data folders, Delta tables), but the
+    Delta logs' checkpoints and the folders named in `leaving_out`."""
+    return [p for p in root.rglob("*.parquet") if "_delta_log" not in p.parts and not set(leaving_out) & set(p.parts)]
 
 
-def users_on_disk(roots: list[Path], users: list[int]) -> dict[str, int]:
+def users_on_disk(roots: list[Path], users: list[int], leaving_out: tuple[str, ...] = ()) -> dict[str, int]:
     """Rows of the users in every Parquet data file under the roots, live or not: by `user_id`, or by a
-    raw payload naming them."""
+    raw payload naming them (`"user_id": U` in its JSON, spaced or not, quoted or not)."""
     found = {}
     wanted = pa.array(users, pa.int64())
+    named = "|".join(str(int(u)) for u in users)
+    pattern = rf'"user_id"\s*:\s*"?({named})"?\s*[,}}]'
     for root in roots:
-        for path in parquet_files(root):
+        for path in parquet_files(root, leaving_out):
             rows = pq.read_table(path)
             hits = 0
             if "user_id" in rows.schema.names:
                 hits += pc.sum(pc.is_in(rows["user_id"], value_set=wanted)).as_py() or 0
             if "payload" in rows.schema.names:
-                texts = rows["payload"].to_pylist()
-                hits += sum(any(f'"user_id": {u}' in (t or "") for u in users) for t in texts)
+                hits += pc.sum(pc.match_substring_regex(rows["payload"], pattern)).as_py() or 0
             if hits:
                 found[str(path)] = hits
     return found
@@ -185,24 +194,128 @@ def test_forget_removes_the_users_everywhere_even_when_killed_then_maintain_remo
     for user in doomed:
         assert HistoryReader(history).read_user(user).num_rows == 0
 
-    # In-process with the landing tier: only the landing tier still holds them.
+    # In-process with the landing tier: only the landing tier still holds them; every table records
+    # the request (a job that read the landing rows meanwhile must drop them): one commit each.
     reports = forget_users(config, doomed, spark=spark, paths=lake.paths)
     assert {r.target: r.removed for r in reports if r.removed} == {"landing/events": landed}
     assert landing_count(lake, doomed) == 0
-    # Again: nothing to remove, no commit anywhere.
+    assert commits(tables) == {name: count + 2 for name, count in before.items()}
+    # Again: nothing to remove, nothing to record (a finished forget lists them), no commit anywhere.
     assert sum(r.removed for r in forget_users(config, doomed, spark=spark, paths=lake.paths)) == 0
-    assert commits(tables) == {name: count + 1 for name, count in before.items()}
+    assert commits(tables) == {name: count + 2 for name, count in before.items()}
 
-    # Still on disk: old snapshots reference the replaced files. `maintain` then removes them.
+    # Still on disk: old snapshots reference the replaced files. `maintain` then removes them, whatever
+    # maintenance.keep_snapshots keeps: no snapshot from before the forget stays.
     roots = [Path(t.location().removeprefix("file://")) for t in tables]
     roots.append(Path(lake.paths.events.removeprefix("file://")).parent)
     assert users_on_disk(roots, doomed)
-    spec = config.maintenance.model_copy(update={"snapshot_retention_hours": 0, "keep_snapshots": 1})
+    assert config.maintenance.keep_snapshots > 1
+    spec = config.maintenance.model_copy(update={"snapshot_retention_hours": 0})
     run_maintenance(config.model_copy(update={"maintenance": spec}), now=datetime.now(UTC) + timedelta(days=2))
     vacuum_landing(spark, lake.paths, timedelta(0))
     assert users_on_disk(roots, doomed) == {}
     assert table_contents(lake) == expected
     fsck_table(history_tables(config)[0])
+
+
+def test_after_forget_and_the_documented_maintain_no_parquet_file_on_disk_holds_the_users(tmp_path: Path) -> None:
+    """The commands a user runs on the small demo's warehouse: every Parquet file left under it (Iceberg
+    data folders and the landing tier's Delta tables, live or not) is read; none holds a row of the
+    forgotten user. The raw source table, a message log's stand-in, forgets by its own retention."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SEQLAKE_")}
+
+    def run(*args: str) -> str:
+        done = subprocess.run(
+            [sys.executable, "-m", "seqlake.cli", *args], capture_output=True, text=True, env=env, cwd=tmp_path
+        )
+        assert done.returncode == 0, f"seqlake {' '.join(args)}: {done.stderr}"
+        return done.stdout
+
+    run("demo", "--small")
+    warehouse = tmp_path / "warehouse"
+    user = [1_000_000]
+    raw = ("raw_events",)
+    on_disk = users_on_disk([warehouse], user, leaving_out=raw)
+    assert on_disk and any("landing" in path for path in on_disk)  # the test could fail
+    assert users_on_disk([warehouse / "seqlake" / raw[0]], user)  # the log keeps them, and the scan sees them
+    run("forget", "--user", str(user[0]))
+    assert users_on_disk([warehouse], user, leaving_out=raw)  # old snapshots still reference the files
+    hours = ("--snapshot-retention-hours", "--orphan-safety-hours", "--landing-retention-hours")
+    run("maintain", *(arg for option in hours for arg in (option, "0")))
+    assert users_on_disk([warehouse], user, leaving_out=raw) == {}
+    checked = run("fsck")
+    assert "OK" in checked
+
+
+def test_fsck_reports_rows_a_forget_left_with_the_command_that_removes_them(tmp_path: Path) -> None:
+    """A forget that leaves the landing tier (`--skip-landing`), then a rebuild of history from the
+    landing tier, brings the user's old events back: fsck names each table holding them and the
+    command that removes them; run, fsck is clean. Events of the user that arrive after the forget are
+    new data, and fsck leaves them alone."""
+    config = tmp_path / "seqlake.yaml"
+    packaged = yaml.safe_load(DEFAULT_CONFIG_PATH.read_text())  # the small demo's own data, as a user runs it
+    packaged["warehouse"] = {**packaged["warehouse"], "path": str(tmp_path / "warehouse")}
+    config.write_text(yaml.safe_dump(packaged, sort_keys=False))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SEQLAKE_")}
+
+    def run(*args: str, expect: int = 0) -> subprocess.CompletedProcess:
+        done = subprocess.run(
+            [sys.executable, "-m", "seqlake.cli", args[0], "--config", str(config), *args[1:]],
+            capture_output=True,
+            text=True,
+            env=env,
+        )
+        assert done.returncode == expect, f"seqlake {' '.join(args)}: {done.stderr}"
+        return done
+
+    run("demo", "--small")
+    user = 1_000_000
+    run("forget", "--skip-landing", "--user", str(user))
+
+    def found() -> tuple[set[str], list[str]]:
+        lines = [line for line in run("fsck", expect=1).stderr.splitlines() if "[forgotten-user]" in line]
+        return {line.split(": ")[2] for line in lines}, lines
+
+    assert found()[0] <= {"landing/events", "landing/quarantine"}  # what --skip-landing left
+    history, _ = history_tables(load_config(str(config)))
+    for run_id in live_runs(history):
+        run("drop-run", "--run", run_id)
+    run("compact", "--end-of-stream", "--engine", "duckdb")
+    tables, broken = found()
+    assert {"seqlake.history", "seqlake.history_detail", "landing/events"} <= tables, broken
+    assert tables <= {"seqlake.history", "seqlake.history_detail", "landing/events", "landing/quarantine"}
+    command = broken[0].split("remove them: ")[1]
+    assert command == f"seqlake forget --config {config} --user {user}"
+    run(*command.split()[1:])
+    assert "OK" in run("fsck").stdout
+    assert user_rows(history_tables(load_config(str(config)))[0], [user]) == 0
+
+    # New events of the user, after the forget: new data, not a finding.
+    events = [
+        {
+            "source_partition": 9,
+            "lsn": n,
+            "arrival_ts": datetime.now(UTC),
+            "payload": json.dumps(
+                {
+                    "event_id": f"late-{n}",
+                    "user_id": user,
+                    "feature_group": "engagement",
+                    "event_ts": int(datetime.now(UTC).timestamp() * 1000),
+                    "item_id": n,
+                    "action_flags": 1,
+                }
+            ),
+        }
+        for n in range(3)
+    ]
+    loaded = load_config(str(config))
+    raw = open_catalog(loaded).load_table(table_identifier(loaded, RAW_TABLE))
+    land_raw_records(raw, pa.Table.from_pylist(events, schema=RAW_SCHEMA).to_batches())
+    run("ingest", "--engine", "duckdb")
+    run("compact", "--end-of-stream", "--engine", "duckdb")
+    assert user_rows(history_tables(loaded)[0], [user]) > 0
+    assert "OK" in run("fsck").stdout
 
 
 def test_forget_needs_a_user_and_a_warehouse(tmp_path: Path) -> None:

@@ -71,9 +71,9 @@ def build(tmp_path: Path) -> tuple[Config, list[int]]:
                 captures = capture_requests(view, reader, tenant, requests, config.training.fragment_events)
                 state = CaptureState(step, step)
                 training = create_bucketed_table(config, training_table_name(tenant), training_schema(tenant))
-                append_step(training, training_rows(captures, tenant), state)
+                append_step(training, training_rows(captures, tenant), state, view.read_point)
                 fatrow = create_bucketed_table(config, fatrow_table_name(tenant), sequence_table_schema(tenant))
-                append_step(fatrow, fat_rows(captures, tenant), state)
+                append_step(fatrow, fat_rows(captures, tenant), state, view.read_point)
     return config, users
 
 

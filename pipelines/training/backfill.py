@@ -39,6 +39,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyiceberg.table import Table
 
+from pipelines.faults import kill_point
 from pipelines.landing import landing_paths
 from pipelines.training.arrow_reconstruct import Reconstruction
 from pipelines.training.gather import SequenceRows, bound_lookup, gather_sequences
@@ -47,8 +48,9 @@ from pipelines.training.tables import FRAGMENT, SEQUENCE, create_bucketed_table,
 from seqlake.catalog import load_existing_table, open_catalog, table_identifier
 from seqlake.config import Config
 from seqlake.duckdb_session import connect, sql_literal
-from seqlake.errors import SchemaError
+from seqlake.errors import ForgetCommitted, SchemaError
 from tableformat.bucketing import bucket_of
+from tableformat.forgets import ATTEMPTS, ForgetsChanged, ReadPoint, drop_users, fenced_transaction, read_point
 from tableformat.schema import TIMESTAMP_US
 from tableformat.snapshots import in_commit_order
 from tableformat.writer import open_output
@@ -321,6 +323,7 @@ class Backfill:
         as_of: AsOf = "event-time",
         batch_rows: int = 2048,
         ts_column: str = "ts",
+        point: ReadPoint | None = None,
     ) -> None:
         if as_of not in AS_OF:
             raise SchemaError(f"as_of must be one of {', '.join(AS_OF)}, not {as_of!r}")
@@ -328,6 +331,8 @@ class Backfill:
 
         self.config, self.tenant, self.as_of, self.batch_rows = config, tenant, as_of, batch_rows
         self.history, self.detail = history_tables(config)
+        # Before the first read: what the output's commit checks (a run again keeps its first one).
+        self.point = point or read_point(self.history)
         self.con = connect()
         self.con.execute("SET TimeZone = 'UTC'")
         self.columns = load_labels(self.con, config, labels, ts_column)
@@ -382,27 +387,44 @@ def write_backfill(
     ts_column: str = "ts",
 ) -> BackfillResult:
     """Backfill `labels` into the Iceberg table `out` (default `backfill_<tenant>`, bucketed like
-    history), replacing it in one commit."""
+    history), replacing it in one commit. Rows of users a forget removed after the job's read are
+    left out and the commit is fenced on that check (`tableformat.forgets`); a forget that reaches
+    the table before the commit makes the backfill run again."""
     name = out or f"backfill_{tenant.name}"
-    job = Backfill(config, labels, tenant, as_of, batch_rows, ts_column)
+    point = None  # the first attempt's: a job that began before a forget leaves its users out, run again or not
+    for _ in range(ATTEMPTS):
+        job = Backfill(config, labels, tenant, as_of, batch_rows, ts_column, point)
+        point = job.point
+        try:
+            rows = _write_once(config, job, name)
+        except ForgetsChanged:
+            continue
+        finally:
+            job.close()
+        return BackfillResult(tenant.name, as_of, rows, name if rows else None, job.leakage)
+    raise ForgetCommitted(f"{name}: forgets kept committing during the backfill; run it again")
+
+
+def _write_once(config: Config, job: Backfill, name: str) -> int:
     rows = 0
-    try:
-        transaction = None
-        for batch in job.batches():
-            if transaction is None:
-                catalog = open_catalog(config)
-                identifier = table_identifier(config, name)
-                if catalog.table_exists(identifier):
-                    catalog.purge_table(identifier)
-                table = create_bucketed_table(config, name, batch.schema, catalog)
-                transaction = table.transaction()
-            transaction.append(batch.cast(_iceberg_schema(transaction, batch.schema)))
-            rows += batch.num_rows
-        if transaction is not None:
-            transaction.commit_transaction()
-    finally:
-        job.close()
-    return BackfillResult(tenant.name, as_of, rows, name if rows else None, job.leakage)
+    transaction, missed = None, pa.array([], pa.int64())
+    for batch in job.batches():
+        if transaction is None:
+            catalog = open_catalog(config)
+            identifier = table_identifier(config, name)
+            if catalog.table_exists(identifier):
+                catalog.purge_table(identifier)
+            # A new table starts with history's forget record (forgets finished since the read count).
+            transaction, missed = fenced_transaction(
+                create_bucketed_table(config, name, batch.schema, catalog), job.point
+            )
+        batch = drop_users(batch, missed)
+        transaction.append(batch.cast(_iceberg_schema(transaction, batch.schema)))
+        rows += batch.num_rows
+    if transaction is not None:
+        kill_point("backfill_written")
+        transaction.commit_transaction()
+    return rows
 
 
 def _iceberg_schema(transaction, schema: pa.Schema) -> pa.Schema:

@@ -17,14 +17,17 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 from pyiceberg.expressions import BooleanExpression
 from pyiceberg.io.pyarrow import pyarrow_to_schema, write_file
 from pyiceberg.manifest import DataFile
 from pyiceberg.partitioning import PartitionFieldValue, PartitionKey
 from pyiceberg.table import Table, WriteTask
 
-from seqlake.errors import SeqlakeError
+from seqlake.errors import ForgetCommitted, SeqlakeError
 from tableformat.bucketing import bucket_of
+from tableformat.forgets import ATTEMPTS, ForgetsChanged, ReadPoint, drop_users, fenced_transaction, files_holding
+from tableformat.io import resolve_uri
 
 
 class BucketFiles:
@@ -89,16 +92,42 @@ class BucketFiles:
     def __exit__(self, *exc) -> None:
         self.close()
 
-    def commit(self, replacing: BooleanExpression | None = None) -> None:
-        """One commit: delete the rows matching `replacing` (if any), then add the written files."""
+    def commit(self, point: ReadPoint, replacing: BooleanExpression | None = None) -> None:
+        """One commit: delete the rows matching `replacing` (if any), then add the written files.
+
+        `point` is where the job's reads began: a written file holding users a forget removed after
+        it is rewritten without them first, and the commit is fenced on that check
+        (`tableformat.forgets`); a forget that reaches the table meanwhile makes it check again."""
         self.finish()
-        transaction = self.table.transaction()
-        if replacing is not None and self.table.current_snapshot() is not None:
-            with warnings.catch_warnings():  # pyiceberg warns when nothing matches
-                warnings.simplefilter("ignore", UserWarning)
-                transaction.delete(replacing)
-        if self.files:
-            with transaction.update_snapshot().fast_append() as append:
-                for data_file in self.files:
-                    append.append_data_file(data_file)
-        transaction.commit_transaction()
+        for _ in range(ATTEMPTS):
+            transaction, missed = fenced_transaction(self.table.refresh(), point)
+            self._leave_out(missed)
+            if replacing is not None and self.table.current_snapshot() is not None:
+                with warnings.catch_warnings():  # pyiceberg warns when nothing matches
+                    warnings.simplefilter("ignore", UserWarning)
+                    transaction.delete(replacing)
+            if self.files:
+                with transaction.update_snapshot().fast_append() as append:
+                    for data_file in self.files:
+                        append.append_data_file(data_file)
+            try:
+                transaction.commit_transaction()
+                return
+            except ForgetsChanged:
+                continue
+        raise ForgetCommitted(f"{'.'.join(self.table.name())}: forgets kept committing; run the job again")
+
+    def _leave_out(self, users: pa.Array) -> None:
+        """Rewrite the written files that hold rows of `users` without them (one filter per file)."""
+        holding = set(files_holding([f.file_path for f in self.files], users))
+        if not holding:
+            return
+        kept = [f for f in self.files if f.file_path not in holding]
+        for data_file in (f for f in self.files if f.file_path in holding):
+            fs, path = resolve_uri(data_file.file_path)
+            with fs.open_input_file(path) as handle:
+                rows = drop_users(pq.read_table(handle), users)
+            if rows.num_rows:
+                kept += self._write(rows, int(data_file.partition[0]), next(self._counter))
+            self.table.io.delete(data_file.file_path)  # never committed
+        self.files = kept

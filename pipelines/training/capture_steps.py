@@ -19,6 +19,8 @@ import pyarrow as pa
 from pyiceberg.table import Table
 
 from pipelines.faults import kill_point
+from seqlake.errors import ForgetCommitted
+from tableformat.forgets import ATTEMPTS, ForgetsChanged, ReadPoint, drop_users, fenced_transaction
 
 CAPTURE_STATE = "seqlake.capture-state"
 
@@ -58,15 +60,25 @@ def start_state(tables: list[Table], step: int) -> CaptureState:
     return min(states, key=lambda s: s.step)
 
 
-def append_step(table: Table, rows: pa.Table | None, state: CaptureState) -> bool:
+def append_step(table: Table, rows: pa.Table | None, state: CaptureState, point: ReadPoint) -> bool:
     """Append the rows of capture step `state.step` and record the step, in one commit; a table that
-    holds the step already is left as it is (False). `rows` None: the step captured nothing."""
-    done = capture_state(table.refresh())
-    if done is not None and done.step >= state.step:
-        return False
-    with table.transaction() as tx:
-        if rows is not None and rows.num_rows:
-            tx.append(rows)
-        tx.set_properties({CAPTURE_STATE: json.dumps(asdict(state))})
-    kill_point("capture_appended")
-    return True
+    holds the step already is left as it is (False). `rows` None: the step captured nothing.
+
+    `point` is where the step's reads began (`ViewSnapshot.read_point`): rows of users a forget
+    removed after it are left out, and the commit is fenced on that check (`tableformat.forgets`)."""
+    for _ in range(ATTEMPTS):
+        done = capture_state(table.refresh())
+        if done is not None and done.step >= state.step:
+            return False
+        transaction, missed = fenced_transaction(table, point)
+        kept = drop_users(rows, missed) if rows is not None else None
+        try:
+            with transaction as tx:
+                if kept is not None and kept.num_rows:
+                    tx.append(kept)
+                tx.set_properties({CAPTURE_STATE: json.dumps(asdict(state))})
+        except ForgetsChanged:
+            continue  # a forget reached the table meanwhile: check again
+        kill_point("capture_appended")
+        return True
+    raise ForgetCommitted(f"{'.'.join(table.name())}: forgets kept committing during the capture step; run it again")

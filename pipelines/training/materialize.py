@@ -41,6 +41,8 @@ from pipelines.training.tables import (
 from seqlake.catalog import load_existing_table
 from seqlake.config import Config
 from seqlake.duckdb_session import connect, sql_literal
+from seqlake.errors import ForgetCommitted
+from tableformat.forgets import ATTEMPTS, ForgetsChanged, ReadPoint, drop_users, fenced_transaction, read_point
 from tableformat.io import CountingFileSystem
 
 
@@ -75,6 +77,7 @@ def write_arrow_samples(
     0): a benchmark times the job alone."""
     fs = CountingFileSystem()
     reconstruction = _reconstruction(config, tenant, mode, fs)
+    point = read_point(reconstruction.history)  # loaded before the pointers: what the commits check
     engine = f"arrow/{mode}"
     requests = samples = quarantined = 0
     with tempfile.TemporaryDirectory(prefix="seqlake-replay-") as scratch:
@@ -98,32 +101,40 @@ def write_arrow_samples(
             if mode == "lsn":
                 kill_point("samples_written")
                 assert samples_out is not None
-                samples_out.commit(replacing=AlwaysTrue())
+                samples_out.commit(point, replacing=AlwaysTrue())
         if mode == "lsn":
             kill_point("samples_committed")
-            _replace_quarantine(config, tenant.name, engine, failures)
+            _replace_quarantine(config, tenant.name, engine, failures, point)
             matched = fatrow_match(config, tenant, samples_table=samples_table_name(tenant)) if compare else 0
         else:
             matched = fatrow_match(config, tenant, parquet_glob=f"{scratch}/*.parquet") if requests else 0
     return ReconstructionResult(tenant.name, mode, requests, samples, quarantined, matched, fs.stats.bytes_read)
 
 
-def _replace_quarantine(config: Config, tenant: str, engine: str, failures: list[pa.Table]) -> None:
+def _replace_quarantine(config: Config, tenant: str, engine: str, failures: list[pa.Table], point: ReadPoint) -> None:
     """This tenant's and engine's rows of the quarantine table become `failures`, in one commit; no
-    commit when there is nothing to remove or add."""
+    commit when there is nothing to remove or add. Rows of users a forget removed after the job's
+    read (`point`) are left out, the commit fenced on that check (`tableformat.forgets`)."""
     table = create_bucketed_table(config, QUARANTINE, QUARANTINE_SCHEMA)
     rows = And(EqualTo("tenant", tenant), EqualTo("engine", engine))
-    holds = may_hold(table, rows)
-    if not failures and not holds:
-        return
-    transaction = table.transaction()
-    if holds:
-        with warnings.catch_warnings():  # pyiceberg warns when nothing matches
-            warnings.simplefilter("ignore", UserWarning)
-            transaction.delete(rows)
-    if failures:
-        transaction.append(pa.concat_tables(failures))
-    transaction.commit_transaction()
+    for _ in range(ATTEMPTS):
+        holds = may_hold(table.refresh(), rows)
+        if not failures and not holds:
+            return
+        transaction, missed = fenced_transaction(table, point)
+        if holds:
+            with warnings.catch_warnings():  # pyiceberg warns when nothing matches
+                warnings.simplefilter("ignore", UserWarning)
+                transaction.delete(rows)
+        failed = drop_users(pa.concat_tables(failures), missed) if failures else None
+        if failed is not None and failed.num_rows:
+            transaction.append(failed)
+        try:
+            transaction.commit_transaction()
+            return
+        except ForgetsChanged:
+            continue
+    raise ForgetCommitted(f"{QUARANTINE}: forgets kept committing; run the samples job again")
 
 
 def fatrow_match(

@@ -26,6 +26,7 @@ from pipelines.landing import LandingPaths
 from pipelines.parse import landing_schema
 from seqlake.config import Config
 from seqlake.duckdb_session import lake_cursor, sql_literal
+from tableformat.forgets import read_point
 from tableformat.io import engine_location
 from tableformat.schema import history_arrow_schema
 from tableformat.writer import open_output
@@ -39,6 +40,8 @@ class ViewSnapshot:
     def __init__(self, config: Config, history: Table, detail: Table, paths: LandingPaths) -> None:
         self.config = config
         self.history = history
+        # Before anything is read: what a capture step's appends check (`tableformat.forgets`).
+        self.read_point = read_point(history)
         self.frontier = published_frontier(history)
         self._con = lake_cursor()
         self._detail_location = detail.metadata_location if detail.current_snapshot() else None

@@ -128,8 +128,8 @@ def serve_and_capture(
                     if requests
                     else None
                 )
-                append_step(training[tenant.name], captured and captured.training, done)
-                append_step(fatrow[tenant.name], captured and captured.fat_rows, done)
+                append_step(training[tenant.name], captured and captured.training, done, view.read_point)
+                append_step(fatrow[tenant.name], captured and captured.fat_rows, done, view.read_point)
                 result.captures[tenant.name] += captured.training.num_rows if captured else 0
         state = done
         result.capture_points += 1

@@ -18,12 +18,14 @@ from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_type
 
-from pipelines.compaction import spark_name
+from pipelines.compaction import history_tables, spark_name
 from pipelines.training.backfill import AsOf, Backfill, LeakageReport
 from pipelines.training.sequence import ORDER_KEYS, Tenant
 from pipelines.training.spark_reconstruct import history_frame, open_window_as_of_bounds
 from pipelines.training.tables import SEQUENCE, create_bucketed_table, drop_tables
+from seqlake.catalog import load_existing_table
 from seqlake.config import Config
+from tableformat.forgets import read_point, remove_missed
 
 # The pointer table's own columns (underscored: a label table may have a lsn_bound of its own).
 POINTER_COLUMNS = ("_row", "_ts", "_lsn_bound", "_open_window")
@@ -121,12 +123,16 @@ def write_spark_backfill(
     """`write_backfill` on Spark: the output table replaced, bucketed like history."""
     name = out or f"backfill_{tenant.name}"
     pointers = f"backfill_pointers_{tenant.name}"
+    history, _ = history_tables(config)
+    point = read_point(history)  # before the first read
     columns = write_label_pointers(config, labels, tenant, pointers, ts_column)
     try:
         rows, report = backfill_with_spark(spark, config, tenant, pointers, columns, as_of)
         rows.writeTo(spark_name(config, name)).partitionedBy(
             F.bucket(config.layout.bucket_count, "user_id")
         ).createOrReplace()
+        # Spark's commit is not fenced, and its new table has no forget record: history's counts.
+        remove_missed(load_existing_table(config, name), point, None, history)
         spark.catalog.refreshTable(spark_name(config, name))
     finally:
         drop_tables(config, [pointers])

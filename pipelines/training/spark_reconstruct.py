@@ -15,12 +15,14 @@ DataFrame operations and built-in functions only: no Python runs per group or ro
 from __future__ import annotations
 
 import pyarrow as pa
+from pyiceberg.expressions import And, EqualTo
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_type
 
 from pipelines.aggregation import aggregation_sql
-from pipelines.compaction import DETAIL, HISTORY, spark_name
+from pipelines.compaction import DETAIL, HISTORY, history_tables, spark_name
+from pipelines.faults import kill_point
 from pipelines.training.reconstruct import Mode, fragment_columns, reason_sql
 from pipelines.training.sequence import ORDER_KEYS, Tenant
 from pipelines.training.sequence_digest import (
@@ -41,6 +43,7 @@ from pipelines.training.tables import (
     training_table_name,
 )
 from seqlake.config import Config
+from tableformat.forgets import read_point, remove_missed
 
 RESULT_FIELDS = [
     pa.field("ok", pa.bool_(), nullable=False),
@@ -227,15 +230,22 @@ def reconstruct_with_spark(spark: SparkSession, config: Config, tenant: Tenant, 
 def write_spark_samples(spark: SparkSession, config: Config, tenant: Tenant) -> tuple[int, int]:
     """Rebuild the tenant's samples on Spark (LSN mode); replace samples_<tenant> with the verified
     ones and this tenant's Spark rows of the quarantine table with the failed ones (no commit there
-    when it has none of them and none failed). Returns (samples, quarantined)."""
+    when it has none of them and none failed). Returns (samples, quarantined).
+
+    Spark's commits are not fenced (`tableformat.forgets`): right after each, the rows of users a
+    forget removed after the job's read are deleted from what it wrote."""
+    history, _ = history_tables(config)
+    point = read_point(history)  # before the first read
     results = reconstruct_with_spark(spark, config, tenant, "lsn").persist()
     try:
         counts = {r["ok"]: r["count"] for r in results.groupBy("ok").count().collect()}
-        create_bucketed_table(config, samples_table_name(tenant), sequence_table_schema(tenant))  # if new
+        kill_point("samples_rebuilt")
+        samples = create_bucketed_table(config, samples_table_name(tenant), sequence_table_schema(tenant))  # if new
         names = sequence_table_schema(tenant).names
         results.where("ok").select(*names).writeTo(spark_name(config, samples_table_name(tenant))).overwrite(
             F.lit(True)
         )
+        remove_missed(samples, point)
         engine = "spark/lsn"
         failed = results.where(~F.col("ok")).select(
             F.lit(tenant.name).alias("tenant"),
@@ -252,6 +262,8 @@ def write_spark_samples(spark: SparkSession, config: Config, tenant: Tenant) -> 
             failed.select(*QUARANTINE_SCHEMA.names).writeTo(spark_name(config, QUARANTINE)).overwrite(
                 (F.col("tenant") == tenant.name) & (F.col("engine") == engine)
             )
+            quarantine = create_bucketed_table(config, QUARANTINE, QUARANTINE_SCHEMA)
+            remove_missed(quarantine, point, And(EqualTo("tenant", tenant.name), EqualTo("engine", engine)))
     finally:
         results.unpersist()
     return counts.get(True, 0), counts.get(False, 0)

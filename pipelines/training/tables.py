@@ -22,6 +22,7 @@ from pipelines.training.sequence import SEQUENCE_PREFIX, Tenant, list_schema
 from seqlake.catalog import open_catalog, table_identifier
 from seqlake.config import Config
 from tableformat.evolution import compare, mismatch_error
+from tableformat.forgets import inherited
 from tableformat.schema import FIELD_ID, TIMESTAMP_US, history_partition_spec
 
 FRAGMENT = "recent_"  # prefix of the captured recent fragment's list columns
@@ -108,12 +109,15 @@ def create_bucketed_table(config: Config, name: str, schema: pa.Schema, catalog:
     if catalog.table_exists(identifier):
         return check_bucketed_table(catalog.load_table(identifier), schema)
     iceberg_schema = pyarrow_to_schema(numbered(schema))
+    history_id = table_identifier(config, "history")
+    history = catalog.load_table(history_id) if catalog.table_exists(history_id) else None
     try:
         return catalog.create_table(
             identifier,
             schema=iceberg_schema,
             partition_spec=history_partition_spec(iceberg_schema, config.layout.bucket_count),
-            properties={"write.parquet.compression-codec": "zstd"},
+            # A job that read before a finished forget drops its users here too (`tableformat.forgets`).
+            properties={"write.parquet.compression-codec": "zstd", **inherited(history)},
         )
     except TableAlreadyExistsError:
         return catalog.load_table(identifier)
