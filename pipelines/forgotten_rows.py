@@ -32,6 +32,7 @@ from pipelines.maintenance import user_tables
 from pipelines.publication_check import is_delta_table
 from seqlake.config import Config
 from seqlake.duckdb_session import connect
+from seqlake.payload import DIGIT_RUN, USER_ID_VALUE
 from tableformat.forgets import forgets_of
 from tableformat.fsck import Finding
 from tableformat.io import engine_location, resolve_uri
@@ -128,14 +129,21 @@ def _table_rows(table: Table, users: list[int]) -> pa.Table:
 
 
 def _landing_rows(con, uri: str, users: pa.Array, quarantine: bool) -> pa.Table:
-    # Quarantined records are raw payloads: the user id of those that are JSON objects.
-    named = "TRY_CAST(CASE WHEN json_valid(payload) THEN json_extract_string(payload, '$.user_id') END AS BIGINT)"
-    user = named if quarantine else "user_id"
     con.register("_forgotten_users", pa.table({"user_id": users}))
+    if not quarantine:
+        return con.execute(
+            "SELECT user_id, lsn, source_partition FROM delta_scan(?) "
+            "WHERE user_id IN (SELECT user_id FROM _forgotten_users)",
+            [engine_location(uri)],
+        ).to_arrow_table()
+    # Quarantined records are raw payloads: the users each names, by forget's own rule
+    # (`seqlake.payload.named_user_ids`), so fsck judges exactly what forget removes.
     return con.execute(
-        f"SELECT {user} AS user_id, lsn, source_partition FROM delta_scan(?) "
-        f"WHERE {user} IN (SELECT user_id FROM _forgotten_users)",
-        [engine_location(uri)],
+        "WITH named AS (SELECT lsn, source_partition, unnest(flatten(list_transform("
+        "regexp_extract_all(payload, ?, 1), v -> regexp_extract_all(v, ?)))) AS digits FROM delta_scan(?)) "
+        "SELECT DISTINCT TRY_CAST(digits AS BIGINT) AS user_id, lsn, source_partition FROM named "
+        "WHERE TRY_CAST(digits AS BIGINT) IN (SELECT user_id FROM _forgotten_users)",
+        [USER_ID_VALUE, DIGIT_RUN, engine_location(uri)],
     ).to_arrow_table()
 
 

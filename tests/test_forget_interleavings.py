@@ -184,7 +184,7 @@ RACES = st.tuples(st.sampled_from(["compact", "capture", "samples"]), st.integer
 def test_any_interleaving_with_forgets_and_kills_keeps_them_forgotten_and_every_other_event_once(
     spark, lake_config, plan, first, race
 ):
-    lake = new_lake(lake_config, max_runs=2, malformed_share=0)  # quarantined records: test_poison_pills.py
+    lake = new_lake(lake_config, max_runs=2)
     run = Run(spark, lake)
     deliver(lake)
     run.forget(run.pick_users(first))  # at least one forget in every interleaving
