@@ -30,9 +30,10 @@ jars: $(JARS)
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
-$(INSTALLED): pyproject.toml | $(BIN)/python
+# seqlake and, beside it, the benchmarks (a distribution of their own: benchmarks/pyproject.toml).
+$(INSTALLED): pyproject.toml benchmarks/pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet --upgrade pip setuptools wheel
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet -e '.[dev]' -e ./benchmarks
 	touch $@
 
 # Resolved from Maven Central once; Spark loads them with spark.jars and never resolves at start.

@@ -19,7 +19,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import SparkSession
 
-from pipelines.compaction import (
+from seqlake.core.config import Config, GeneratorSpec
+from seqlake.engines.catalog import purge_tables
+from seqlake.pipelines.compaction.duckdb import compact_batch_duckdb, merge_runs_if_needed_duckdb
+from seqlake.pipelines.compaction.spark import (
     DETAIL,
     HISTORY,
     compact_batch,
@@ -28,12 +31,9 @@ from pipelines.compaction import (
     merge_runs_if_needed,
     plan_batches,
 )
-from pipelines.duckdb_compaction import compact_batch_duckdb, merge_runs_if_needed_duckdb
-from pipelines.landing import LandingPaths
-from pipelines.parse import landing_schema, parse_batch
-from seqlake.catalog import purge_tables
-from seqlake.config import Config, GeneratorSpec
-from seqlake.generator import EventGenerator
+from seqlake.pipelines.demo.generator import EventGenerator
+from seqlake.pipelines.ingest.parse import landing_schema, parse_batch
+from seqlake.pipelines.landing.tables import LandingPaths
 
 SCALES = {"small": (4_000, (1, 5, 20)), "medium": (100_000, (1, 10, 50, 200))}
 ONE_BY_ONE_UP_TO = 10  # windows: the per-window path is timed only this far (it grows with N)

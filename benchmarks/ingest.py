@@ -43,17 +43,17 @@ import pyarrow.parquet as pq
 from pyspark.sql import SparkSession
 
 from benchmarks.synthetic import column_values, pick_groups, synthetic_rows
-from pipelines.ingest import ingest_source
-from pipelines.landing import LandingPaths
-from pipelines.parse import landing_schema
-from seqlake.catalog import open_catalog, table_identifier
-from seqlake.config import Config, GeneratorSpec
-from seqlake.events import RAW_SCHEMA
-from seqlake.generator import USER_ID_BASE, EventGenerator
-from tableformat.checksum import table_checksum
-from tableformat.registry import RunRecord, commit_runs, create_history_table, history_file_uri
-from tableformat.run_writer import write_run
-from tableformat.schema import history_arrow_schema
+from seqlake.core.config import Config, GeneratorSpec
+from seqlake.core.events import RAW_SCHEMA
+from seqlake.engines.catalog import open_catalog, table_identifier
+from seqlake.pipelines.demo.generator import USER_ID_BASE, EventGenerator
+from seqlake.pipelines.ingest.parse import landing_schema
+from seqlake.pipelines.ingest.spark import ingest_source
+from seqlake.pipelines.landing.tables import LandingPaths
+from seqlake.tableformat.checksum import table_checksum
+from seqlake.tableformat.registry import RunRecord, commit_runs, create_history_table, history_file_uri
+from seqlake.tableformat.run_writer import write_run
+from seqlake.tableformat.schema import history_arrow_schema
 
 RAW = "raw_events"
 HISTORY = "history"

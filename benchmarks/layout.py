@@ -5,7 +5,7 @@ users at `heavy_rows`). Byte metrics are counted exactly (CountingFileSystem); t
 are reported as ratios to the default layout, measured in the same run with the variants interleaved,
 so machine noise and drift hit every variant alike. Never read the absolute times as thresholds.
 
-Variants change one dimension of the default (tableformat.layout.DEFAULT_POLICY, key-only
+Variants change one dimension of the default (seqlake.tableformat.layout.DEFAULT_POLICY, key-only
 statistics, 64 KiB pages):
   control      the default again (A/A)       its time ratios are the run's noise floor
   codec        zstd-1/3/9, snappy, none      LayoutPolicy.compression (floats, strings, user_id)
@@ -35,11 +35,11 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from benchmarks.synthetic import history_lengths, increasing_per_user, pick_groups, skewed_values, synthetic_rows
-from seqlake.config import Config, load_config
-from tableformat.io import CountingFileSystem, FooterCache, PlainFileSystem, read_footer
-from tableformat.layout import DEFAULT_POLICY, LayoutPolicy, parquet_writer_options
-from tableformat.reader import read_user_from_file
-from tableformat.writer import HistoryFileWriter
+from seqlake.core.config import Config, load_config
+from seqlake.tableformat.io import CountingFileSystem, FooterCache, PlainFileSystem, read_footer
+from seqlake.tableformat.layout import DEFAULT_POLICY, LayoutPolicy, parquet_writer_options
+from seqlake.tableformat.reader import read_user_from_file
+from seqlake.tableformat.writer import HistoryFileWriter
 
 LOOKUP_COLUMNS = ["event_ts", "item_id"]
 # HistoryFileWriter's default, which the run writer uses: it sizes the user_id bloom filter.

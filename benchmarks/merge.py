@@ -20,14 +20,14 @@ import numpy as np
 import pyarrow as pa
 
 from benchmarks.synthetic import pick_groups, synthetic_rows
-from pipelines.compaction import DETAIL, HISTORY, history_tables
-from pipelines.duckdb_compaction import merge_runs_if_needed_duckdb, write_history_run
-from pipelines.merge_policy import policy_of
-from seqlake.catalog import purge_tables
-from seqlake.config import Config
-from tableformat.lookup_index import FileIndex
-from tableformat.registry import RunRecord, commit_runs, live_runs
-from tableformat.schema import KEY_COLUMNS
+from seqlake.core.config import Config
+from seqlake.engines.catalog import purge_tables
+from seqlake.pipelines.compaction.duckdb import merge_runs_if_needed_duckdb, write_history_run
+from seqlake.pipelines.compaction.merge_policy import policy_of
+from seqlake.pipelines.compaction.spark import DETAIL, HISTORY, history_tables
+from seqlake.tableformat.lookup_index import FileIndex
+from seqlake.tableformat.registry import RunRecord, commit_runs, live_runs
+from seqlake.tableformat.schema import KEY_COLUMNS
 
 HOUR_US = 3_600_000_000
 BASE_WINDOW = 491_000  # an hour of 2026, so event times look like the generator's

@@ -39,17 +39,17 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from benchmarks.synthetic import increasing_per_user, synthetic_rows
-from seqlake.catalog import open_catalog, table_identifier
-from seqlake.config import Config, load_config
-from seqlake.duckdb_session import connect
-from tableformat.aggregates import history_stats
-from tableformat.cache import CachedHistoryReader, HistoryCache
-from tableformat.io import CountingFileSystem, FooterCache
-from tableformat.multi_reader import histories
-from tableformat.reader import HistoryReader, Selection
-from tableformat.registry import RunRecord, commit_runs, create_history_table, history_file_uri
-from tableformat.run_writer import write_run
-from tableformat.schema import history_arrow_schema
+from seqlake.core.config import Config, load_config
+from seqlake.engines.catalog import open_catalog, table_identifier
+from seqlake.engines.duckdb_session import connect
+from seqlake.tableformat.aggregates import history_stats
+from seqlake.tableformat.cache import CachedHistoryReader, HistoryCache
+from seqlake.tableformat.io import CountingFileSystem, FooterCache
+from seqlake.tableformat.multi_reader import histories
+from seqlake.tableformat.reader import HistoryReader, Selection
+from seqlake.tableformat.registry import RunRecord, commit_runs, create_history_table, history_file_uri
+from seqlake.tableformat.run_writer import write_run
+from seqlake.tableformat.schema import history_arrow_schema
 
 GROUP = "engagement"
 CHUNK_EVENTS = 16_384

@@ -6,11 +6,11 @@ several sorted runs so that active users live in more than one run), then measur
   multi-user   `histories(reader, 256 users)` against 256 × `reader.read_user`: wall-time ratio,
                and opens, read calls and bytes counted through CountingFileSystem;
   verification the same 256 `read_user` lookups with page checksums and footer digests checked (as
-               every seqlake read is) and without (`tableformat.io.unverified_reads`): wall-time
+               every seqlake read is) and without (`seqlake.tableformat.io.unverified_reads`): wall-time
                ratio, printed and not asserted;
   SQL          the same queries (a grouped scan of the whole table; point lookups of the 256 users)
                through `seqlake sql`'s history view, which verifies every page and footer
-               (`tableformat.verified_scan`), and through plain DuckDB (`iceberg_scan`, nothing
+               (`seqlake.tableformat.verified_scan`), and through plain DuckDB (`iceberg_scan`, nothing
                verified): wall-time ratio of each, and of opening the session, printed;
   cache        a Zipf-skewed lookup workload (a serving tenant's selection) through `HistoryReader`
                and through `CachedHistoryReader` at each cache bound: hit rate, speed-up ratio. A
@@ -36,16 +36,16 @@ import numpy as np
 import pyarrow as pa
 
 from benchmarks.synthetic import history_lengths, increasing_per_user, pick_groups, synthetic_rows
-from seqlake.catalog import open_catalog, table_identifier
-from seqlake.config import Config, load_config
-from tableformat.cache import CachedHistoryReader, HistoryCache
-from tableformat.io import CountingFileSystem, FooterCache, IOStats, PlainFileSystem, unverified_reads
-from tableformat.layout import DEFAULT_POLICY
-from tableformat.multi_reader import histories
-from tableformat.reader import HistoryReader, Selection
-from tableformat.registry import RunRecord, commit_runs, create_history_table, history_file_uri
-from tableformat.run_writer import write_run
-from tableformat.schema import history_arrow_schema
+from seqlake.core.config import Config, load_config
+from seqlake.engines.catalog import open_catalog, table_identifier
+from seqlake.tableformat.cache import CachedHistoryReader, HistoryCache
+from seqlake.tableformat.io import CountingFileSystem, FooterCache, IOStats, PlainFileSystem, unverified_reads
+from seqlake.tableformat.layout import DEFAULT_POLICY
+from seqlake.tableformat.multi_reader import histories
+from seqlake.tableformat.reader import HistoryReader, Selection
+from seqlake.tableformat.registry import RunRecord, commit_runs, create_history_table, history_file_uri
+from seqlake.tableformat.run_writer import write_run
+from seqlake.tableformat.schema import history_arrow_schema
 
 NAMESPACE = "bench_reads"
 TABLE = "history"
@@ -286,10 +286,10 @@ def measure_sql(config: Config, table, users: list[int], repeats: int) -> tuple[
     Times are medians of interleaved repeats on warm sessions (the operating system's page cache
     holds the files for both); defining the history view (the verified one checks every live file's
     size and footer) is timed on its own. Results are compared."""
-    from jobs.sql import open_session
-    from seqlake.duckdb_session import connect, sql_literal
-    from tableformat.schema import history_read_schema
-    from tableformat.verified_scan import history_scan
+    from seqlake.engines.duckdb_session import connect, sql_literal
+    from seqlake.sql_session import open_session
+    from seqlake.tableformat.schema import history_read_schema
+    from seqlake.tableformat.verified_scan import history_scan
 
     def open_plain():
         con = connect()

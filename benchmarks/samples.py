@@ -27,15 +27,18 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from benchmarks.synthetic import pick_groups, synthetic_rows
-from pipelines.compaction import history_tables
-from pipelines.duckdb_compaction import write_history_run
-from pipelines.landing import landing_paths
-from pipelines.training.arrow_reconstruct import Reconstruction, sample_batches
-from pipelines.training.capture import Request, capture_batch, request_table
-from pipelines.training.materialize import fatrow_match, read_fatrows_pyarrow, write_arrow_samples
-from pipelines.training.online_view import ViewSnapshot
-from pipelines.training.sequence import Tenant, tenants
-from pipelines.training.tables import (
+from seqlake.core.config import Config
+from seqlake.engines.catalog import load_existing_table
+from seqlake.engines.duckdb_session import connect, sql_literal
+from seqlake.pipelines.compaction.duckdb import write_history_run
+from seqlake.pipelines.compaction.spark import history_tables
+from seqlake.pipelines.landing.tables import landing_paths
+from seqlake.pipelines.training.capture.online_view import ViewSnapshot
+from seqlake.pipelines.training.capture.pointers import Request, capture_batch, request_table
+from seqlake.pipelines.training.rebuild.duckdb import Reconstruction, sample_batches
+from seqlake.pipelines.training.rebuild.samples import fatrow_match, read_fatrows_pyarrow, write_arrow_samples
+from seqlake.pipelines.training.sequence import Tenant, tenants
+from seqlake.pipelines.training.tables import (
     create_bucketed_table,
     fatrow_table_name,
     samples_table_name,
@@ -44,12 +47,9 @@ from pipelines.training.tables import (
     training_schema,
     training_table_name,
 )
-from seqlake.catalog import load_existing_table
-from seqlake.config import Config
-from seqlake.duckdb_session import connect, sql_literal
-from tableformat.bucketing import bucket_of
-from tableformat.reader import HistoryReader
-from tableformat.registry import RunRecord, commit_runs, live_runs, published_frontier
+from seqlake.tableformat.bucketing import bucket_of
+from seqlake.tableformat.reader import HistoryReader
+from seqlake.tableformat.registry import RunRecord, commit_runs, live_runs, published_frontier
 
 HOUR_US = 3_600_000_000
 LATE_SHARE = 0.02  # of the request day's events: published one to three hours after their event time
@@ -289,7 +289,7 @@ def run_samples_bench(
         del rows
         spark = None
         if scale.spark:
-            from seqlake.spark_session import spark_session
+            from seqlake.engines.spark_session import spark_session
 
             spark = spark_session(config, "seqlake-bench-samples", spark_master)
         try:
@@ -337,7 +337,7 @@ def _measure_tenant(config: Config, tenant: Tenant, capture_seconds: float, spar
     )
     if spark is None:
         return measured
-    from pipelines.training.spark_reconstruct import write_spark_samples
+    from seqlake.pipelines.training.rebuild.spark import write_spark_samples
 
     log(f"{tenant.name}: samples job (Spark)")
     in_process = load_existing_table(config, samples_table_name(tenant)).metadata_location
@@ -368,7 +368,7 @@ def _stream(config: Config, tenant: Tenant) -> tuple[float, int]:
 def _backfill_stream(config: Config, tenant: Tenant) -> tuple[float, int]:
     """Seconds to stream an event-time backfill of the tenant's requests (the training table as the
     label table, request time as ts), and the label rows it gave."""
-    from pipelines.training.backfill import Backfill
+    from seqlake.pipelines.training.backfill.plan import Backfill
 
     started = time.perf_counter()
     job = Backfill(config, training_table_name(tenant), tenant, "event-time", ts_column="request_ts")

@@ -3,9 +3,9 @@ generator behind every benchmark and every test that needs history of a chosen s
 
 A caller describes the keys of its shape (which users, how many rows each, their event times and
 LSNs); `synthetic_rows` fills in the rest the same way for all of them: the feature group of each row
-(`seqlake.generator.group_weights`), attribute values of the declared column types (null outside the
+(`seqlake.pipelines.demo.generator.group_weights`), attribute values of the declared column types (null outside the
 row's group), the bookkeeping columns, and the storage order. Lengths come from
-`seqlake.generator.pareto_lengths`, the event stream's own distribution.
+`seqlake.pipelines.demo.generator.pareto_lengths`, the event stream's own distribution.
 """
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import pyarrow as pa
 
-from seqlake.config import Config
-from seqlake.generator import group_weights, pareto_lengths
-from tableformat.bucketing import bucket_of
-from tableformat.schema import history_arrow_schema
+from seqlake.core.config import Config
+from seqlake.pipelines.demo.generator import group_weights, pareto_lengths
+from seqlake.tableformat.bucketing import bucket_of
+from seqlake.tableformat.schema import history_arrow_schema
 
 SURFACES = ("feed", "search", "profile", "explore")
 

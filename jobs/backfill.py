@@ -17,11 +17,11 @@ from typing import Literal
 import click
 
 from seqlake.cli import job_main, script_main
-from seqlake.cli_options import common_options, load_cli_config
-from seqlake.cli_types import IntegerAtLeast
-from seqlake.output import emit
+from seqlake.cli.options import common_options, load_cli_config
+from seqlake.cli.types import IntegerAtLeast
+from seqlake.core.output import emit
 
-AS_OF = ("event-time", "arrival")  # pipelines.training.backfill.AS_OF
+AS_OF = ("event-time", "arrival")  # seqlake.pipelines.training.backfill.plan.AS_OF
 ENGINES = ("arrow", "spark")
 
 
@@ -43,8 +43,8 @@ def command(
     engine: str,
     batch_rows: int,
 ) -> None:
-    from pipelines.training.backfill import write_backfill
-    from pipelines.training.sequence import Tenant
+    from seqlake.pipelines.training.backfill.plan import write_backfill
+    from seqlake.pipelines.training.sequence import Tenant
 
     config = load_cli_config()
     chosen = Tenant(config, tenant)
@@ -53,8 +53,8 @@ def command(
         result = write_backfill(config, labels, chosen, as_of, out, batch_rows=batch_rows, ts_column=ts_column)
         rows, leakage, table = result.rows, result.leakage, result.table
     else:
-        from pipelines.training.spark_backfill import write_spark_backfill
-        from seqlake.spark_session import spark_session
+        from seqlake.engines.spark_session import spark_session
+        from seqlake.pipelines.training.backfill.spark import write_spark_backfill
 
         spark = spark_session(config, "seqlake-backfill")
         rows, leakage = write_spark_backfill(spark, config, labels, chosen, as_of, out, ts_column)

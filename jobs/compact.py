@@ -11,14 +11,14 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from seqlake.cli import job_main, script_main
-from seqlake.cli_options import common_options, load_cli_config
-from seqlake.cli_types import IntegerAtLeast
-from seqlake.errors import SeqlakeError
-from seqlake.output import emit
+from seqlake.cli.options import common_options, load_cli_config
+from seqlake.cli.types import IntegerAtLeast
+from seqlake.core.errors import SeqlakeError
+from seqlake.core.output import emit
 
 if TYPE_CHECKING:
-    from pipelines.windows import LandedWindows
-    from seqlake.config import Config
+    from seqlake.core.config import Config
+    from seqlake.pipelines.landing.windows import LandedWindows
 
 ENGINES = ("spark", "duckdb")
 
@@ -55,7 +55,7 @@ def command(
         raise click.UsageError("--from-detail needs the windows to rebuild (--window W, repeatable)")
     config = load_cli_config()
     if from_detail:
-        from pipelines.detail_rebuild import rebuild_from_detail
+        from seqlake.pipelines.compaction.detail_rebuild import rebuild_from_detail
 
         chosen = sorted(set(windows))
         result = rebuild_from_detail(config, chosen)
@@ -71,11 +71,11 @@ def compact_windows(
 ) -> tuple[dict[str, Any], str]:
     """Publish the chosen (or every closed) window in batches, merging runs after each; the document
     and the text of what happened."""
-    from pipelines.compaction import compact_batch, history_tables, merge_runs_if_needed, plan_batches
-    from pipelines.compaction import published_windows as published
-    from pipelines.landing import landing_paths
-    from pipelines.publication_check import landing_windows
-    from seqlake.progress import Progress
+    from seqlake.core.progress import Progress
+    from seqlake.pipelines.compaction.publication_check import landing_windows
+    from seqlake.pipelines.compaction.spark import compact_batch, history_tables, merge_runs_if_needed, plan_batches
+    from seqlake.pipelines.compaction.spark import published_windows as published
+    from seqlake.pipelines.landing.tables import landing_paths
 
     paths = landing_paths(config)
     history, _ = history_tables(config)
@@ -85,7 +85,7 @@ def compact_windows(
         check_requested(windows, state, end_of_stream)
     spark = None
     if engine == "spark":
-        from seqlake.spark_session import spark_session
+        from seqlake.engines.spark_session import spark_session
 
         spark = spark_session(config, "seqlake-compact")
 
@@ -95,7 +95,7 @@ def compact_windows(
         def merge() -> str | None:
             return merge_runs_if_needed(spark, config)
     else:
-        from pipelines.duckdb_compaction import compact_batch_duckdb, merge_runs_if_needed_duckdb
+        from seqlake.pipelines.compaction.duckdb import compact_batch_duckdb, merge_runs_if_needed_duckdb
 
         def compact(batch: list[int]):
             return compact_batch_duckdb(config, paths, batch)
@@ -142,7 +142,7 @@ def compact_windows(
         "merged_into": merges,
     }
     if maintain:
-        from pipelines.maintenance import run_maintenance
+        from seqlake.pipelines.maintenance.steps import run_maintenance
 
         reports = run_maintenance(config, spark=spark, paths=paths)  # DuckDB: no JVM, the landing VACUUM waits
         lines += [report.line() for report in reports]

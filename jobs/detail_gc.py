@@ -12,9 +12,9 @@ from __future__ import annotations
 import click
 
 from seqlake.cli import job_main, script_main
-from seqlake.cli_options import common_options, load_cli_config
-from seqlake.cli_types import IntegerAtLeast
-from seqlake.output import emit
+from seqlake.cli.options import common_options, load_cli_config
+from seqlake.cli.types import IntegerAtLeast
+from seqlake.core.output import emit
 
 
 @click.command("gc", help=__doc__)
@@ -25,8 +25,8 @@ from seqlake.output import emit
 )
 @common_options
 def command(retention_windows: int | None) -> None:
-    from pipelines.compaction import history_tables
-    from pipelines.maintenance import detail_keep_from, drop_detail_windows, user_tables
+    from seqlake.pipelines.compaction.spark import history_tables
+    from seqlake.pipelines.maintenance.steps import detail_keep_from, drop_detail_windows, user_tables
 
     config = load_cli_config()
     if retention_windows is not None:

@@ -11,10 +11,10 @@ from __future__ import annotations
 import click
 
 from seqlake.cli import job_main, script_main
-from seqlake.cli_options import common_options, load_cli_config
-from seqlake.cli_types import RUN_ID, TABLE_NAME
-from seqlake.errors import UnknownRunError
-from seqlake.output import emit
+from seqlake.cli.options import common_options, load_cli_config
+from seqlake.cli.types import RUN_ID, TABLE_NAME
+from seqlake.core.errors import UnknownRunError
+from seqlake.core.output import emit
 
 
 @click.command("drop-run", help=__doc__)
@@ -22,8 +22,8 @@ from seqlake.output import emit
 @click.option("--table", default="history", show_default=True, type=TABLE_NAME, help="History table name.")
 @common_options
 def command(run_id: str, table: str) -> None:
-    from seqlake.catalog import load_history_table
-    from tableformat.registry import commit_runs, files_of_runs, live_runs
+    from seqlake.engines.catalog import load_history_table
+    from seqlake.tableformat.registry import commit_runs, files_of_runs, live_runs
 
     history = load_history_table(load_cli_config(), table)
     runs = live_runs(history)

@@ -12,10 +12,10 @@ from pathlib import Path
 import click
 
 from seqlake.cli import job_main, script_main
-from seqlake.cli_options import common_options, load_cli_config
-from seqlake.cli_types import COMMA_LIST, RUN_ID, TABLE_NAME, NumberAbove
-from seqlake.errors import SeqlakeError
-from seqlake.output import emit
+from seqlake.cli.options import common_options, load_cli_config
+from seqlake.cli.types import COMMA_LIST, RUN_ID, TABLE_NAME, NumberAbove
+from seqlake.core.errors import SeqlakeError
+from seqlake.core.output import emit
 
 
 @click.command("export-sst", help=__doc__)
@@ -34,9 +34,9 @@ from seqlake.output import emit
 def command(
     out: str, run_id: str | None, table: str, columns: tuple[str, ...] | None, target_file_mb: float | None
 ) -> None:
-    from seqlake.catalog import load_history_table
-    from seqlake.progress import Progress
-    from tableformat.sst_export import DEFAULT_TARGET_FILE_BYTES, check_output_dir, export_run_sst
+    from seqlake.core.progress import Progress
+    from seqlake.engines.catalog import load_history_table
+    from seqlake.tableformat.sst_export import DEFAULT_TARGET_FILE_BYTES, check_output_dir, export_run_sst
 
     config = load_cli_config()
     folder = Path(os.path.realpath(os.path.expanduser(out)))

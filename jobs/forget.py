@@ -17,9 +17,9 @@ from __future__ import annotations
 import click
 
 from seqlake.cli import job_main, script_main
-from seqlake.cli_options import common_options, load_cli_config
-from seqlake.cli_types import IntegerAtLeast
-from seqlake.output import emit
+from seqlake.cli.options import common_options, load_cli_config
+from seqlake.cli.types import IntegerAtLeast
+from seqlake.core.output import emit
 
 
 @click.command("forget", help=__doc__)
@@ -35,19 +35,19 @@ from seqlake.output import emit
 @click.option("--by", "requested_by", help="Who asks, for the audit (default: $SEQLAKE_ACTOR, else the OS user).")
 @common_options
 def command(users: tuple[int, ...], skip_landing: bool, requested_by: str | None) -> None:
-    from pipelines.compaction import HISTORY
-    from pipelines.forget import forget_users
-    from pipelines.landing import landing_paths
-    from seqlake.catalog import load_existing_table
+    from seqlake.engines.catalog import load_existing_table
+    from seqlake.pipelines.compaction.spark import HISTORY
+    from seqlake.pipelines.forget.remove import forget_users
+    from seqlake.pipelines.landing.tables import landing_paths
 
     config = load_cli_config()
     load_existing_table(config, HISTORY)  # a warehouse without history is a mistake, not a new lake
     spark = None
     if not skip_landing:
-        from seqlake.spark_session import spark_session
+        from seqlake.engines.spark_session import spark_session
 
         spark = spark_session(config, "seqlake-forget")
-    from seqlake.progress import Progress
+    from seqlake.core.progress import Progress
 
     progress = Progress("forget", measure="steps", rows_unit="rows", steps_unit="tables")
     reports = forget_users(

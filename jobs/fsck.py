@@ -18,15 +18,15 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from seqlake.cli import job_main, script_main
-from seqlake.cli_options import common_options, load_cli_config, settings
-from seqlake.cli_types import TABLE_NAME
-from seqlake.errors import SeqlakeError
-from seqlake.output import emit
+from seqlake.cli.options import common_options, load_cli_config, settings
+from seqlake.cli.types import TABLE_NAME
+from seqlake.core.errors import SeqlakeError
+from seqlake.core.output import emit
 
 if TYPE_CHECKING:
-    from seqlake.config import Config
-    from tableformat.fsck import Finding
-    from tableformat.registry import RunRecord
+    from seqlake.core.config import Config
+    from seqlake.tableformat.fsck import Finding
+    from seqlake.tableformat.registry import RunRecord
 
 DETAIL = "history_detail"
 
@@ -46,9 +46,9 @@ def window_sources(config: Config, windows: list[int]) -> list[WindowSource]:
     """Where each window's events still are: landing rows (Delta) and detail rows (Iceberg)."""
     from pyiceberg.expressions import EqualTo
 
-    from pipelines.landing import landing_paths
-    from seqlake.catalog import load_existing_table
-    from seqlake.duckdb_session import connect
+    from seqlake.engines.catalog import load_existing_table
+    from seqlake.engines.duckdb_session import connect
+    from seqlake.pipelines.landing.tables import landing_paths
 
     landed: set[int] = set()
     try:
@@ -71,8 +71,8 @@ def window_sources(config: Config, windows: list[int]) -> list[WindowSource]:
 
 
 def _closed_without_end_of_stream(config: Config) -> set[int]:
-    from pipelines.landing import landing_paths
-    from pipelines.publication_check import landing_windows
+    from seqlake.pipelines.compaction.publication_check import landing_windows
+    from seqlake.pipelines.landing.tables import landing_paths
 
     try:
         return set(landing_windows(landing_paths(config)).closed())
@@ -83,7 +83,7 @@ def _closed_without_end_of_stream(config: Config) -> set[int]:
 def repair_plan_lines(config: Config, table, findings: list[Finding], config_file: str | None = None) -> list[str]:
     """Lines of the plan: per damaged run, its windows, their sources and the commands to run, in order
     (with `--config FILE` when fsck had one). `seqlake compact` rebuilds the `history` table only."""
-    from tableformat.registry import live_runs
+    from seqlake.tableformat.registry import live_runs
 
     options = f" --config {config_file}" if config_file else ""
     name = table.name()[-1]
@@ -134,12 +134,12 @@ def repair_plan_lines(config: Config, table, findings: list[Finding], config_fil
 @click.option("--repair-plan", is_flag=True, help="Say which runs and windows to rebuild, from where and how.")
 @common_options
 def command(table: str, quick: bool, repair_plan: bool) -> int:
-    from pipelines.forgotten_rows import forgotten_findings
-    from pipelines.landing import landing_paths
-    from pipelines.publication_check import publication_findings
-    from seqlake.catalog import check_warehouse, load_history_table, table_identifier
-    from seqlake.errors import SchemaError
-    from tableformat.fsck import check_table
+    from seqlake.core.errors import SchemaError
+    from seqlake.engines.catalog import check_warehouse, load_history_table, table_identifier
+    from seqlake.pipelines.compaction.publication_check import publication_findings
+    from seqlake.pipelines.forget.leftovers import forgotten_findings
+    from seqlake.pipelines.landing.tables import landing_paths
+    from seqlake.tableformat.fsck import check_table
 
     config = load_cli_config()
     identifier = table_identifier(config, table)
@@ -151,7 +151,7 @@ def command(table: str, quick: bool, repair_plan: bool) -> int:
     except Exception as error:  # a catalog or metadata file that cannot be read is a finding, not a crash
         what = " ".join(str(error).split())[:300] or type(error).__name__
         return _report(identifier, [f"{identifier}: [catalog] cannot load the table: {what}"], None, [], {})
-    from seqlake.progress import Progress
+    from seqlake.core.progress import Progress
 
     progress = Progress("fsck", measure="steps", rows_unit="rows", steps_unit="files", show_bytes=True)
     report = check_table(history, full=not quick, progress=progress)

@@ -12,10 +12,10 @@ from pathlib import Path
 import click
 
 from seqlake.cli import job_main, script_main
-from seqlake.cli_options import common_options, load_cli_config
-from seqlake.cli_types import IntegerAtLeast
-from seqlake.output import emit
-from seqlake.progress import Progress
+from seqlake.cli.options import common_options, load_cli_config
+from seqlake.cli.types import IntegerAtLeast
+from seqlake.core.output import emit
+from seqlake.core.progress import Progress
 
 FORMATS = (".parquet", ".jsonl")
 
@@ -30,7 +30,7 @@ def command(out: str, seed: int | None, users: int | None, windows: int | None) 
     path = Path(out)
     if path.suffix not in FORMATS:
         raise click.BadParameter(f"{out!r}: the file name must end in .parquet or .jsonl", param_hint="--out")
-    from seqlake.generator import EventGenerator
+    from seqlake.pipelines.demo.generator import EventGenerator
 
     config = load_cli_config()
     overrides = {k: v for k, v in (("seed", seed), ("users", users), ("windows", windows)) if v is not None}
@@ -67,7 +67,7 @@ def write_records(generator, path: Path, progress: Progress) -> None:
 
     import pyarrow.parquet as pq
 
-    from seqlake.events import RAW_SCHEMA
+    from seqlake.core.events import RAW_SCHEMA
 
     if path.suffix == ".jsonl":
         with path.open("w") as sink:

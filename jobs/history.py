@@ -13,14 +13,14 @@ from typing import TYPE_CHECKING
 import click
 
 from seqlake.cli import job_main, script_main
-from seqlake.cli_options import common_options, load_cli_config, settings
-from seqlake.cli_types import COMMA_LIST, ISO_TIME, TABLE_NAME, IntegerAtLeast
-from seqlake.output import emit, print_table
+from seqlake.cli.options import common_options, load_cli_config, settings
+from seqlake.cli.types import COMMA_LIST, ISO_TIME, TABLE_NAME, IntegerAtLeast
+from seqlake.core.output import emit, print_table
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from seqlake.config import Config
+    from seqlake.core.config import Config
 
 SHOWN_KEY = ("feature_group", "event_ts", "lsn")
 
@@ -58,8 +58,8 @@ def command(
     newest_first: bool,
     max_rows: int,
 ) -> None:
-    from seqlake.catalog import load_history_table
-    from tableformat.reader import HistoryReader, Selection
+    from seqlake.engines.catalog import load_history_table
+    from seqlake.tableformat.reader import HistoryReader, Selection
 
     config = load_cli_config()
     history = load_history_table(config, table)

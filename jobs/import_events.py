@@ -23,10 +23,10 @@ from typing import TYPE_CHECKING, cast
 import click
 
 from seqlake.cli import job_main, script_main
-from seqlake.cli_options import common_options, load_cli_config
-from seqlake.cli_types import TABLE_NAME, IntegerAtLeast
-from seqlake.errors import SeqlakeError
-from seqlake.output import emit
+from seqlake.cli.options import common_options, load_cli_config
+from seqlake.cli.types import TABLE_NAME, IntegerAtLeast
+from seqlake.core.errors import SeqlakeError
+from seqlake.core.output import emit
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -87,7 +87,7 @@ def next_free_partition(table: Table) -> int:
 
 
 def _fmt_ms(value: int | None, iso: bool = False) -> str | None:
-    from pipelines.importers.files import format_ms
+    from seqlake.pipelines.importers.files import format_ms
 
     if value is None:
         return None if iso else "-"
@@ -116,10 +116,10 @@ def _fmt_ms(value: int | None, iso: bool = False) -> str | None:
 def command(
     mapping: str, inputs: tuple[Path, ...], table: str, batch_rows: int, force: bool, allow_out_of_range: bool
 ) -> None:
-    from pipelines.importers import ImportStats, import_file, load_mapping, mapping_digest
-    from pipelines.raw_landing import create_raw_table, land_raw_records
-    from seqlake.catalog import open_catalog, table_identifier
-    from seqlake.progress import Progress
+    from seqlake.core.progress import Progress
+    from seqlake.engines.catalog import open_catalog, table_identifier
+    from seqlake.pipelines.importers import ImportStats, import_file, load_mapping, mapping_digest
+    from seqlake.pipelines.ingest.raw_source import create_raw_table, land_raw_records
 
     config = load_cli_config()
     chosen = load_mapping(mapping)

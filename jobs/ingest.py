@@ -9,9 +9,9 @@ from __future__ import annotations
 import click
 
 from seqlake.cli import job_main, script_main
-from seqlake.cli_options import common_options, load_cli_config
-from seqlake.cli_types import TABLE_NAME
-from seqlake.output import emit
+from seqlake.cli.options import common_options, load_cli_config
+from seqlake.cli.types import TABLE_NAME
+from seqlake.core.output import emit
 
 ENGINES = ("spark", "duckdb")  # as for `seqlake compact`
 
@@ -26,9 +26,9 @@ ENGINES = ("spark", "duckdb")  # as for `seqlake compact`
 )
 @common_options
 def command(source: str, engine: str | None) -> None:
-    from pipelines.landing import landing_paths
-    from seqlake.catalog import load_existing_table
-    from seqlake.progress import Progress
+    from seqlake.core.progress import Progress
+    from seqlake.engines.catalog import load_existing_table
+    from seqlake.pipelines.landing.tables import landing_paths
 
     config = load_cli_config()
     engine = engine or config.layout.ingest_engine
@@ -38,16 +38,16 @@ def command(source: str, engine: str | None) -> None:
     paths = landing_paths(config)
     spark = None
     if engine == "spark":
-        from seqlake.spark_session import spark_session
+        from seqlake.engines.spark_session import spark_session
 
         spark = spark_session(config, "seqlake-ingest")
     progress = Progress("ingest", measure="steps", rows_unit="records", steps_unit="source commits")
     if spark is not None:
-        from pipelines.ingest import ingest_source
+        from seqlake.pipelines.ingest.spark import ingest_source
 
         result = ingest_source(spark, config, source, paths, progress)
     else:
-        from pipelines.arrow_ingest import ingest_source_in_process
+        from seqlake.pipelines.ingest.duckdb import ingest_source_in_process
 
         result = ingest_source_in_process(config, source, paths, progress)
     seconds = progress.done()

@@ -11,18 +11,18 @@ from pathlib import Path
 
 import click
 
-from seqlake import resources
 from seqlake.cli import job_main, script_main
-from seqlake.cli_options import common_options
-from seqlake.errors import SeqlakeError
-from seqlake.output import emit
+from seqlake.cli.options import common_options
+from seqlake.core import resources
+from seqlake.core.errors import SeqlakeError
+from seqlake.core.output import emit
 
 MAPPINGS_FOLDER = "mappings"
 
 
 def starter_files() -> dict[str, str]:
     """Relative path -> text of every file `seqlake init` writes."""
-    from seqlake.config import LOCAL_CONFIG_NAME  # pydantic: not for --help
+    from seqlake.core.config import LOCAL_CONFIG_NAME  # pydantic: not for --help
 
     files = {LOCAL_CONFIG_NAME: resources.default_config().read_text()}
     for mapping in resources.mapping_files():

@@ -13,16 +13,16 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from seqlake.cli import job_main
-from seqlake.cli_options import common_options, load_cli_config
-from seqlake.cli_types import RUN_ID, TABLE_NAME
-from seqlake.output import console, emit, facts_table, iso_time, print_table
+from seqlake.cli.options import common_options, load_cli_config
+from seqlake.cli.types import RUN_ID, TABLE_NAME
+from seqlake.core.output import console, emit, facts_table, iso_time, print_table
 
 if TYPE_CHECKING:
     from pyiceberg.table import Table
 
-    from seqlake.config import Config
+    from seqlake.core.config import Config
 
-DELTA_TABLES = ("landing_events", "quarantine")  # the landing tier (pipelines.landing)
+DELTA_TABLES = ("landing_events", "quarantine")  # the landing tier (seqlake.pipelines.landing.tables)
 
 
 def _time_ms(ms: int | None) -> str | None:
@@ -66,7 +66,7 @@ def iceberg_facts(table: Table) -> dict[str, Any]:
 
 
 def delta_location(config: Config, name: str) -> str:
-    from pipelines.landing import landing_paths
+    from seqlake.pipelines.landing.tables import landing_paths
 
     paths = landing_paths(config)
     return paths.events if name == "landing_events" else paths.quarantine
@@ -74,7 +74,7 @@ def delta_location(config: Config, name: str) -> str:
 
 def delta_files(location: str) -> list[tuple[str, int]] | None:
     """(file, rows) of a Delta table's live files (DuckDB reads its log); None if there is no table."""
-    from seqlake.duckdb_session import connect
+    from seqlake.engines.duckdb_session import connect
 
     try:
         with connect(extensions=("delta",)) as con:
@@ -87,7 +87,7 @@ def delta_files(location: str) -> list[tuple[str, int]] | None:
 
 
 def delta_facts(config: Config, name: str) -> dict[str, Any] | None:
-    from tableformat.io import resolve_uri
+    from seqlake.tableformat.io import resolve_uri
 
     location = delta_location(config, name)
     files = delta_files(location)
@@ -108,7 +108,7 @@ def delta_facts(config: Config, name: str) -> dict[str, Any] | None:
 
 
 def iceberg_tables(config: Config) -> Iterator[Table]:
-    from seqlake.catalog import check_warehouse, open_catalog
+    from seqlake.engines.catalog import check_warehouse, open_catalog
 
     check_warehouse(config)
     catalog = open_catalog(config)
@@ -117,7 +117,7 @@ def iceberg_tables(config: Config) -> Iterator[Table]:
 
 
 def load_iceberg(config: Config, name: str) -> Table:
-    from seqlake.catalog import load_existing_table
+    from seqlake.engines.catalog import load_existing_table
 
     return load_existing_table(config, name)
 
@@ -151,7 +151,7 @@ def tables() -> None:
 
 
 def describe_iceberg(table: Table) -> dict[str, Any]:
-    from tableformat.registry import FORMAT_PROPERTY, live_runs
+    from seqlake.tableformat.registry import FORMAT_PROPERTY, live_runs
 
     metadata = table.metadata
     snapshot = table.current_snapshot()
@@ -182,8 +182,8 @@ def describe_iceberg(table: Table) -> dict[str, Any]:
 
 
 def describe_delta(config: Config, name: str) -> dict[str, Any]:
-    from seqlake.duckdb_session import connect
-    from seqlake.errors import SchemaError
+    from seqlake.core.errors import SchemaError
+    from seqlake.engines.duckdb_session import connect
 
     facts = delta_facts(config, name)
     if facts is None:
@@ -252,8 +252,8 @@ def _windows_span(windows: list[int]) -> str:
 def runs(table: str) -> None:
     """The live sorted runs of a history table, oldest first: id, kind (window, batch or merge), the
     windows it holds, its files and rows."""
-    from seqlake.catalog import load_history_table
-    from tableformat.registry import live_runs
+    from seqlake.engines.catalog import load_history_table
+    from seqlake.tableformat.registry import live_runs
 
     history = load_history_table(load_cli_config(), table)
     records = list(live_runs(history).values())
@@ -281,8 +281,8 @@ def runs(table: str) -> None:
 def files(table: str, run_id: str | None) -> None:
     """The data files of a table's current snapshot: path, run (history tables), partition, rows and
     size; `--run` keeps one run's files."""
-    from seqlake.errors import SchemaError, UnknownRunError
-    from tableformat.registry import FORMAT_PROPERTY, live_runs, run_id_of_path
+    from seqlake.core.errors import SchemaError, UnknownRunError
+    from seqlake.tableformat.registry import FORMAT_PROPERTY, live_runs, run_id_of_path
 
     loaded = load_iceberg(load_cli_config(), table)
     history = FORMAT_PROPERTY in loaded.metadata.properties

@@ -13,9 +13,9 @@ from __future__ import annotations
 import click
 
 from seqlake.cli import job_main, script_main
-from seqlake.cli_options import common_options, load_cli_config
-from seqlake.cli_types import HOURS
-from seqlake.output import emit
+from seqlake.cli.options import common_options, load_cli_config
+from seqlake.cli.types import HOURS
+from seqlake.core.output import emit
 
 
 @click.command("maintain", help=__doc__)
@@ -30,8 +30,8 @@ def command(
     landing_retention_hours: float | None,
     skip_landing: bool,
 ) -> None:
-    from pipelines.landing import landing_paths
-    from pipelines.maintenance import run_maintenance
+    from seqlake.pipelines.landing.tables import landing_paths
+    from seqlake.pipelines.maintenance.steps import run_maintenance
 
     config = load_cli_config()
     overrides = {
@@ -46,10 +46,10 @@ def command(
     config = config.model_copy(update={"maintenance": config.maintenance.model_copy(update=overrides)})
     spark = None
     if not skip_landing:
-        from seqlake.spark_session import spark_session
+        from seqlake.engines.spark_session import spark_session
 
         spark = spark_session(config, "seqlake-maintain")
-    from seqlake.progress import Progress
+    from seqlake.core.progress import Progress
 
     progress = Progress("maintain", measure="steps", steps_unit="steps", show_bytes=True)
     reports = run_maintenance(config, spark=spark, paths=landing_paths(config), progress=progress)

@@ -13,8 +13,8 @@ from __future__ import annotations
 import click
 
 from seqlake.cli import job_main, script_main
-from seqlake.cli_options import common_options, load_cli_config
-from seqlake.output import emit
+from seqlake.cli.options import common_options, load_cli_config
+from seqlake.core.output import emit
 
 
 @click.command("migrate", help=__doc__)
@@ -22,15 +22,15 @@ from seqlake.output import emit
 @click.option("--skip-landing", is_flag=True, help="Leave the landing tier (Delta, needs Spark) as it is.")
 @common_options
 def command(dry_run: bool, skip_landing: bool) -> None:
-    from pipelines.landing import landing_paths
-    from pipelines.migrate import LANDING, migrate
+    from seqlake.pipelines.landing.tables import landing_paths
+    from seqlake.pipelines.maintenance.migrate import LANDING, migrate
 
     config = load_cli_config()
     paths = None if skip_landing else landing_paths(config)
     planned = migrate(config, paths=paths, dry_run=True)  # refusals are raised here, before any JVM starts
     spark = None
     if not dry_run and any(diff.table == LANDING for diff in planned):
-        from seqlake.spark_session import spark_session
+        from seqlake.engines.spark_session import spark_session
 
         spark = spark_session(config, "seqlake-migrate")
     changes = planned if dry_run else migrate(config, spark=spark, paths=paths)

@@ -15,9 +15,9 @@ from typing import Literal
 import click
 
 from seqlake.cli import job_main, script_main
-from seqlake.cli_options import common_options, load_cli_config
-from seqlake.errors import ConfigError
-from seqlake.output import emit
+from seqlake.cli.options import common_options, load_cli_config
+from seqlake.core.errors import ConfigError
+from seqlake.core.output import emit
 
 ENGINES = ("arrow", "spark")
 MODES = ("lsn", "time")
@@ -35,10 +35,10 @@ MODES = ("lsn", "time")
 )
 @common_options
 def command(tenants: tuple[str, ...], engine: str, mode: Literal["lsn", "time"]) -> None:
-    from pipelines.training.materialize import fatrow_match, write_arrow_samples
-    from pipelines.training.sequence import Tenant
-    from pipelines.training.tables import samples_table_name
-    from seqlake.progress import Progress
+    from seqlake.core.progress import Progress
+    from seqlake.pipelines.training.rebuild.samples import fatrow_match, write_arrow_samples
+    from seqlake.pipelines.training.sequence import Tenant
+    from seqlake.pipelines.training.tables import samples_table_name
 
     if engine == "spark" and mode == "time":
         raise click.UsageError("--mode time runs on the arrow engine only")
@@ -57,8 +57,8 @@ def command(tenants: tuple[str, ...], engine: str, mode: Literal["lsn", "time"])
             requests, samples, failures, matched = result.requests, result.samples, result.quarantined, result.matched
             bytes_read = result.bytes_read
         else:
-            from pipelines.training.spark_reconstruct import write_spark_samples
-            from seqlake.spark_session import spark_session
+            from seqlake.engines.spark_session import spark_session
+            from seqlake.pipelines.training.rebuild.spark import write_spark_samples
 
             spark = spark or spark_session(config, "seqlake-samples")
             samples, failures = write_spark_samples(spark, config, tenant)

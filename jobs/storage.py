@@ -1,6 +1,6 @@
 """S3 bucket chores: create a bucket, list or empty it (optionally under a prefix).
 
-Settings come from the AWS_* variables and the standard AWS configuration chain (seqlake.storage);
+Settings come from the AWS_* variables and the standard AWS configuration chain (seqlake.engines.storage);
 no secret is ever printed.
 """
 
@@ -11,9 +11,9 @@ from typing import Any
 import click
 
 from seqlake.cli import job_main
-from seqlake.cli_options import common_options
-from seqlake.errors import SetupError
-from seqlake.output import emit
+from seqlake.cli.options import common_options
+from seqlake.core.errors import SetupError
+from seqlake.core.output import emit
 
 ACTIONS = ("create", "list", "empty")
 
@@ -24,7 +24,7 @@ ACTIONS = ("create", "list", "empty")
 @click.option("--prefix", default="", help="List or empty only the objects under this prefix.")
 @common_options
 def command(action: str, bucket: str, prefix: str) -> None:
-    from seqlake.storage import create_bucket, empty_bucket, list_objects
+    from seqlake.engines.storage import create_bucket, empty_bucket, list_objects
 
     try:
         if action == "create":

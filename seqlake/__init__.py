@@ -17,11 +17,8 @@ from typing import TYPE_CHECKING
 __version__ = "0.1.0"
 
 if TYPE_CHECKING:
-    from pipelines.training.capture import Capture, Request
-    from pipelines.training.materialize import ReconstructionResult
-    from pipelines.training.sequence import Tenant
-    from seqlake.config import Config, load_config
-    from seqlake.errors import (
+    from seqlake.core.config import Config, load_config
+    from seqlake.core.errors import (
         ConfigError,
         CorruptFileError,
         RunsChanged,
@@ -31,26 +28,29 @@ if TYPE_CHECKING:
         SqlError,
     )
     from seqlake.lake import Lake, open
-    from tableformat.reader import Selection
+    from seqlake.pipelines.training.capture.pointers import Capture, Request
+    from seqlake.pipelines.training.rebuild.samples import ReconstructionResult
+    from seqlake.pipelines.training.sequence import Tenant
+    from seqlake.tableformat.reader import Selection
 
 # Public name -> the module that defines it.
 _EXPORTS = {
     "open": "seqlake.lake",
     "Lake": "seqlake.lake",
-    "Selection": "tableformat.reader",
-    "Tenant": "pipelines.training.sequence",
-    "Request": "pipelines.training.capture",
-    "Capture": "pipelines.training.capture",
-    "ReconstructionResult": "pipelines.training.materialize",
-    "Config": "seqlake.config",
-    "load_config": "seqlake.config",
-    "SeqlakeError": "seqlake.errors",
-    "ConfigError": "seqlake.errors",
-    "SchemaError": "seqlake.errors",
-    "SetupError": "seqlake.errors",
-    "SqlError": "seqlake.errors",
-    "CorruptFileError": "seqlake.errors",
-    "RunsChanged": "seqlake.errors",
+    "Selection": "seqlake.tableformat.reader",
+    "Tenant": "seqlake.pipelines.training.sequence",
+    "Request": "seqlake.pipelines.training.capture.pointers",
+    "Capture": "seqlake.pipelines.training.capture.pointers",
+    "ReconstructionResult": "seqlake.pipelines.training.rebuild.samples",
+    "Config": "seqlake.core.config",
+    "load_config": "seqlake.core.config",
+    "SeqlakeError": "seqlake.core.errors",
+    "ConfigError": "seqlake.core.errors",
+    "SchemaError": "seqlake.core.errors",
+    "SetupError": "seqlake.core.errors",
+    "SqlError": "seqlake.core.errors",
+    "CorruptFileError": "seqlake.core.errors",
+    "RunsChanged": "seqlake.core.errors",
 }
 
 __all__ = [

@@ -12,21 +12,21 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from seqlake.config import Config, load_config
-from seqlake.errors import SchemaError
+from seqlake.core.config import Config, load_config
+from seqlake.core.errors import SchemaError
 
 if TYPE_CHECKING:
     import pandas as pd
     import pyarrow as pa
     from pyiceberg.table import Table
 
-    from jobs.sql import SqlSession
-    from pipelines.maintenance import StepReport
-    from pipelines.training.backfill import Backfill, BackfillResult
-    from pipelines.training.capture import Capture, Request
-    from pipelines.training.materialize import ReconstructionResult
-    from pipelines.training.sequence import Tenant
-    from tableformat.reader import HistoryReader, Selection
+    from seqlake.pipelines.maintenance.steps import StepReport
+    from seqlake.pipelines.training.backfill.plan import Backfill, BackfillResult
+    from seqlake.pipelines.training.capture.pointers import Capture, Request
+    from seqlake.pipelines.training.rebuild.samples import ReconstructionResult
+    from seqlake.pipelines.training.sequence import Tenant
+    from seqlake.sql_session import SqlSession
+    from seqlake.tableformat.reader import HistoryReader, Selection
 
 HISTORY_TABLE = "history"
 
@@ -53,7 +53,7 @@ class Lake:
     """
 
     def __init__(self, config: Config) -> None:
-        from tableformat.cache import FooterCache
+        from seqlake.tableformat.cache import FooterCache
 
         self.config = config
         self._footers = FooterCache()
@@ -106,7 +106,7 @@ class Lake:
             start, end: event-time range, `start` inclusive, `end` exclusive (time-zone aware).
             as_of_lsn: only rows known at this LSN.
             top_k: only the newest K rows; newest_first: newest row first.
-            fresh: add the rows landed since the last publication (`pipelines.fresh.fresh_history`),
+            fresh: add the rows landed since the last publication (`seqlake.pipelines.reads.fresh.fresh_history`),
                 aggregated as their window will publish them.
             table: the history table (default: history).
 
@@ -116,8 +116,8 @@ class Lake:
         chosen = _selection(selection, feature_groups, columns, start, end, as_of_lsn, top_k, newest_first)
         reader = self._reader(table)
         if fresh:
-            from pipelines.fresh import fresh_history
-            from pipelines.landing import landing_paths
+            from seqlake.pipelines.landing.tables import landing_paths
+            from seqlake.pipelines.reads.fresh import fresh_history
 
             return fresh_history(reader, self.config, landing_paths(self.config), user_id, chosen)
         return reader.read_user(user_id, selection=chosen)
@@ -137,7 +137,7 @@ class Lake:
         max_workers: int = 4,
         table: str = HISTORY_TABLE,
     ) -> dict[int, pa.Table]:
-        """Many users' histories, one read per data file for all of them (`tableformat.multi_reader.histories`).
+        """Many users' histories, one read per data file for all of them (`seqlake.tableformat.multi_reader.histories`).
 
         Parameters are those of `history` (without `fresh`), and `max_workers`, the files read in
         parallel. Returns {user id: Arrow table} in the order first given; a user without rows maps to
@@ -146,7 +146,7 @@ class Lake:
         Raises:
             SchemaError: an unknown table, feature group or column; SetupError: no warehouse there.
         """
-        from tableformat.multi_reader import histories
+        from seqlake.tableformat.multi_reader import histories
 
         chosen = _selection(selection, feature_groups, columns, start, end, as_of_lsn, top_k, newest_first)
         return histories(self._reader(table), user_ids, chosen, max_workers=max_workers)
@@ -158,7 +158,7 @@ class Lake:
             query: the SQL; write `$name` for a value and pass it in `params` (never into the text).
             params: {name: value} bound to `$name`.
 
-        Returns the result as a pandas DataFrame (`jobs.sql.SqlSession.query`). The `history` view
+        Returns the result as a pandas DataFrame (`seqlake.sql_session.SqlSession.query`). The `history` view
         reads the snapshot current when the session opened, every page and file verified.
 
         Raises:
@@ -166,7 +166,7 @@ class Lake:
                 replaced history file (the message names it); SetupError: no warehouse there.
         """
         if self._session is None:
-            from jobs.sql import open_session
+            from seqlake.sql_session import open_session
 
             self._check_warehouse()
             self._session = open_session(self.config, quiet=True)
@@ -180,7 +180,7 @@ class Lake:
         Raises:
             SchemaError: no tenant of that name in the configuration.
         """
-        from pipelines.training.sequence import Tenant
+        from seqlake.pipelines.training.sequence import Tenant
 
         if name not in self.config.tenants:
             raise SchemaError(f"no tenant {name!r} in the configuration (tenants: {', '.join(self.config.tenants)})")
@@ -189,7 +189,7 @@ class Lake:
     def capture(
         self, requests: Iterable[Request], *, tenant: str | Tenant, fragment_events: int | None = None
     ) -> list[Capture]:
-        """Capture inference requests against the online view now (`pipelines.training.capture.capture_requests`).
+        """Capture inference requests against the online view now (`capture.pointers.capture_requests`).
 
         Each capture holds the model input (`sequence`), the `pointer` that rebuilds it later (range,
         LSN bound per source partition, open window, length, Top-K, checksum) and the newest
@@ -203,12 +203,12 @@ class Lake:
         Raises:
             SchemaError: an unknown tenant, or a table missing; SetupError: no warehouse there.
         """
-        from pipelines.compaction import DETAIL
-        from pipelines.landing import landing_paths
-        from pipelines.training.capture import capture_requests
-        from pipelines.training.online_view import ViewSnapshot
-        from seqlake.catalog import load_existing_table
-        from tableformat.reader import HistoryReader
+        from seqlake.engines.catalog import load_existing_table
+        from seqlake.pipelines.compaction.spark import DETAIL
+        from seqlake.pipelines.landing.tables import landing_paths
+        from seqlake.pipelines.training.capture.online_view import ViewSnapshot
+        from seqlake.pipelines.training.capture.pointers import capture_requests
+        from seqlake.tableformat.reader import HistoryReader
 
         profile = self.tenant(tenant) if isinstance(tenant, str) else tenant
         width = self.config.training.fragment_events if fragment_events is None else fragment_events
@@ -222,7 +222,7 @@ class Lake:
         self, tenant: str | Tenant, *, mode: Literal["lsn", "time"] = "lsn", compare: bool = True
     ) -> ReconstructionResult:
         """Rebuild a tenant's training samples from their pointers, verified by checksum, in-process
-        (`pipelines.training.materialize.write_arrow_samples`).
+        (`seqlake.pipelines.training.rebuild.samples.write_arrow_samples`).
 
         LSN mode replaces the table samples_<tenant> (and this tenant's rows of the quarantine table);
         time mode replays by event time only and writes no table.
@@ -235,7 +235,7 @@ class Lake:
         Raises:
             SchemaError: an unknown tenant, or its training table does not exist.
         """
-        from pipelines.training.materialize import write_arrow_samples
+        from seqlake.pipelines.training.rebuild.samples import write_arrow_samples
 
         self._check_warehouse()
         profile = self.tenant(tenant) if isinstance(tenant, str) else tenant
@@ -252,7 +252,7 @@ class Lake:
     ) -> BackfillResult:
         """Each label row (user_id, ts, other columns kept) with the tenant's sequence as it stood at
         ts, written to the Iceberg table `out` (default backfill_<tenant>, replaced; bucketed like
-        history) (`pipelines.training.backfill.write_backfill`). The result holds the leakage
+        history) (`seqlake.pipelines.training.backfill.plan.write_backfill`). The result holds the leakage
         report (`result.leakage`: label rows that event-time semantics would give events that
         arrived after their ts).
 
@@ -266,7 +266,7 @@ class Lake:
         Raises:
             SchemaError: the labels lack user_id or the time column, or a value does not convert.
         """
-        from pipelines.training.backfill import write_backfill
+        from seqlake.pipelines.training.backfill.plan import write_backfill
 
         self._check_warehouse()
         profile = self.tenant(tenant) if isinstance(tenant, str) else tenant
@@ -283,7 +283,7 @@ class Lake:
         """The same backfill as a stream, nothing written: iterate `job.batches()` (Arrow tables of
         label rows with their `seq_` list columns); `job.leakage` is complete once it is consumed;
         `job.close()` when done."""
-        from pipelines.training.backfill import Backfill
+        from seqlake.pipelines.training.backfill.plan import Backfill
 
         self._check_warehouse()
         profile = self.tenant(tenant) if isinstance(tenant, str) else tenant
@@ -295,14 +295,14 @@ class Lake:
         """Remove every row of the users from the history table and every table holding a `user_id`,
         and with a Spark session from the landing tier too, one commit per table, which also records
         the forget so that no job that read before it brings their rows back
-        (`pipelines.forget.forget_users`). Returns one report per table (rows removed); the bytes are
+        (`seqlake.pipelines.forget.remove.forget_users`). Returns one report per table (rows removed); the bytes are
         gone once `maintain` expires the snapshots from before it and removes the orphan files.
 
         Raises:
             UsersRemain: a table still holds a row of theirs afterwards; SetupError: no warehouse there.
         """
-        from pipelines.forget import forget_users
-        from pipelines.landing import landing_paths
+        from seqlake.pipelines.forget.remove import forget_users
+        from seqlake.pipelines.landing.tables import landing_paths
 
         self._check_warehouse()
         reports = forget_users(self.config, list(user_ids), spark=spark, paths=landing_paths(self.config))
@@ -312,19 +312,19 @@ class Lake:
     # -- tables --------------------------------------------------------------------------------------
 
     def _check_warehouse(self) -> None:
-        from seqlake.catalog import check_warehouse
+        from seqlake.engines.catalog import check_warehouse
 
         check_warehouse(self.config)
 
     def _table(self, name: str) -> Table:
-        from seqlake.catalog import load_history_table
+        from seqlake.engines.catalog import load_history_table
 
         self._check_warehouse()
         return load_history_table(self.config, name)
 
     def _reader(self, name: str) -> HistoryReader:
         if name not in self._readers:
-            from tableformat.reader import HistoryReader
+            from seqlake.tableformat.reader import HistoryReader
 
             self._readers[name] = HistoryReader(self._table(name), footer_cache=self._footers)
         return self._readers[name]
@@ -341,7 +341,7 @@ def _selection(
     newest_first: bool | None,
 ) -> Selection:
     """`selection` (default: everything) with the options given (not None) in place of its fields."""
-    from tableformat.reader import Selection
+    from seqlake.tableformat.reader import Selection
 
     given: dict[str, Any] = {
         "feature_groups": tuple(feature_groups) if feature_groups is not None else None,

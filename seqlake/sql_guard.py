@@ -14,9 +14,9 @@ and EXPORT DATABASE write files: they run only with an export folder, only into 
 prepared statement. The definitions of sql/, which the session ran when it opened, may run again as
 they are (`--file catalog.sql`).
 
-This is the first of two walls. The second is DuckDB's own configuration (`seqlake.duckdb_session.
+This is the first of two walls. The second is DuckDB's own configuration (`seqlake.engines.duckdb_session.
 restrict_access`): the session reaches the warehouse only through a file system that cannot write
-(`seqlake.read_only_fs`), its local file system reaches the export folder alone, and the configuration
+(`seqlake.engines.read_only_fs`), its local file system reaches the export folder alone, and the configuration
 is locked; so a statement this guard misjudged still cannot change a warehouse file.
 """
 
@@ -29,7 +29,7 @@ from pathlib import Path
 
 import duckdb
 
-from seqlake.errors import ReadOnlyError
+from seqlake.core.errors import ReadOnlyError
 
 _Type = duckdb.StatementType
 _Token = duckdb.token_type

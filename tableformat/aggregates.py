@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 
 import pyarrow.compute as pc
 
-from tableformat.reader import HistoryReader, Selection, read_segments
+from seqlake.tableformat.reader import HistoryReader, Selection, read_segments
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 

@@ -33,8 +33,8 @@ import pyarrow as pa
 from cachetools import LRUCache
 from pyiceberg.table import Table
 
-from tableformat.io import FooterCache
-from tableformat.reader import HistoryReader, Selection
+from seqlake.tableformat.io import FooterCache
+from seqlake.tableformat.reader import HistoryReader, Selection
 
 DEFAULT_MAX_BYTES = 1024 * 2**20  # 1 GiB: a realistic hot working set of long histories
 

@@ -29,7 +29,7 @@ from pyiceberg.types import (
     MapType,
 )
 
-from seqlake.errors import SchemaError, UnknownFieldId
+from seqlake.core.errors import SchemaError, UnknownFieldId
 
 FIELD_ID = b"PARQUET:field_id"
 # The declared (Arrow) type of each feature-group column of a history table, a JSON object. Iceberg
@@ -335,7 +335,7 @@ def file_schema(uri: str) -> pa.Schema:
     """A data file's Arrow schema with its field ids, from its footer."""
     import pyarrow.parquet as pq
 
-    from tableformat.io import resolve_uri
+    from seqlake.tableformat.io import resolve_uri
 
     fs, path = resolve_uri(uri)
     with fs.open_input_file(path) as handle:

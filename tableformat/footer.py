@@ -10,7 +10,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from tableformat.layout import STATISTICS_COLUMNS
+from seqlake.tableformat.layout import STATISTICS_COLUMNS
 
 PREFIX = "seqlake."
 

@@ -5,7 +5,7 @@ writer makes before it commits.
 then) in the table property `seqlake.forgets` of every table it cleans, in the same commit as its
 delete there, history last: an epoch in history's record means every table is clean of its users.
 Table properties live in the table metadata, not in a snapshot, so expiring snapshots loses none; and
-every snapshot up to an epoch's sequence number predates the forget (`pipelines.maintenance` expires
+every snapshot up to an epoch's sequence number predates the forget (`seqlake.pipelines.maintenance.steps` expires
 them whatever `keep_snapshots` says).
 
 A writer that reads and then commits takes a `ReadPoint` (the epochs history records) before its
@@ -40,8 +40,8 @@ from pyiceberg.table import Table, Transaction
 from pyiceberg.table.metadata import TableMetadata, TableMetadataV1
 from pyiceberg.table.update import ValidatableTableRequirement
 
-from seqlake.errors import ForgetCommitted
-from tableformat.io import resolve_uri
+from seqlake.core.errors import ForgetCommitted
+from seqlake.tableformat.io import resolve_uri
 
 FORGETS_PROPERTY = "seqlake.forgets"
 # How long a finished forget stays listed; a job whose read began before a fold plans again.

@@ -21,16 +21,16 @@ import pyarrow.parquet as pq
 from pyiceberg.manifest import DataFile
 from pyiceberg.table import Table
 
-from seqlake.errors import CorruptFileError, FsckError, UnsortedInputError
-from seqlake.progress import Progress
-from tableformat.bucketing import bucket_of
-from tableformat.checksum import ContentChecksum
-from tableformat.footer import FileFacts, layout_digest_of
-from tableformat.io import read_footer
-from tableformat.registry import FORMAT_PROPERTY, GROUPS_PROPERTY, live_runs, run_id_of_path
-from tableformat.schema import FORMAT_VERSION, KEY_COLUMNS, STORAGE_ORDER
-from tableformat.verified import DAMAGE, describe, open_verified, verified_file
-from tableformat.writer import KeyOrder, open_output
+from seqlake.core.errors import CorruptFileError, FsckError, UnsortedInputError
+from seqlake.core.progress import Progress
+from seqlake.tableformat.bucketing import bucket_of
+from seqlake.tableformat.checksum import ContentChecksum
+from seqlake.tableformat.footer import FileFacts, layout_digest_of
+from seqlake.tableformat.io import read_footer
+from seqlake.tableformat.registry import FORMAT_PROPERTY, GROUPS_PROPERTY, live_runs, run_id_of_path
+from seqlake.tableformat.schema import FORMAT_VERSION, KEY_COLUMNS, STORAGE_ORDER
+from seqlake.tableformat.verified import DAMAGE, describe, open_verified, verified_file
+from seqlake.tableformat.writer import KeyOrder, open_output
 
 
 @dataclass(frozen=True)

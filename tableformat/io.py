@@ -119,7 +119,7 @@ def resolve_uri(uri: str) -> tuple[pafs.FileSystem, str]:
     if uri.startswith("file://") and "%" not in uri:  # no percent-escapes to decode: skip URI parsing
         return _LOCAL, uri[len("file://") :]
     if uri.startswith(("s3://", "s3a://")):
-        from seqlake.storage import s3_filesystem  # endpoint and credentials from the AWS settings
+        from seqlake.engines.storage import s3_filesystem  # endpoint and credentials from the AWS settings
 
         return s3_filesystem(), uri.split("://", 1)[1]
     return pafs.FileSystem.from_uri(uri)
@@ -200,7 +200,11 @@ def load_footer(fs, footers: FooterCache, uri: str, size: int | None = None) -> 
     """A history file's parsed footer, from the cache or read with two exact reads and cached; the
     file must have `size` bytes (its manifest's, when the caller knows it), and its footer seqlake's
     metadata and layout digest: a file replaced by another Parquet file is refused, never read."""
-    from tableformat.verified import check_size, verified_file, verified_footer  # verified builds on this module
+    from seqlake.tableformat.verified import (  # verified builds on this module
+        check_size,
+        verified_file,
+        verified_footer,
+    )
 
     found = footers.entry(uri)
     if found is not None:
@@ -223,7 +227,7 @@ def open_parquet(
     source, meta: pq.FileMetaData | None = None, pre_buffer: bool = False, read_dictionary: list[str] | None = None
 ) -> pq.ParquetFile:
     """The one place readers turn bytes into a ParquetFile to decode rows (whole row groups of a data
-    file, or the pages `tableformat.page_reader` assembles): read options belong here."""
+    file, or the pages `seqlake.tableformat.page_reader` assembles): read options belong here."""
     # Every page's CRC is checked as it is decoded: a flipped byte is an error, never wrong rows.
     return pq.ParquetFile(
         source,
@@ -290,7 +294,7 @@ class OpenFiles:
 
     def opened(self, fs, uri: str, meta: pq.FileMetaData) -> _Opened:
         """A file's (handle, ParquetFile) for a `with` block; damage met while reading is raised as
-        CorruptFileError (`tableformat.verified`), and a pair that failed is not kept."""
+        CorruptFileError (`seqlake.tableformat.verified`), and a pair that failed is not kept."""
         return _Opened(self, fs, uri, meta)
 
     def clear(self) -> None:
@@ -310,7 +314,7 @@ class _Opened:
         self.files, self.fs, self.uri, self.meta = files, fs, uri, meta
 
     def __enter__(self) -> tuple[pa.NativeFile, pq.ParquetFile]:
-        from tableformat.verified import DAMAGE, CorruptFileError, describe, table_of
+        from seqlake.tableformat.verified import DAMAGE, CorruptFileError, describe, table_of
 
         try:
             self.pair = self.files.take(self.fs, self.uri, self.meta)
@@ -325,7 +329,7 @@ class _Opened:
             self.files.give_back(self.uri, self.pair)
             return
         self.pair[0].close()
-        from tableformat.verified import DAMAGE, CorruptFileError, describe, table_of
+        from seqlake.tableformat.verified import DAMAGE, CorruptFileError, describe, table_of
 
         if isinstance(error, DAMAGE) and not isinstance(error, CorruptFileError):
             raise CorruptFileError(table_of(self.uri), self.uri, describe(error)) from error
@@ -372,7 +376,7 @@ def read_byte_ranges(
     if files is not None and meta is not None:
         with files.opened(fs, uri, meta) as (handle, _):
             return [handle.read_at(length, offset) for offset, length in ranges]
-    from tableformat.verified import verified_file
+    from seqlake.tableformat.verified import verified_file
 
     with verified_file(fs, uri) as handle:
         return [_read_at(handle, offset, length) for offset, length in ranges]
@@ -384,7 +388,7 @@ def _read_at(handle, offset: int, length: int) -> bytes:
 
 def decode_pages(data: bytes, meta: pq.FileMetaData, strings: list[int] | None = None) -> pa.Table:
     """The rows of a small Parquet file held in memory whose footer `meta` is already parsed (the
-    pages `tableformat.page_reader` cuts out of column chunks), every page's CRC checked; the columns
+    pages `seqlake.tableformat.page_reader` cuts out of column chunks), every page's CRC checked; the columns
     at `strings` are read as dictionary indices."""
     reader = ParquetReader()
     reader.open(

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from tableformat.schema import KEY_COLUMNS
+from seqlake.tableformat.schema import KEY_COLUMNS
 
 
 @dataclass(frozen=True)

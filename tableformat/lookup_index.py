@@ -34,9 +34,9 @@ from pyiceberg.table import Table
 from pyiceberg.transforms import BucketTransform
 from pyiceberg.types import PrimitiveType
 
-from tableformat.bucketing import bucket_of
-from tableformat.page_reader import PagedFile
-from tableformat.schema import KEY_COLUMNS
+from seqlake.tableformat.bucketing import bucket_of
+from seqlake.tableformat.page_reader import PagedFile
+from seqlake.tableformat.schema import KEY_COLUMNS
 
 LOW = np.iinfo(np.int64).min
 HIGH = np.iinfo(np.int64).max

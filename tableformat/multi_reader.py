@@ -20,8 +20,8 @@ from collections.abc import Iterable, Sequence
 import pyarrow as pa
 from pyiceberg.table import Table
 
-from tableformat.lookup_index import FileIndex, FilePlan
-from tableformat.reader import HistoryReader, Selection, scan_condition
+from seqlake.tableformat.lookup_index import FileIndex, FilePlan
+from seqlake.tableformat.reader import HistoryReader, Selection, scan_condition
 
 WHOLE = Selection()  # every row and column of a history
 

@@ -1,6 +1,6 @@
 """Page checksums on every Parquet file seqlake writes, and a way to see that a file carries them.
 
-History runs are written by `tableformat.writer` with `write_page_checksum`. The other tables (detail,
+History runs are written by `seqlake.tableformat.writer` with `write_page_checksum`. The other tables (detail,
 training samples and their quarantines, the compaction quarantine) are Iceberg tables written through
 pyiceberg or Spark: Iceberg's Spark writer (parquet-java) writes page CRCs by default, pyiceberg has no
 table property for them, so `enable_iceberg_page_checksums` adds `write_page_checksum=True` to the
@@ -13,7 +13,7 @@ from __future__ import annotations
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from tableformat import thrift_compact as tc
+from seqlake.tableformat import thrift_compact as tc
 
 _PAGE_COMPRESSED_SIZE, _PAGE_CRC = 3, 4  # parquet.thrift PageHeader fields
 

@@ -24,12 +24,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from tableformat import thrift_compact as tc
+from seqlake.tableformat import thrift_compact as tc
 
 # [(offset, length)] -> the bytes of each range, read in one open of the file.
 ReadRanges = Callable[[list[tuple[int, int]]], list[bytes]]
 # (small Parquet file held in memory, its parsed footer, the columns to read as dictionary indices)
-# -> its rows (tableformat.io.decode_pages).
+# -> its rows (seqlake.tableformat.io.decode_pages).
 Decode = Callable[[bytes, pq.FileMetaData, list[int] | None], pa.Table]
 FOOTERS_KEPT = 4096  # page plans a file keeps, each with its narrowed footer (a few hundred bytes)
 _BINARY = 6  # Parquet physical type BYTE_ARRAY: strings, read as dictionary indices and expanded once

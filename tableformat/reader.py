@@ -33,9 +33,9 @@ from pyiceberg.expressions import (
 )
 from pyiceberg.table import Table
 
-from seqlake.errors import SchemaError
-from tableformat.evolution import Projection, UnknownFieldId, known_field_ids, projection
-from tableformat.io import (
+from seqlake.core.errors import SchemaError
+from seqlake.tableformat.evolution import Projection, UnknownFieldId, known_field_ids, projection
+from seqlake.tableformat.io import (
     FooterCache,
     OpenFiles,
     PlainFileSystem,
@@ -44,9 +44,17 @@ from tableformat.io import (
     read_byte_ranges,
     read_row_groups,
 )
-from tableformat.lookup_index import FileEntry, LookupIndex, ReadGroups, Segments, micros, select_segments, snapshot_key
-from tableformat.schema import history_read_schema
-from tableformat.verified import DAMAGE, CorruptFileError, describe, table_of
+from seqlake.tableformat.lookup_index import (
+    FileEntry,
+    LookupIndex,
+    ReadGroups,
+    Segments,
+    micros,
+    select_segments,
+    snapshot_key,
+)
+from seqlake.tableformat.schema import history_read_schema
+from seqlake.tableformat.verified import DAMAGE, CorruptFileError, describe, table_of
 
 SEQUENCE_ORDER = ("event_ts", "lsn")
 
@@ -124,7 +132,7 @@ class HistoryReader:
         return load_footer(self.fs, self.footers, uri, size)
 
     def projection(self, uri: str) -> Projection:
-        """How the file's columns read as the table's current ones (`tableformat.evolution`): as
+        """How the file's columns read as the table's current ones (`seqlake.tableformat.evolution`): as
         stored, unless the file predates a column added or widened since."""
         key = (self.table.metadata.table_uuid, self.table.metadata.current_schema_id)
         if self._projections[0] != key:

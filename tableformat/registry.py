@@ -5,7 +5,7 @@ Each commit adds whole sorted runs (and, for a merge, removes the runs it replac
 snapshot, together with the table property `seqlake.runs` that lists the live runs: a reader never
 sees half a run, and every engine can ignore the property safely. The LSN frontier is a table
 property too (`seqlake.frontier`, set in the same commit as the runs it covers), and so is the forget
-record (`seqlake.forgets`, `tableformat.forgets`) that fences every commit of new files: table
+record (`seqlake.forgets`, `seqlake.tableformat.forgets`) that fences every commit of new files: table
 properties live in the table metadata, not in a snapshot, so expiring old snapshots loses none.
 """
 
@@ -31,9 +31,9 @@ from pyiceberg.table import Table
 from pyiceberg.transforms import BucketTransform
 from pyiceberg.typedef import Record
 
-from seqlake.config import Config
-from seqlake.errors import ForgetCommitted, RunsChanged, SchemaError, SeqlakeError, WindowsAlreadyPublished
-from tableformat.evolution import (
+from seqlake.core.config import Config
+from seqlake.core.errors import ForgetCommitted, RunsChanged, SchemaError, SeqlakeError, WindowsAlreadyPublished
+from seqlake.tableformat.evolution import (
     COLUMN_TYPES_PROPERTY,
     SchemaDiff,
     compare,
@@ -41,16 +41,16 @@ from tableformat.evolution import (
     table_declared_types,
     with_groups,
 )
-from tableformat.forgets import Forgets, ReadPoint, files_holding, guard, missed_users, record_forget
-from tableformat.layout import STATISTICS_COLUMNS
-from tableformat.schema import (
+from seqlake.tableformat.forgets import Forgets, ReadPoint, files_holding, guard, missed_users, record_forget
+from seqlake.tableformat.layout import STATISTICS_COLUMNS
+from seqlake.tableformat.schema import (
     FORMAT_VERSION,
     history_iceberg_schema,
     history_partition_spec,
     history_sort_order,
 )
-from tableformat.snapshots import sequence_number
-from tableformat.writer import WrittenFile, open_output
+from seqlake.tableformat.snapshots import sequence_number
+from seqlake.tableformat.writer import WrittenFile, open_output
 
 log = logging.getLogger(__name__)
 
@@ -238,7 +238,7 @@ def commit_runs(
     A `seqlake.frontier` among the snapshot properties also becomes the table property, in the same
     commit. Raises RunsChanged when another commit won the race (the caller refreshes and decides
     again), WindowsAlreadyPublished when a new run would hold a window a remaining live run holds.
-    With `point` (where the writer's read began: `tableformat.forgets`), ForgetCommitted when a
+    With `point` (where the writer's read began: `seqlake.tableformat.forgets`), ForgetCommitted when a
     forget the read did not see names a user the new files hold; the commit is fenced on it."""
     if point is not None:
         _check_forgets(table, point, [item for _, written in new_runs for item in written])
@@ -338,7 +338,7 @@ def commit_file_rewrite(
 ) -> int:
     """Replace some files of live runs by rewritten ones (the same runs, buckets and windows, fewer
     rows) in one snapshot, with the runs' file and row counts updated in the same commit, and with
-    `forgets` the table's forget record (a forget's commit: `tableformat.forgets`).
+    `forgets` the table's forget record (a forget's commit: `seqlake.tableformat.forgets`).
 
     `runs_read` is the registry the rewrite was planned on: a run published, merged or rewritten
     since then raises RunsChanged (the caller plans again on the new snapshot)."""

@@ -8,10 +8,10 @@ from collections.abc import Callable, Iterable, Sequence
 import numpy as np
 import pyarrow as pa
 
-from seqlake.errors import SeqlakeError, UnsortedInputError
-from tableformat.bucketing import bucket_of
-from tableformat.layout import DEFAULT_POLICY, LayoutPolicy
-from tableformat.writer import HistoryFileWriter, WrittenFile, open_output
+from seqlake.core.errors import SeqlakeError, UnsortedInputError
+from seqlake.tableformat.bucketing import bucket_of
+from seqlake.tableformat.layout import DEFAULT_POLICY, LayoutPolicy
+from seqlake.tableformat.writer import HistoryFileWriter, WrittenFile, open_output
 
 RUN_ID = re.compile(r"^[a-z0-9]{1,40}$")
 

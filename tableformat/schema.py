@@ -29,10 +29,10 @@ from pyiceberg.types import (
     TimestamptzType,
 )
 
-from seqlake.config import Config
-from seqlake.errors import SchemaError
-from seqlake.events import ARROW_TYPES
-from tableformat.evolution import FIELD_ID, table_declared_types, with_ids_from
+from seqlake.core.config import Config
+from seqlake.core.errors import SchemaError
+from seqlake.core.events import ARROW_TYPES
+from seqlake.tableformat.evolution import FIELD_ID, table_declared_types, with_ids_from
 
 FORMAT_VERSION = "1"
 KEY_COLUMNS = ("user_id", "feature_group", "event_ts", "lsn")
@@ -87,7 +87,7 @@ def history_iceberg_schema(config: Config) -> Schema:
 
 def history_read_schema(table: Table) -> tuple[pa.Schema, frozenset[str]]:
     """The current columns of a history table as readers return them (ids and Arrow types), and the
-    columns whose declared width is unknown (`tableformat.evolution.projection`'s `loose`)."""
+    columns whose declared width is unknown (`seqlake.tableformat.evolution.projection`'s `loose`)."""
     declared = table_declared_types(table.metadata.properties)
     fields = []
     for f in table.schema().fields:

@@ -41,11 +41,11 @@ import pyarrow.compute as pc
 from pyiceberg.table import Table
 from rocksdict import DBCompressionType, Options, SstFileWriter
 
-from seqlake.duckdb_session import connect, sql_literal
-from seqlake.errors import SchemaError, SeqlakeError, UnknownRunError
-from seqlake.progress import Progress
-from tableformat.registry import live_runs, run_id_of_path
-from tableformat.schema import KEY_COLUMNS
+from seqlake.core.errors import SchemaError, SeqlakeError, UnknownRunError
+from seqlake.core.progress import Progress
+from seqlake.engines.duckdb_session import connect, sql_literal
+from seqlake.tableformat.registry import live_runs, run_id_of_path
+from seqlake.tableformat.schema import KEY_COLUMNS
 
 KEY_ENCODING_VERSION = 1
 VALUE_FORMAT_VERSION = 1

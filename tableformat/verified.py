@@ -1,6 +1,6 @@
 """Verified reads of seqlake's Parquet files: a corrupt, truncated or missing file is one clear error.
 
-Files are written with Parquet page checksums (CRC-32 of every page, `tableformat.writer`); opening
+Files are written with Parquet page checksums (CRC-32 of every page, `seqlake.tableformat.writer`); opening
 them with `open_verified` makes pyarrow check each page it decodes, so a flipped bit fails the read
 instead of turning into wrong rows. Parquet has no checksum over its footer, so `verified_footer`
 compares the footer with the layout digest the writer stored in it (`FileFacts.layout_digest`): a
@@ -24,9 +24,9 @@ from contextlib import contextmanager
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from seqlake.errors import CorruptFileError
-from tableformat.footer import FileFacts, layout_digest_of
-from tableformat.io import read_footer
+from seqlake.core.errors import CorruptFileError
+from seqlake.tableformat.footer import FileFacts, layout_digest_of
+from seqlake.tableformat.io import read_footer
 
 # Errors pyarrow, the file system and footer parsing raise on damaged bytes (ArrowInvalid is a ValueError).
 DAMAGE = (OSError, EOFError, pa.ArrowException, ValueError, KeyError, IndexError, UnicodeDecodeError, struct.error)
@@ -94,7 +94,7 @@ def check_size(actual: int, expected: int | None, uri: str) -> None:
 def verified_footer(
     handle: pa.NativeFile, uri: str, size: int | None = None, seqlake_file: bool = False
 ) -> pq.FileMetaData:
-    """The file's footer (two exact reads, `tableformat.io.read_footer`), checked against its layout
+    """The file's footer (two exact reads, `seqlake.tableformat.io.read_footer`), checked against its layout
     digest, and the file's size against `size` (the manifest's) when given."""
     actual = handle.size()
     check_size(actual, size, uri)
@@ -129,7 +129,7 @@ def verified_file(fs: pa.fs.FileSystem, path: str, uri: str | None = None) -> It
 
 def read_verified(uri: str, columns: list[str] | None = None) -> pa.Table:
     """Every row of a local or remote Parquet file (optionally some columns), pages verified."""
-    from tableformat.writer import open_output
+    from seqlake.tableformat.writer import open_output
 
     fs, path = open_output(uri)
     with verified_file(fs, path, uri) as handle:

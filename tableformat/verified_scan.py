@@ -6,9 +6,9 @@ as data. The SQL session's `history` view therefore reads the table's current sn
 pyarrow's dataset scanner (DuckDB pushes its projections and filters into it) with every page's CRC
 checked as it is decoded, the check seqlake's own reader makes. When the scan is built, every live
 file must be the one its manifest lists (its size) and a file seqlake wrote whose footer is intact
-(`tableformat.verified.check_footer`: the layout digest over the schema and the pruning statistics).
+(`seqlake.tableformat.verified.check_footer`: the layout digest over the schema and the pruning statistics).
 The footer checked is the one pyarrow keeps and prunes by. Files whose columns differ from the
-current schema (written before a migration) read through their `tableformat.evolution` projection.
+current schema (written before a migration) read through their `seqlake.tableformat.evolution` projection.
 
 A damaged page surfaces in DuckDB as an arrow_scan error that names no file: `find_damage` then
 verifies the live files one by one and returns the error that names the table, the file and what is
@@ -27,11 +27,11 @@ from pyiceberg.conversions import from_bytes
 from pyiceberg.table import Table
 from pyiceberg.types import PrimitiveType
 
-from seqlake.errors import CorruptFileError, SeqlakeError
-from tableformat.evolution import Projection, UnknownFieldId, known_field_ids, projection
-from tableformat.io import resolve_uri
-from tableformat.schema import history_read_schema
-from tableformat.verified import (
+from seqlake.core.errors import CorruptFileError, SeqlakeError
+from seqlake.tableformat.evolution import Projection, UnknownFieldId, known_field_ids, projection
+from seqlake.tableformat.io import resolve_uri
+from seqlake.tableformat.schema import history_read_schema
+from seqlake.tableformat.verified import (
     DAMAGE,
     check_footer,
     check_size,
@@ -144,7 +144,7 @@ def history_scan(table: Table, sql_types: dict[pa.DataType, str], prefix: str = 
 def _fragment(live: LiveFile) -> tuple[ds.ParquetFileFragment, pq.FileMetaData]:
     """The file as a dataset fragment whose footer is checked (the one pyarrow keeps and prunes its row
     groups by), with the manifest's user_id bounds as its guarantee: a lookup skips the whole file,
-    as seqlake's reader does (`tableformat.lookup_index.FileIndex`)."""
+    as seqlake's reader does (`seqlake.tableformat.lookup_index.FileIndex`)."""
     fs, path = resolve_uri(live.uri)
     table = table_of(live.uri)
     try:

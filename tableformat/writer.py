@@ -18,12 +18,12 @@ import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from seqlake.errors import SeqlakeError, UnsortedInputError
-from tableformat.checksum import ContentChecksum
-from tableformat.footer import FileFacts, LayoutDigest
-from tableformat.io import resolve_uri
-from tableformat.layout import DEFAULT_POLICY, LayoutPolicy, parquet_writer_options
-from tableformat.schema import FORMAT_VERSION
+from seqlake.core.errors import SeqlakeError, UnsortedInputError
+from seqlake.tableformat.checksum import ContentChecksum
+from seqlake.tableformat.footer import FileFacts, LayoutDigest
+from seqlake.tableformat.io import resolve_uri
+from seqlake.tableformat.layout import DEFAULT_POLICY, LayoutPolicy, parquet_writer_options
+from seqlake.tableformat.schema import FORMAT_VERSION
 
 
 @dataclass(frozen=True)
@@ -35,7 +35,7 @@ class WrittenFile:
 
 
 def open_output(uri: str) -> tuple[pafs.FileSystem, str]:
-    """Resolve a file URI or local path to (filesystem, path) (`tableformat.io.resolve_uri`)."""
+    """Resolve a file URI or local path to (filesystem, path) (`seqlake.tableformat.io.resolve_uri`)."""
     return resolve_uri(uri)
 
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from pipelines.training.sequence import Tenant, in_order, newest
-from seqlake.config import Config
+from seqlake.core.config import Config
+from seqlake.pipelines.training.sequence import Tenant, in_order, newest
 from tests.reconstruction_reference import bounds_table, candidate_columns, rebuild_rows, visible_history
 
 

@@ -1,27 +1,27 @@
 """One capture step on a warehouse, as the serving loop makes it, for the tests that kill it:
 `python -m tests.capture_step CONFIG STEP` captures the requests of the users active since the last
-step, for every tenant, and appends them idempotently by step id (pipelines.training.capture_steps)."""
+step, for every tenant, and appends them idempotently by step id (seqlake.pipelines.training.capture.steps)."""
 
 from __future__ import annotations
 
 import sys
 
-from pipelines.compaction import history_tables
-from pipelines.landing import landing_paths
-from pipelines.training.capture import capture_batch, request_table
-from pipelines.training.capture_steps import append_step, start_state
-from pipelines.training.online_view import ViewSnapshot
-from pipelines.training.requests import RequestSimulator
-from pipelines.training.sequence import tenants
-from pipelines.training.tables import (
+from seqlake.core.config import load_config
+from seqlake.pipelines.compaction.spark import history_tables
+from seqlake.pipelines.landing.tables import landing_paths
+from seqlake.pipelines.training.capture.online_view import ViewSnapshot
+from seqlake.pipelines.training.capture.pointers import capture_batch, request_table
+from seqlake.pipelines.training.capture.requests import RequestSimulator
+from seqlake.pipelines.training.capture.steps import append_step, start_state
+from seqlake.pipelines.training.sequence import tenants
+from seqlake.pipelines.training.tables import (
     create_bucketed_table,
     fatrow_table_name,
     sequence_table_schema,
     training_schema,
     training_table_name,
 )
-from seqlake.config import load_config
-from tableformat.reader import HistoryReader
+from seqlake.tableformat.reader import HistoryReader
 
 
 def capture_step(config_path: str, step: int) -> int:

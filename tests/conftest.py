@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from seqlake.config import DEFAULT_CONFIG_PATH, Config, parse_config
+from seqlake.core.config import DEFAULT_CONFIG_PATH, Config, parse_config
 
 # The S3 server, PostgreSQL server, Spark cluster, Iceberg REST catalog and Kafka broker fixtures for
 # every test module.
@@ -51,7 +51,7 @@ def lake_config(tmp_path_factory: pytest.TempPathFactory) -> Config:
 
 @pytest.fixture(scope="session")
 def spark(lake_config: Config):
-    from seqlake.spark_session import spark_session
+    from seqlake.engines.spark_session import spark_session
 
     session = spark_session(lake_config, "seqlake-tests", "local[2]")
     yield session
@@ -84,9 +84,9 @@ def pytest_terminal_summary(terminalreporter) -> None:
 @pytest.fixture(autouse=True)
 def _no_object_storage_left_on():
     # A test that opened an S3 warehouse switches on S3 access for the process's later DuckDB
-    # connections (seqlake.duckdb_session); the next test starts without it, as a new process would,
+    # connections (seqlake.engines.duckdb_session); the next test starts without it, as a new process would,
     # even if it opens no catalog before connecting.
     yield
-    from seqlake.duckdb_session import object_storage_for
+    from seqlake.engines.duckdb_session import object_storage_for
 
     object_storage_for(False)

@@ -8,9 +8,9 @@ import numpy as np
 import pyarrow as pa
 
 from benchmarks.synthetic import increasing_per_user, pick_groups, synthetic_rows
-from seqlake.config import Config
-from tableformat.layout import LayoutPolicy
-from tableformat.schema import history_arrow_schema
+from seqlake.core.config import Config
+from seqlake.tableformat.layout import LayoutPolicy
+from seqlake.tableformat.schema import history_arrow_schema
 
 BASE_TS_US = 1_767_571_200_000_000  # 2026-01-05T00:00:00Z
 
@@ -41,9 +41,9 @@ def synthetic_history(config: Config, lengths: dict[int, int], seed: int = 1) ->
 
 def publish_run(table, config: Config, data: pa.Table, run_id: str, batch_rows: int = 4096, policy=None):
     """Write `data` (bucket-ordered) as sorted run `run_id` and commit it; return the written files."""
-    from tableformat.layout import DEFAULT_POLICY
-    from tableformat.registry import RunRecord, commit_runs, history_file_uri
-    from tableformat.run_writer import write_run
+    from seqlake.tableformat.layout import DEFAULT_POLICY
+    from seqlake.tableformat.registry import RunRecord, commit_runs, history_file_uri
+    from seqlake.tableformat.run_writer import write_run
 
     files = write_run(
         data.to_batches(max_chunksize=batch_rows),
@@ -63,8 +63,8 @@ def publish_run(table, config: Config, data: pa.Table, run_id: str, batch_rows: 
 
 
 def history_table(config: Config, name: str = "history"):
-    from seqlake.catalog import open_catalog, table_identifier
-    from tableformat.registry import create_history_table
+    from seqlake.engines.catalog import open_catalog, table_identifier
+    from seqlake.tableformat.registry import create_history_table
 
     return create_history_table(open_catalog(config), table_identifier(config, name), config, replace=True)
 
@@ -78,7 +78,7 @@ def selections(columns=None, as_of_lsn=None):
     """Hypothesis strategy of reader selections over synthetic histories (event times from BASE)."""
     from hypothesis import strategies as st
 
-    from tableformat.reader import Selection
+    from seqlake.tableformat.reader import Selection
 
     return st.builds(
         lambda groups, cols, start, length, lsn, top_k, newest: Selection(

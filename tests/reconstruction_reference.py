@@ -12,11 +12,13 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from pipelines.aggregation import aggregation_sql
-from pipelines.parse import landing_schema
-from pipelines.training.arrow_reconstruct import SampleBatch
-from pipelines.training.reconstruct import Mode
-from pipelines.training.sequence import (
+from seqlake.core.config import Config
+from seqlake.engines.duckdb_session import connect
+from seqlake.pipelines.compaction.aggregation import aggregation_sql
+from seqlake.pipelines.ingest.parse import landing_schema
+from seqlake.pipelines.training.rebuild.duckdb import SampleBatch
+from seqlake.pipelines.training.rebuild.plan import Mode
+from seqlake.pipelines.training.sequence import (
     ORDER_KEYS,
     Tenant,
     before_key,
@@ -26,10 +28,14 @@ from pipelines.training.sequence import (
     partition_by,
     sequence_checksum,
 )
-from pipelines.training.tables import FRAGMENT, QUARANTINE_SCHEMA, REQUEST_COLUMNS, SEQUENCE, sequence_table_schema
-from seqlake.config import Config
-from seqlake.duckdb_session import connect
-from tableformat.schema import history_arrow_schema
+from seqlake.pipelines.training.tables import (
+    FRAGMENT,
+    QUARANTINE_SCHEMA,
+    REQUEST_COLUMNS,
+    SEQUENCE,
+    sequence_table_schema,
+)
+from seqlake.tableformat.schema import history_arrow_schema
 
 POINTER_COLUMNS = (
     "request_id",

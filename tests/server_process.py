@@ -14,7 +14,7 @@ import subprocess
 from collections.abc import Mapping
 from pathlib import Path
 
-from seqlake.spark_session import jars_dir
+from seqlake.engines.spark_session import jars_dir
 
 
 def free_port() -> int:

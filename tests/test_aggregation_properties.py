@@ -30,10 +30,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pipelines.local_compaction import aggregate_window_local
-from pipelines.parse import landing_schema
-from seqlake.config import Config
-from tableformat.schema import history_arrow_schema
+from seqlake.core.config import Config
+from seqlake.pipelines.compaction.duckdb_aggregate import aggregate_window_local
+from seqlake.pipelines.ingest.parse import landing_schema
+from seqlake.tableformat.schema import history_arrow_schema
 from tests.conftest import make_config
 
 CONFIG = make_config(Path(tempfile.gettempdir()) / "seqlake-aggregation-properties" / "warehouse")
@@ -253,8 +253,8 @@ def test_empty_window_has_history_schema() -> None:
 def test_a_sum_beyond_its_column_type_is_left_out_never_null_or_wrapped() -> None:
     """An int32 sum that overflows: the plain definition fails (ANSI CAST, as Spark runs it); the
     rows compaction and fresh reads publish leave that group out and keep every other group."""
-    from pipelines.aggregation import aggregation_sql
-    from seqlake.duckdb_session import connect
+    from seqlake.engines.duckdb_session import connect
+    from seqlake.pipelines.compaction.aggregation import aggregation_sql
 
     common = {column: None for column in CONFIG.column_types()}
     rows = [
@@ -275,8 +275,8 @@ def test_a_sum_beyond_its_column_type_is_left_out_never_null_or_wrapped() -> Non
 
 def _aggregate_batch(config: Config, landing: pa.Table) -> list[dict]:
     """Several windows in one pass, as catch-up compaction runs them (DuckDB engine's SQL)."""
-    from pipelines.aggregation import aggregation_sql, first_arrivals_sql
-    from seqlake.duckdb_session import connect
+    from seqlake.engines.duckdb_session import connect
+    from seqlake.pipelines.compaction.aggregation import aggregation_sql, first_arrivals_sql
 
     schema = history_arrow_schema(config)
     with connect(extensions=()) as con:

@@ -8,15 +8,15 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from jobs.backfill import main as backfill_main
-from pipelines.compaction import HISTORY, compact_window, history_tables, spark_name
-from pipelines.landing import landing_paths
-from pipelines.training.backfill import write_backfill
-from pipelines.training.materialize import write_arrow_samples
-from pipelines.training.online_view import ViewSnapshot
-from pipelines.training.spark_backfill import label_candidates, write_label_pointers, write_spark_backfill
-from pipelines.training.tables import samples_table_name, training_table_name
-from seqlake.catalog import load_existing_table
+from seqlake.engines.catalog import load_existing_table
+from seqlake.jobs.backfill import main as backfill_main
+from seqlake.pipelines.compaction.spark import HISTORY, compact_window, history_tables, spark_name
+from seqlake.pipelines.landing.tables import landing_paths
+from seqlake.pipelines.training.backfill.plan import write_backfill
+from seqlake.pipelines.training.backfill.spark import label_candidates, write_label_pointers, write_spark_backfill
+from seqlake.pipelines.training.capture.online_view import ViewSnapshot
+from seqlake.pipelines.training.rebuild.samples import write_arrow_samples
+from seqlake.pipelines.training.tables import samples_table_name, training_table_name
 from tests.test_late_materialization import (
     USER,
     WINDOW,

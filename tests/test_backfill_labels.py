@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from pipelines.training.backfill import write_backfill
-from pipelines.training.sequence import Tenant
-from seqlake.errors import SchemaError
+from seqlake.core.errors import SchemaError
+from seqlake.pipelines.training.backfill.plan import write_backfill
+from seqlake.pipelines.training.sequence import Tenant
 from tests.test_late_materialization import example_config
 
 
@@ -32,8 +32,8 @@ def test_lake_backfill_streams_and_writes_label_rows_as_they_are(tmp_path):
     import pyarrow as pa
 
     import seqlake
-    from pipelines.compaction import history_tables
-    from seqlake.catalog import load_existing_table
+    from seqlake.engines.catalog import load_existing_table
+    from seqlake.pipelines.compaction.spark import history_tables
 
     config = example_config(tmp_path / "warehouse", top_k=10, fragment=2)
     history_tables(config)

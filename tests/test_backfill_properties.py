@@ -9,9 +9,9 @@ import pyarrow as pa
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pipelines.training.backfill import ArrivalFrontiers, backfill_batch
-from seqlake.duckdb_session import connect
-from tableformat.schema import TIMESTAMP_US
+from seqlake.engines.duckdb_session import connect
+from seqlake.pipelines.training.backfill.plan import ArrivalFrontiers, backfill_batch
+from seqlake.tableformat.schema import TIMESTAMP_US
 from tests.backfill_reference import reference_backfill
 from tests.test_reconstruction_properties import COLUMNS, CONFIG, T0, TENANT, detail_rows, history_rows
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from pipelines.compaction import (
+from seqlake.pipelines.compaction.duckdb import compact_batch_duckdb, merge_runs_if_needed_duckdb
+from seqlake.pipelines.compaction.spark import (
     CRASH_POINTS,
     SimulatedCrash,
     compact_batch,
@@ -13,10 +14,9 @@ from pipelines.compaction import (
     history_tables,
     plan_batches,
 )
-from pipelines.duckdb_compaction import compact_batch_duckdb, merge_runs_if_needed_duckdb
-from tableformat.checksum import table_checksum
-from tableformat.registry import live_runs
-from tableformat.schema import KEY_COLUMNS
+from seqlake.tableformat.checksum import table_checksum
+from seqlake.tableformat.registry import live_runs
+from seqlake.tableformat.schema import KEY_COLUMNS
 from tests.test_publication_races import (
     assert_every_valid_event_once,
     closed_unpublished,

@@ -10,12 +10,12 @@ import pytest
 import yaml
 from pyiceberg.expressions import AlwaysTrue
 
-from pipelines.training.bucket_files import BucketFiles
-from pipelines.training.tables import create_bucketed_table
-from seqlake.config import DEFAULT_CONFIG_PATH, parse_config
-from seqlake.errors import SeqlakeError
-from tableformat.bucketing import bucket_of
-from tableformat.forgets import ReadPoint
+from seqlake.core.config import DEFAULT_CONFIG_PATH, parse_config
+from seqlake.core.errors import SeqlakeError
+from seqlake.pipelines.training.rebuild.bucket_files import BucketFiles
+from seqlake.pipelines.training.tables import create_bucketed_table
+from seqlake.tableformat.bucketing import bucket_of
+from seqlake.tableformat.forgets import ReadPoint
 
 SCHEMA = pa.schema([pa.field("user_id", pa.int64(), nullable=False), pa.field("seq", pa.list_(pa.int32()))])
 

@@ -10,13 +10,19 @@ import pyarrow as pa
 import pytest
 
 from benchmarks.samples import HOUR_US, Scale, bench_config, history_rows, publish
-from pipelines.compaction import history_tables
-from pipelines.landing import landing_paths
-from pipelines.training.capture import Request, capture_batch, capture_requests, fat_rows, training_rows
-from pipelines.training.online_view import ViewSnapshot
-from pipelines.training.sequence import Tenant, sequence_checksum
-from seqlake.config import load_config
-from tableformat.reader import HistoryReader
+from seqlake.core.config import load_config
+from seqlake.pipelines.compaction.spark import history_tables
+from seqlake.pipelines.landing.tables import landing_paths
+from seqlake.pipelines.training.capture.online_view import ViewSnapshot
+from seqlake.pipelines.training.capture.pointers import (
+    Request,
+    capture_batch,
+    capture_requests,
+    fat_rows,
+    training_rows,
+)
+from seqlake.pipelines.training.sequence import Tenant, sequence_checksum
+from seqlake.tableformat.reader import HistoryReader
 
 SCALE = Scale(users=6, min_events=50, max_events=400, history_days=3, requests_per_user=1, spark=False)
 

@@ -8,8 +8,8 @@ import sys
 
 import pyarrow.parquet as pq
 
-from seqlake.cli import COMMANDS, main
-from seqlake.events import RAW_SCHEMA
+from seqlake.cli import commands, main
+from seqlake.core.events import RAW_SCHEMA
 
 
 def run_cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
@@ -19,7 +19,7 @@ def run_cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
 def test_help_lists_every_command(capsys):
     assert main(["--help"]) == 0
     out = capsys.readouterr().out
-    for command, (_, summary) in COMMANDS.items():
+    for command, (_, summary) in commands().items():
         assert f"  {command}" in out and summary in out
 
 

@@ -6,7 +6,7 @@ Each command runs here where a successful run is cheap (on a copy of a small war
 that needs Spark or builds a large data set runs its quickest failing path here, and its successful
 JSON output is checked where it already runs (`demo --small` in test_wheel, `ingest` in
 test_repair_plan, `samples` in test_demo, `storage` in test_s3_warehouse; the other benches end through
-the same `jobs.bench.finish` as bench-reads and bench-merge here).
+the same `benchmarks.commands.common.finish` as bench-reads and bench-merge here).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from seqlake.cli import COMMANDS
+from seqlake.cli import commands
 from tests.test_sql import USER_ROWS, build_small_warehouse
 
 REPO = Path(__file__).resolve().parents[1]
@@ -82,10 +82,10 @@ def seqlake(*args: str, warehouse: Path, env: dict[str, str] | None = None) -> s
 
 
 def test_every_command_has_a_json_run():
-    assert set(RUNS) == set(COMMANDS)
+    assert set(RUNS) == set(commands())
 
 
-@pytest.mark.parametrize("command", sorted(COMMANDS))
+@pytest.mark.parametrize("command", sorted(commands()))
 def test_output_json_is_one_document_on_stdout(command, shared_warehouse, tmp_path):
     args, status = RUNS[command]
     warehouse = own_warehouse(tmp_path) if command in CHANGES_THE_WAREHOUSE else shared_warehouse
@@ -123,10 +123,10 @@ def test_help_of_every_command_lists_its_options_and_loads_no_engine():
     # pulls in an engine shows up by name.
     probe = (
         "import contextlib, io, json, sys\n"
-        "from seqlake.cli import COMMANDS, main\n"
+        "from seqlake.cli import commands, main\n"
         "ENGINES = {'pyspark', 'pyiceberg', 'pydantic', 'pyarrow'}\n"
         "facts = {}\n"
-        "for command in [None, *COMMANDS]:\n"
+        "for command in [None, *commands()]:\n"
         "    out = io.StringIO()\n"
         "    with contextlib.redirect_stdout(out):\n"
         "        status = main(['--help'] if command is None else [command, '--help'])\n"
@@ -137,14 +137,14 @@ def test_help_of_every_command_lists_its_options_and_loads_no_engine():
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=REPO)
     assert done.returncode == 0, done.stderr
     facts = json.loads(done.stdout)
-    assert set(facts) == {"", *COMMANDS}
+    assert set(facts) == {"", *commands()}
     for command, seen in facts.items():
         assert seen["status"] == 0 and seen["heavy"] == [], (command, seen["heavy"])
         usage = f"Usage: seqlake {command} [OPTIONS]" if command else "Usage: seqlake [OPTIONS] COMMAND"
         assert seen["help"].startswith(usage), command
         for option in ("--config", "--profile", "--log-level", "--output", "--help"):
             assert option in seen["help"], (command, option)
-    for name, (_, summary) in COMMANDS.items():
+    for name, (_, summary) in commands().items():
         assert f"  {name}" in facts[""]["help"] and summary in facts[""]["help"]
 
 
@@ -167,9 +167,9 @@ def test_log_level_sets_what_seqlake_logs_and_spark_follows(tmp_path):
     assert drop.returncode == 0, drop.stderr
     chatty = seqlake("--log-level", "info", "compact", "--engine", "duckdb", "--end-of-stream", warehouse=warehouse)
     assert chatty.returncode == 0, chatty.stderr
-    assert "INFO pipelines.compaction: published run w490994: windows [490994]" in chatty.stderr
+    assert "INFO seqlake.pipelines.compaction.spark: published run w490994: windows [490994]" in chatty.stderr
     probe = (
-        "from seqlake import logs\n"
+        "from seqlake.core import logs\n"
         "before = logs.spark_log_level()\n"
         "logs.configure('info')\n"
         "print(before, logs.spark_log_level())\n"

@@ -19,19 +19,19 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from pipelines.compaction import compact_batch, compact_window, history_tables
-from pipelines.compaction_quarantine import compaction_quarantine_table
-from pipelines.duckdb_compaction import compact_batch_duckdb
-from pipelines.ingest import ingest_source
-from pipelines.landing import LandingPaths
-from pipelines.local_compaction import aggregate_window_local
-from pipelines.raw_landing import create_raw_table, land_raw_records
-from pipelines.windows import closed_windows
-from seqlake.catalog import open_catalog, table_identifier
-from seqlake.events import RAW_SCHEMA
-from seqlake.payload import INT_RANGES
-from tableformat.page_checksums import page_checksum_counts
-from tableformat.schema import KEY_COLUMNS
+from seqlake.core.events import RAW_SCHEMA
+from seqlake.core.payload import INT_RANGES
+from seqlake.engines.catalog import open_catalog, table_identifier
+from seqlake.pipelines.compaction.duckdb import compact_batch_duckdb
+from seqlake.pipelines.compaction.duckdb_aggregate import aggregate_window_local
+from seqlake.pipelines.compaction.quarantine import compaction_quarantine_table
+from seqlake.pipelines.compaction.spark import compact_batch, compact_window, history_tables
+from seqlake.pipelines.ingest.raw_source import create_raw_table, land_raw_records
+from seqlake.pipelines.ingest.spark import ingest_source
+from seqlake.pipelines.landing.tables import LandingPaths
+from seqlake.pipelines.landing.windows import closed_windows
+from seqlake.tableformat.page_checksums import page_checksum_counts
+from seqlake.tableformat.schema import KEY_COLUMNS
 from tests.test_exactly_once import delta_rows
 
 pytestmark = pytest.mark.spark

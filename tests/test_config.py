@@ -3,8 +3,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from seqlake.config import DEFAULT_CONFIG_PATH, load_config, parse_config
-from seqlake.errors import ConfigError
+from seqlake.core.config import DEFAULT_CONFIG_PATH, load_config, parse_config
+from seqlake.core.errors import ConfigError
 
 
 def default_data() -> dict:
@@ -74,7 +74,7 @@ def test_bit_or_on_a_string_column_is_rejected():
 
 
 def test_a_registered_operator_becomes_valid():
-    from seqlake.operators import NUMERIC_TYPES, register_operator
+    from seqlake.core.operators import NUMERIC_TYPES, register_operator
 
     data = default_data()
     data["feature_groups"]["search"]["columns"]["click_count"]["merge"] = "avg_clicks"

@@ -7,8 +7,9 @@ import json
 import pytest
 import yaml
 
-from jobs.demo import main, run_demo
-from jobs.samples import main as samples_main
+from seqlake.jobs.demo import main
+from seqlake.jobs.samples import main as samples_main
+from seqlake.pipelines.demo.full import run_demo
 
 pytestmark = pytest.mark.spark
 

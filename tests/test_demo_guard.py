@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from jobs.demo import DEMO_MARK, DEMO_PROPERTY, check_demo_may_reset, reset_demo_tables
-from pipelines.landing import landing_paths
-from seqlake.catalog import open_catalog, table_identifier
-from seqlake.errors import SeqlakeError
+from seqlake.core.errors import SeqlakeError
+from seqlake.engines.catalog import open_catalog, table_identifier
+from seqlake.pipelines.demo.full import DEMO_MARK, DEMO_PROPERTY, check_demo_may_reset, reset_demo_tables
+from seqlake.pipelines.landing.tables import landing_paths
 from tests.conftest import make_config
 from tests.test_sql import build_small_warehouse
 

@@ -1,4 +1,4 @@
-"""One error module: every error seqlake raises on purpose is defined in seqlake/errors.py, and the
+"""One error module: every error seqlake raises on purpose is defined in seqlake/core/errors.py, and the
 commit conflict is a class of its own that no other error derives from."""
 
 from __future__ import annotations
@@ -6,10 +6,10 @@ from __future__ import annotations
 import importlib
 import pkgutil
 
-import seqlake.errors as errors
-from seqlake.errors import RunsChanged, SeqlakeError
+import seqlake.core.errors as errors
+from seqlake.core.errors import RunsChanged, SeqlakeError
 
-PACKAGES = ("seqlake", "tableformat", "pipelines", "jobs", "benchmarks")
+PACKAGES = ("seqlake", "benchmarks")
 
 
 def _every_module() -> list[str]:
@@ -62,10 +62,10 @@ def test_the_commit_conflict_is_caught_by_its_own_class_only():
 
 
 def test_old_import_paths_still_name_the_same_classes():
-    from jobs.sql import SqlError
-    from tableformat.fsck import FsckError
-    from tableformat.registry import RunsChanged as registry_conflict
-    from tableformat.verified import CorruptFileError
+    from seqlake.sql_session import SqlError
+    from seqlake.tableformat.fsck import FsckError
+    from seqlake.tableformat.registry import RunsChanged as registry_conflict
+    from seqlake.tableformat.verified import CorruptFileError
 
     assert (SqlError, FsckError, registry_conflict, CorruptFileError) == (
         errors.SqlError,

@@ -20,10 +20,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from jobs.demo import reset_demo_tables
-from pipelines import ingest as ingest_module
-from pipelines.arrow_ingest import ingest_source_in_process
-from pipelines.compaction import (
+from seqlake.core.config import Config, GeneratorSpec
+from seqlake.engines.catalog import open_catalog, table_identifier
+from seqlake.engines.duckdb_session import connect as duckdb_connect
+from seqlake.pipelines.compaction.spark import (
     CRASH_POINTS,
     DETAIL,
     HISTORY,
@@ -32,19 +32,19 @@ from pipelines.compaction import (
     compact_window,
     history_tables,
 )
-from pipelines.ingest import ingest_source
-from pipelines.landing import LandingPaths
-from pipelines.parse import window_ids
-from pipelines.raw_landing import create_raw_table, land_raw_records
-from pipelines.windows import closed_windows
-from seqlake.catalog import open_catalog, table_identifier
-from seqlake.config import Config, GeneratorSpec
-from seqlake.duckdb_session import connect as duckdb_connect
-from seqlake.generator import EventGenerator, GeneratorStats
-from tableformat.checksum import table_checksum
-from tableformat.fsck import fsck_table
-from tableformat.registry import files_of_runs, live_runs
-from tableformat.schema import KEY_COLUMNS
+from seqlake.pipelines.demo.full import reset_demo_tables
+from seqlake.pipelines.demo.generator import EventGenerator, GeneratorStats
+from seqlake.pipelines.ingest import spark as ingest_module
+from seqlake.pipelines.ingest.duckdb import ingest_source_in_process
+from seqlake.pipelines.ingest.parse import window_ids
+from seqlake.pipelines.ingest.raw_source import create_raw_table, land_raw_records
+from seqlake.pipelines.ingest.spark import ingest_source
+from seqlake.pipelines.landing.tables import LandingPaths
+from seqlake.pipelines.landing.windows import closed_windows
+from seqlake.tableformat.checksum import table_checksum
+from seqlake.tableformat.fsck import fsck_table
+from seqlake.tableformat.registry import files_of_runs, live_runs
+from seqlake.tableformat.schema import KEY_COLUMNS
 
 pytestmark = pytest.mark.spark
 
@@ -314,7 +314,7 @@ def test_killed_compaction_reruns_to_the_clean_result(spark, stream, point):
 
 
 def test_two_jobs_racing_on_one_window_publish_it_once(spark, stream, monkeypatch):
-    import pipelines.spark_history as spark_history
+    import seqlake.pipelines.compaction.spark_runs as spark_history
 
     config = stream.config
     drop_history(config)

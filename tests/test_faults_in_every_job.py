@@ -24,18 +24,18 @@ import pyarrow.compute as pc
 import pytest
 import yaml
 
-from pipelines.compaction import history_tables
-from pipelines.duckdb_compaction import compact_batch_duckdb
-from pipelines.faults import KILL_AT_ENV
-from pipelines.landing import landing_paths
-from pipelines.maintenance import maintained_tables, referenced_files, run_maintenance
-from pipelines.training.materialize import write_arrow_samples
-from pipelines.training.sequence import Tenant
-from seqlake.catalog import open_catalog
-from seqlake.config import Config, load_config
-from seqlake.duckdb_session import connect
-from tableformat.fsck import fsck_table
-from tableformat.reader import HistoryReader
+from seqlake.core.config import Config, load_config
+from seqlake.engines.catalog import open_catalog
+from seqlake.engines.duckdb_session import connect
+from seqlake.pipelines.compaction.duckdb import compact_batch_duckdb
+from seqlake.pipelines.compaction.spark import history_tables
+from seqlake.pipelines.faults import KILL_AT_ENV
+from seqlake.pipelines.landing.tables import landing_paths
+from seqlake.pipelines.maintenance.steps import maintained_tables, referenced_files, run_maintenance
+from seqlake.pipelines.training.rebuild.samples import write_arrow_samples
+from seqlake.pipelines.training.sequence import Tenant
+from seqlake.tableformat.fsck import fsck_table
+from seqlake.tableformat.reader import HistoryReader
 from tests.capture_step import capture_step
 from tests.test_no_event_lost import H0, make_warehouse, ratings, seqlake
 
@@ -204,8 +204,8 @@ def test_ingest_killed_between_its_two_appends_lands_each_record_once(warehouse)
 
 
 def test_forget_is_audited_once_with_who_what_when_and_the_rows_of_each_table_even_when_killed(warehouse) -> None:
-    from pipelines.forget import tables_with_users, user_rows
-    from pipelines.forget_audit import AUDIT
+    from seqlake.pipelines.forget.audit import AUDIT
+    from seqlake.pipelines.forget.remove import tables_with_users, user_rows
 
     warehouse.reset()
     config = warehouse.config
@@ -248,7 +248,7 @@ def _operate(config_path: str, operation: str, argument: int, kill_at: str | Non
         os.environ[KILL_AT_ENV] = kill_at
     config = load_config(config_path)
     if operation == "compact":  # window `argument` (a no-op once published), then the merge policy
-        from pipelines.duckdb_compaction import merge_runs_if_needed_duckdb
+        from seqlake.pipelines.compaction.duckdb import merge_runs_if_needed_duckdb
 
         compact_batch_duckdb(config, landing_paths(config), [argument])
         merge_runs_if_needed_duckdb(config)
@@ -260,7 +260,7 @@ def _operate(config_path: str, operation: str, argument: int, kill_at: str | Non
         spec = config.maintenance.model_copy(update={"snapshot_retention_hours": 0, "orphan_safety_hours": 0})
         run_maintenance(config.model_copy(update={"maintenance": spec}))
     elif operation == "forget":
-        from pipelines.forget import forget_users
+        from seqlake.pipelines.forget.remove import forget_users
 
         forget_users(config, [1_000_000_000 + argument])
 
@@ -292,7 +292,7 @@ def test_soak_interleaving_every_job_with_kills_ends_as_a_run_without_them(wareh
     holds what the same steps without kills leave, and storage holds live files only."""
     import multiprocessing
 
-    from pipelines.forget import tables_with_users
+    from seqlake.pipelines.forget.remove import tables_with_users
 
     context = multiprocessing.get_context("forkserver")
     context.set_forkserver_preload(["tests.test_faults_in_every_job"])

@@ -19,18 +19,23 @@ import pytest
 import yaml
 
 import seqlake
-from jobs.demo import RAW_TABLE
-from pipelines.compaction import history_tables
-from pipelines.compaction_quarantine import compaction_quarantine_schema, compaction_quarantine_table
-from pipelines.faults import KILL_AT_ENV
-from pipelines.forget import forget_users, tables_with_users, user_rows
-from pipelines.maintenance import run_maintenance, vacuum_landing
-from pipelines.raw_landing import land_raw_records
-from pipelines.training.capture import Request, capture_requests, fat_rows, training_rows
-from pipelines.training.materialize import write_arrow_samples
-from pipelines.training.online_view import ViewSnapshot
-from pipelines.training.sequence import tenants
-from pipelines.training.tables import (
+from seqlake.core.config import DEFAULT_CONFIG_PATH, load_config
+from seqlake.core.errors import SeqlakeError, SetupError
+from seqlake.core.events import RAW_SCHEMA
+from seqlake.engines.catalog import open_catalog, table_identifier
+from seqlake.engines.duckdb_session import connect
+from seqlake.pipelines.compaction.quarantine import compaction_quarantine_schema, compaction_quarantine_table
+from seqlake.pipelines.compaction.spark import history_tables
+from seqlake.pipelines.demo.full import RAW_TABLE
+from seqlake.pipelines.faults import KILL_AT_ENV
+from seqlake.pipelines.forget.remove import forget_users, tables_with_users, user_rows
+from seqlake.pipelines.ingest.raw_source import land_raw_records
+from seqlake.pipelines.maintenance.steps import run_maintenance, vacuum_landing
+from seqlake.pipelines.training.capture.online_view import ViewSnapshot
+from seqlake.pipelines.training.capture.pointers import Request, capture_requests, fat_rows, training_rows
+from seqlake.pipelines.training.rebuild.samples import write_arrow_samples
+from seqlake.pipelines.training.sequence import tenants
+from seqlake.pipelines.training.tables import (
     QUARANTINE,
     QUARANTINE_SCHEMA,
     create_bucketed_table,
@@ -39,14 +44,9 @@ from pipelines.training.tables import (
     training_schema,
     training_table_name,
 )
-from seqlake.catalog import open_catalog, table_identifier
-from seqlake.config import DEFAULT_CONFIG_PATH, load_config
-from seqlake.duckdb_session import connect
-from seqlake.errors import SeqlakeError, SetupError
-from seqlake.events import RAW_SCHEMA
-from tableformat.fsck import fsck_table
-from tableformat.reader import HistoryReader
-from tableformat.registry import live_runs, published_windows
+from seqlake.tableformat.fsck import fsck_table
+from seqlake.tableformat.reader import HistoryReader
+from seqlake.tableformat.registry import live_runs, published_windows
 from tests.conftest import make_config
 from tests.test_durable_state import compact_closed
 from tests.test_publication_races import deliver, new_lake

@@ -5,7 +5,7 @@ drops the forgotten users' rows or plans again: afterwards they have no row in a
 landing tier included), every other row is what the same steps leave without the forget, and fsck
 finds no live row of a forgotten user.
 
-Without the fence (`tableformat.forgets.missed_users` answering no one) every case but the merges'
+Without the fence (`seqlake.tableformat.forgets.missed_users` answering no one) every case but the merges'
 fails: the rows come back (a merge reads history alone, and a forget's commit there already fails
 the merge's commit). A migration writes no row (schemas and properties only), and a forget refuses a
 half-migrated warehouse (its tables differ from either configuration), so the two cannot interleave.
@@ -22,28 +22,28 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from pipelines.compaction import compact_batch, history_tables, merge_runs_if_needed
-from pipelines.duckdb_compaction import compact_batch_duckdb, merge_runs_if_needed_duckdb
-from pipelines.faults import run_at
-from pipelines.forget import forget_users, tables_with_users
-from pipelines.forgotten_rows import forgotten_findings
-from pipelines.training.backfill import write_backfill
-from pipelines.training.capture import Request, capture_batch, request_table
-from pipelines.training.capture_steps import CaptureState, append_step
-from pipelines.training.materialize import write_arrow_samples
-from pipelines.training.online_view import ViewSnapshot
-from pipelines.training.sequence import Tenant, tenants
-from pipelines.training.spark_reconstruct import write_spark_samples
-from pipelines.training.tables import (
+from seqlake.engines.duckdb_session import connect
+from seqlake.pipelines.compaction.duckdb import compact_batch_duckdb, merge_runs_if_needed_duckdb
+from seqlake.pipelines.compaction.spark import compact_batch, history_tables, merge_runs_if_needed
+from seqlake.pipelines.faults import run_at
+from seqlake.pipelines.forget.leftovers import forgotten_findings
+from seqlake.pipelines.forget.remove import forget_users, tables_with_users
+from seqlake.pipelines.training.backfill.plan import write_backfill
+from seqlake.pipelines.training.capture.online_view import ViewSnapshot
+from seqlake.pipelines.training.capture.pointers import Request, capture_batch, request_table
+from seqlake.pipelines.training.capture.steps import CaptureState, append_step
+from seqlake.pipelines.training.rebuild.samples import write_arrow_samples
+from seqlake.pipelines.training.rebuild.spark import write_spark_samples
+from seqlake.pipelines.training.sequence import Tenant, tenants
+from seqlake.pipelines.training.tables import (
     create_bucketed_table,
     fatrow_table_name,
     sequence_table_schema,
     training_schema,
     training_table_name,
 )
-from seqlake.duckdb_session import connect
-from tableformat.fsck import fsck_table
-from tableformat.reader import HistoryReader
+from seqlake.tableformat.fsck import fsck_table
+from seqlake.tableformat.reader import HistoryReader
 from tests.test_publication_races import Lake, closed_unpublished, deliver, new_lake
 
 pytestmark = pytest.mark.spark  # forget removes the landing tier's rows on Spark
@@ -164,7 +164,7 @@ def backfill(lake: Lake, windows: list[int]) -> object:
 class Case:
     prepare: Callable[[Lake], list[int]]  # before the writer; returns the landed windows
     write: Callable[..., object]  # the writer under test: (spark, lake, windows)
-    point: str  # where in its gap the forget runs (`pipelines.faults`)
+    point: str  # where in its gap the forget runs (`seqlake.pipelines.faults`)
 
 
 CASES = {

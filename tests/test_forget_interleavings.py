@@ -22,15 +22,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pipelines.compaction import history_tables
-from pipelines.duckdb_compaction import compact_batch_duckdb, merge_runs_if_needed_duckdb
-from pipelines.faults import run_at
-from pipelines.forget import forget_users, tables_with_users
-from pipelines.forgotten_rows import forgotten_findings
-from pipelines.training.materialize import write_arrow_samples
-from pipelines.training.sequence import Tenant, tenants
-from pipelines.training.tables import training_table_name
-from seqlake.catalog import open_catalog, table_identifier
+from seqlake.engines.catalog import open_catalog, table_identifier
+from seqlake.pipelines.compaction.duckdb import compact_batch_duckdb, merge_runs_if_needed_duckdb
+from seqlake.pipelines.compaction.spark import history_tables
+from seqlake.pipelines.faults import run_at
+from seqlake.pipelines.forget.leftovers import forgotten_findings
+from seqlake.pipelines.forget.remove import forget_users, tables_with_users
+from seqlake.pipelines.training.rebuild.samples import write_arrow_samples
+from seqlake.pipelines.training.sequence import Tenant, tenants
+from seqlake.pipelines.training.tables import training_table_name
 from tests.test_forget_fence import capture, landing_users, rows_of
 from tests.test_publication_races import Lake, assert_every_valid_event_once, closed_unpublished, deliver, new_lake
 

@@ -1,6 +1,6 @@
 """`forget` on a warehouse whose landing quarantine holds malformed records: the generator's own (a
 user id as "u1000012x", as -1000019, a payload cut short) never stop it, and every quarantined record
-that names a forgotten user, as far as one can be read from it (`seqlake.payload.named_user_ids`),
+that names a forgotten user, as far as one can be read from it (`seqlake.core.payload.named_user_ids`),
 goes with the user's rows; every other quarantined record stays.
 """
 
@@ -16,14 +16,14 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pipelines.compaction import history_tables
-from pipelines.forget import names_users, tables_with_users, user_rows
-from pipelines.landing import landing_paths
-from seqlake.config import Config, load_config
-from seqlake.duckdb_session import connect
-from seqlake.generator import EventGenerator
-from seqlake.payload import named_user_ids, validate_payload
-from tableformat.io import engine_location
+from seqlake.core.config import Config, load_config
+from seqlake.core.payload import named_user_ids, validate_payload
+from seqlake.engines.duckdb_session import connect
+from seqlake.pipelines.compaction.spark import history_tables
+from seqlake.pipelines.demo.generator import EventGenerator
+from seqlake.pipelines.forget.remove import names_users, tables_with_users, user_rows
+from seqlake.pipelines.landing.tables import landing_paths
+from seqlake.tableformat.io import engine_location
 from tests.test_no_event_lost import make_warehouse
 
 pytestmark = pytest.mark.spark

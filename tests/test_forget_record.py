@@ -1,4 +1,4 @@
-"""The forget record of a table (`tableformat.forgets`): what it keeps, how it stays bounded, and the
+"""The forget record of a table (`seqlake.tableformat.forgets`): what it keeps, how it stays bounded, and the
 fenced commit that fails when a forget reaches the table between a writer's check and its commit."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import pyarrow as pa
 import pytest
 from pyiceberg.catalog.sql import SqlCatalog
 
-from seqlake.errors import ForgetCommitted
-from tableformat.forgets import (
+from seqlake.core.errors import ForgetCommitted
+from seqlake.tableformat.forgets import (
     FORGETS_PROPERTY,
     HORIZON,
     Epoch,

@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import pytest
 
-from jobs.demo import reset_demo_tables
-from pipelines.compaction import compact_window, history_tables, published_frontier
-from pipelines.fresh import fresh_history
-from pipelines.ingest import ingest_source
-from pipelines.landing import landing_paths
-from pipelines.raw_landing import create_raw_table, land_raw_records
-from pipelines.windows import closed_windows
-from seqlake.catalog import open_catalog, table_identifier
-from seqlake.generator import EventGenerator
-from tableformat.reader import HistoryReader, Selection
+from seqlake.engines.catalog import open_catalog, table_identifier
+from seqlake.pipelines.compaction.spark import compact_window, history_tables, published_frontier
+from seqlake.pipelines.demo.full import reset_demo_tables
+from seqlake.pipelines.demo.generator import EventGenerator
+from seqlake.pipelines.ingest.raw_source import create_raw_table, land_raw_records
+from seqlake.pipelines.ingest.spark import ingest_source
+from seqlake.pipelines.landing.tables import landing_paths
+from seqlake.pipelines.landing.windows import closed_windows
+from seqlake.pipelines.reads.fresh import fresh_history
+from seqlake.tableformat.reader import HistoryReader, Selection
 from tests.conftest import make_config
 
 pytestmark = pytest.mark.spark

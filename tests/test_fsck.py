@@ -10,10 +10,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from tableformat.footer import FileFacts
-from tableformat.fsck import FsckError, fsck_table
-from tableformat.layout import DEFAULT_POLICY, parquet_writer_options
-from tableformat.registry import (
+from seqlake.tableformat.footer import FileFacts
+from seqlake.tableformat.fsck import FsckError, fsck_table
+from seqlake.tableformat.layout import DEFAULT_POLICY, parquet_writer_options
+from seqlake.tableformat.registry import (
     RunRecord,
     commit_runs,
     data_file_for,
@@ -21,9 +21,9 @@ from tableformat.registry import (
     history_file_uri,
     run_id_of_path,
 )
-from tableformat.run_writer import write_run
-from tableformat.schema import history_arrow_schema
-from tableformat.writer import WrittenFile
+from seqlake.tableformat.run_writer import write_run
+from seqlake.tableformat.schema import history_arrow_schema
+from seqlake.tableformat.writer import WrittenFile
 from tests.conftest import make_config
 from tests.history_data import history_table, publish_run, synthetic_history
 

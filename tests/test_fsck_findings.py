@@ -16,7 +16,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from tableformat.fsck import FsckError, check_table, fsck_table
+from seqlake.tableformat.fsck import FsckError, check_table, fsck_table
 from tests.conftest import make_config
 from tests.history_data import history_table, publish_run, synthetic_history
 

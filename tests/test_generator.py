@@ -11,10 +11,10 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from seqlake.config import Config, load_config
-from seqlake.events import MAX_EVENT_TS_MS, PAYLOAD_KEYS, RAW_SCHEMA
-from seqlake.generator import MALFORMED_REASONS, EventGenerator, GeneratorStats, window_of
-from seqlake.payload import MAX_PAYLOAD_BYTES, unreadable_line_payload, validate_payload
+from seqlake.core.config import Config, load_config
+from seqlake.core.events import MAX_EVENT_TS_MS, PAYLOAD_KEYS, RAW_SCHEMA
+from seqlake.core.payload import MAX_PAYLOAD_BYTES, unreadable_line_payload, validate_payload
+from seqlake.pipelines.demo.generator import MALFORMED_REASONS, EventGenerator, GeneratorStats, window_of
 
 SMALL = {"users": 300, "max_events": 5000, "windows": 6, "heavy_users": 2, "items": 5000}
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pyarrow.parquet as pq
 import pytest
 
-from tableformat.io import CountingFileSystem, FooterCache
-from tableformat.reader import HistoryReader, Selection
+from seqlake.tableformat.io import CountingFileSystem, FooterCache
+from seqlake.tableformat.reader import HistoryReader, Selection
 from tests.conftest import make_config
 from tests.history_data import history_table, publish_run, synthetic_history
 

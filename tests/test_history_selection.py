@@ -10,11 +10,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from seqlake.duckdb_session import connect
-from seqlake.errors import SchemaError
-from tableformat.aggregates import history_stats
-from tableformat.io import CountingFileSystem
-from tableformat.reader import HistoryReader, Selection
+from seqlake.core.errors import SchemaError
+from seqlake.engines.duckdb_session import connect
+from seqlake.tableformat.aggregates import history_stats
+from seqlake.tableformat.io import CountingFileSystem
+from seqlake.tableformat.reader import HistoryReader, Selection
 from tests.conftest import make_config
 from tests.history_data import SMALL_ROW_GROUPS, history_table, publish_run, synthetic_history
 from tests.history_data import selections as history_selections
@@ -175,7 +175,7 @@ def test_top_k_with_a_time_window_across_row_groups_keeps_every_selected_row(tab
 
 
 def test_rows_of_one_run_and_feature_group_come_back_without_a_merge(tmp_path, monkeypatch):
-    import tableformat.reader as reader_module
+    import seqlake.tableformat.reader as reader_module
 
     merges = []
     original = reader_module.merge_order

@@ -15,12 +15,12 @@ from pathlib import Path
 import pyarrow.compute as pc
 import yaml
 
-from pipelines.compaction import history_tables
-from pipelines.landing import landing_paths
-from seqlake.catalog import open_catalog
-from seqlake.config import load_config
-from seqlake.duckdb_session import connect
-from tableformat.io import engine_location
+from seqlake.core.config import load_config
+from seqlake.engines.catalog import open_catalog
+from seqlake.engines.duckdb_session import connect
+from seqlake.pipelines.compaction.spark import history_tables
+from seqlake.pipelines.landing.tables import landing_paths
+from seqlake.tableformat.io import engine_location
 from tests.test_no_event_lost import make_warehouse, seqlake
 
 # MovieLens-like ratings (userId,movieId,rating,timestamp in seconds): five from the 1990s, three after.

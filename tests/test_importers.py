@@ -23,7 +23,11 @@ import pytest
 import yaml
 from pyiceberg.expressions import EqualTo
 
-from pipelines.importers import (
+from seqlake.core.config import Config, parse_config
+from seqlake.core.errors import ConfigError
+from seqlake.core.events import RAW_SCHEMA
+from seqlake.core.payload import validate_payload
+from seqlake.pipelines.importers import (
     ImportDataError,
     ImportStats,
     consume_external_table,
@@ -31,10 +35,6 @@ from pipelines.importers import (
     load_mapping,
     parse_mapping,
 )
-from seqlake.config import Config, parse_config
-from seqlake.errors import ConfigError
-from seqlake.events import RAW_SCHEMA
-from seqlake.payload import validate_payload
 from tests.conftest import make_config
 
 DATA = Path(__file__).parent / "data"
@@ -356,14 +356,14 @@ def test_whole_pipeline_on_both_samples(lake_config: Config, tmp_path: Path, cap
     history: every event counted once, fsck clean, and each source's longest user read back exactly.
     In-process engines (the Spark engines land and publish the same rows: tests/test_ingest_engines.py,
     tests/test_batch_compaction.py)."""
-    from jobs.import_events import main as import_main
-    from pipelines.arrow_ingest import ingest_source_in_process
-    from pipelines.compaction import history_tables, plan_batches
-    from pipelines.duckdb_compaction import compact_batch_duckdb
-    from pipelines.landing import landing_paths
-    from pipelines.publication_check import landing_windows
-    from seqlake.catalog import open_catalog, table_identifier
-    from tableformat.fsck import fsck_table
+    from seqlake.engines.catalog import open_catalog, table_identifier
+    from seqlake.jobs.import_events import main as import_main
+    from seqlake.pipelines.compaction.duckdb import compact_batch_duckdb
+    from seqlake.pipelines.compaction.publication_check import landing_windows
+    from seqlake.pipelines.compaction.spark import history_tables, plan_batches
+    from seqlake.pipelines.ingest.duckdb import ingest_source_in_process
+    from seqlake.pipelines.landing.tables import landing_paths
+    from seqlake.tableformat.fsck import fsck_table
 
     # Hourly windows, the samples' natural length: thousands of them, compacted as one backlog.
     window_seconds = 3600
@@ -455,8 +455,8 @@ def backfill_on_samples(config_path, config, history, samples, tmp_path, capsys,
     ts, newest first up to the tenant's length, as read with pyiceberg. The landing tier holds every
     record's arrival time (an import's is its event time), so the leakage report is exact: a history
     row leaks when its aggregate (per window and item) holds an event after the label's ts."""
-    from jobs.backfill import main as backfill_main
-    from seqlake.catalog import load_existing_table
+    from seqlake.engines.catalog import load_existing_table
+    from seqlake.jobs.backfill import main as backfill_main
 
     movies = [(u + MOVIE_USER_OFFSET, ts, r) for u, _, r, ts in movie_events()[::500]]
     movie_labels = tmp_path / "movie_labels.csv"

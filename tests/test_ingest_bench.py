@@ -11,6 +11,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
+from benchmarks.commands.ingest import main as bench_main
 from benchmarks.ingest import (
     OTHER_USERS_OFFSET,
     FileAccessWatch,
@@ -18,10 +19,9 @@ from benchmarks.ingest import (
     run_ingest_bench,
     synthetic_run,
 )
-from jobs.bench_ingest import main as bench_main
-from seqlake.generator import USER_ID_BASE
-from tableformat.bucketing import bucket_of
-from tableformat.schema import history_arrow_schema
+from seqlake.pipelines.demo.generator import USER_ID_BASE
+from seqlake.tableformat.bucketing import bucket_of
+from seqlake.tableformat.schema import history_arrow_schema
 
 pytestmark = pytest.mark.spark
 
@@ -101,7 +101,7 @@ def test_watch_sees_reads_and_writes(tmp_path):
 
 
 def test_synthetic_run_is_in_storage_order(lake_config):
-    from tableformat.writer import KeyOrder
+    from seqlake.tableformat.writer import KeyOrder
 
     users = USER_ID_BASE + np.arange(5, dtype=np.int64)
     rows = synthetic_run(lake_config, users, 50, window_id=7, seed=1, partitions=4)

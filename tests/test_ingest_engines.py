@@ -23,23 +23,23 @@ import pyarrow as pa
 import pytest
 import yaml
 
-from pipelines import delta_writer
-from pipelines.arrow_ingest import ingest_source_in_process
-from pipelines.delta_writer import applied_version
-from pipelines.duckdb_compaction import compact_batch_duckdb
-from pipelines.faults import KILL_AT_ENV
-from pipelines.ingest import ingest_app_id, ingest_source
-from pipelines.landing import LandingPaths, landing_paths
-from pipelines.parse import QUARANTINE_SCHEMA, landing_schema, window_ids
-from pipelines.publication_check import landing_windows
-from pipelines.raw_landing import create_raw_table, land_raw_records
-from seqlake.catalog import open_catalog, table_identifier
-from seqlake.config import Config
-from seqlake.duckdb_session import connect
-from seqlake.errors import SeqlakeError
-from seqlake.generator import EventGenerator, GeneratorStats
-from tableformat.checksum import table_checksum
-from tableformat.io import engine_location
+from seqlake.core.config import Config
+from seqlake.core.errors import SeqlakeError
+from seqlake.engines.catalog import open_catalog, table_identifier
+from seqlake.engines.duckdb_session import connect
+from seqlake.pipelines.compaction.duckdb import compact_batch_duckdb
+from seqlake.pipelines.compaction.publication_check import landing_windows
+from seqlake.pipelines.demo.generator import EventGenerator, GeneratorStats
+from seqlake.pipelines.faults import KILL_AT_ENV
+from seqlake.pipelines.ingest.duckdb import ingest_source_in_process
+from seqlake.pipelines.ingest.parse import QUARANTINE_SCHEMA, landing_schema, window_ids
+from seqlake.pipelines.ingest.raw_source import create_raw_table, land_raw_records
+from seqlake.pipelines.ingest.spark import ingest_app_id, ingest_source
+from seqlake.pipelines.landing import delta_writer
+from seqlake.pipelines.landing.delta_writer import applied_version
+from seqlake.pipelines.landing.tables import LandingPaths, landing_paths
+from seqlake.tableformat.checksum import table_checksum
+from seqlake.tableformat.io import engine_location
 
 RAW = "raw_events"
 GENERATOR = {

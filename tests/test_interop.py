@@ -5,8 +5,8 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
-from seqlake.catalog import open_catalog, spark_name, table_identifier
-from seqlake.duckdb_session import connect
+from seqlake.engines.catalog import open_catalog, spark_name, table_identifier
+from seqlake.engines.duckdb_session import connect
 
 pytestmark = pytest.mark.spark
 

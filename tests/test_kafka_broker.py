@@ -14,7 +14,7 @@ import pytest
 from confluent_kafka import OFFSET_BEGINNING, TIMESTAMP_LOG_APPEND_TIME, Consumer, Producer, TopicPartition
 from confluent_kafka.admin import OffsetSpec
 
-from seqlake.spark_session import spark_jars
+from seqlake.engines.spark_session import spark_jars
 from tests.kafka_broker import KafkaBroker
 
 PARTITIONS = 4

@@ -11,13 +11,13 @@ import pytest
 import yaml
 
 import seqlake
-from pipelines.compaction import history_tables
-from pipelines.landing import landing_paths
-from pipelines.training.capture import Request, capture_requests
-from pipelines.training.online_view import ViewSnapshot
-from pipelines.training.sequence import Tenant
-from tableformat.multi_reader import histories
-from tableformat.reader import HistoryReader, Selection
+from seqlake.pipelines.compaction.spark import history_tables
+from seqlake.pipelines.landing.tables import landing_paths
+from seqlake.pipelines.training.capture.online_view import ViewSnapshot
+from seqlake.pipelines.training.capture.pointers import Request, capture_requests
+from seqlake.pipelines.training.sequence import Tenant
+from seqlake.tableformat.multi_reader import histories
+from seqlake.tableformat.reader import HistoryReader, Selection
 from tests.test_sql import USER_ROWS, build_small_warehouse
 
 README = Path(__file__).resolve().parents[1] / "README.md"

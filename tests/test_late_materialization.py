@@ -16,18 +16,20 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from jobs.demo import reset_demo_tables
-from pipelines.compaction import HISTORY, compact_window, history_tables, spark_name
-from pipelines.landing import append_idempotent, landing_paths
-from pipelines.parse import landing_schema
-from pipelines.training.arrow_reconstruct import Reconstruction, sample_batches
-from pipelines.training.capture import Request, capture_requests, fat_rows, training_rows
-from pipelines.training.materialize import write_arrow_samples
-from pipelines.training.online_view import ViewSnapshot
-from pipelines.training.prefetch import PrefetchingIterator
-from pipelines.training.sequence import Tenant
-from pipelines.training.spark_reconstruct import pointer_history_join, reconstruct_with_spark, write_spark_samples
-from pipelines.training.tables import (
+from seqlake.core.config import DEFAULT_CONFIG_PATH, parse_config
+from seqlake.engines.catalog import load_existing_table
+from seqlake.pipelines.compaction.spark import HISTORY, compact_window, history_tables, spark_name
+from seqlake.pipelines.demo.full import reset_demo_tables
+from seqlake.pipelines.ingest.parse import landing_schema
+from seqlake.pipelines.landing.tables import append_idempotent, landing_paths
+from seqlake.pipelines.training.capture.online_view import ViewSnapshot
+from seqlake.pipelines.training.capture.pointers import Request, capture_requests, fat_rows, training_rows
+from seqlake.pipelines.training.rebuild.duckdb import Reconstruction, sample_batches
+from seqlake.pipelines.training.rebuild.prefetch import PrefetchingIterator
+from seqlake.pipelines.training.rebuild.samples import write_arrow_samples
+from seqlake.pipelines.training.rebuild.spark import pointer_history_join, reconstruct_with_spark, write_spark_samples
+from seqlake.pipelines.training.sequence import Tenant
+from seqlake.pipelines.training.tables import (
     QUARANTINE,
     all_table_names,
     create_bucketed_table,
@@ -38,12 +40,10 @@ from pipelines.training.tables import (
     training_schema,
     training_table_name,
 )
-from seqlake.catalog import load_existing_table
-from seqlake.config import DEFAULT_CONFIG_PATH, parse_config
-from tableformat.reader import HistoryReader
-from tableformat.registry import commit_file_rewrite, history_file_uri, live_runs, run_id_of_path
-from tableformat.run_writer import write_run
-from tableformat.schema import history_arrow_schema
+from seqlake.tableformat.reader import HistoryReader
+from seqlake.tableformat.registry import commit_file_rewrite, history_file_uri, live_runs, run_id_of_path
+from seqlake.tableformat.run_writer import write_run
+from seqlake.tableformat.schema import history_arrow_schema
 
 pytestmark = pytest.mark.spark
 
@@ -307,7 +307,7 @@ def test_prefetching_iterator_reads_ahead_and_surfaces_errors():
 def test_capture_reads_the_top_k_not_the_whole_history(tmp_path):
     """A capture of the newest 100 events reads about as much for a 20,000-row history as for a
     2,000-row one: cost follows the Top-K, not the history length."""
-    from tableformat.io import CountingFileSystem
+    from seqlake.tableformat.io import CountingFileSystem
     from tests.history_data import SMALL_ROW_GROUPS, publish_run, synthetic_history
 
     config = example_config(tmp_path / "warehouse", top_k=100, fragment=8)

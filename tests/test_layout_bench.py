@@ -17,12 +17,12 @@ from benchmarks.layout import (
     history_rows,
     run_layout_bench,
 )
-from seqlake.config import load_config
-from tableformat.io import CountingFileSystem, FooterCache
-from tableformat.layout import DEFAULT_POLICY
-from tableformat.reader import read_user_from_file
-from tableformat.schema import KEY_COLUMNS, history_arrow_schema
-from tableformat.writer import HistoryFileWriter
+from seqlake.core.config import load_config
+from seqlake.tableformat.io import CountingFileSystem, FooterCache
+from seqlake.tableformat.layout import DEFAULT_POLICY
+from seqlake.tableformat.reader import read_user_from_file
+from seqlake.tableformat.schema import KEY_COLUMNS, history_arrow_schema
+from seqlake.tableformat.writer import HistoryFileWriter
 
 HEAVY_ROWS = 4000
 EXPECTED_VARIANTS = [

@@ -18,9 +18,11 @@ from pyiceberg.expressions import In
 
 from benchmarks.compaction import landing_events
 from benchmarks.merge import BASE_WINDOW, publish_window, window_rows
-from pipelines.compaction import history_tables
-from pipelines.duckdb_compaction import merge_runs_if_needed_duckdb
-from pipelines.maintenance import (
+from seqlake.core.config import Config, load_config
+from seqlake.engines.catalog import open_catalog, table_identifier
+from seqlake.pipelines.compaction.duckdb import merge_runs_if_needed_duckdb
+from seqlake.pipelines.compaction.spark import history_tables
+from seqlake.pipelines.maintenance.steps import (
     detail_keep_from,
     drop_detail_windows,
     expire_snapshots,
@@ -29,12 +31,10 @@ from pipelines.maintenance import (
     run_maintenance,
     vacuum_landing,
 )
-from seqlake.catalog import open_catalog, table_identifier
-from seqlake.config import Config, load_config
-from tableformat.checksum import table_checksum
-from tableformat.fsck import fsck_table
-from tableformat.registry import live_runs, published_windows
-from tableformat.schema import KEY_COLUMNS, history_arrow_schema
+from seqlake.tableformat.checksum import table_checksum
+from seqlake.tableformat.fsck import fsck_table
+from seqlake.tableformat.registry import live_runs, published_windows
+from seqlake.tableformat.schema import KEY_COLUMNS, history_arrow_schema
 from tests.conftest import make_config
 
 WINDOWS = 8
@@ -187,7 +187,7 @@ def test_vacuum_removes_old_leftovers_of_the_landing_tier_only(spark, lake_confi
 
 
 def test_seqlake_maintain_prints_each_step(lake: Config, tmp_path: Path, capsys) -> None:
-    from jobs.maintain import main
+    from seqlake.jobs.maintain import main
 
     path = tmp_path / "lake.yaml"
     path.write_text(yaml.safe_dump(lake.model_dump(mode="json"), sort_keys=False))
@@ -205,7 +205,7 @@ def test_seqlake_maintain_prints_each_step(lake: Config, tmp_path: Path, capsys)
 
 
 def test_seqlake_gc_drops_only_the_detail_no_pointer_needs_in_one_commit(lake: Config, tmp_path: Path, capsys) -> None:
-    from jobs.detail_gc import main
+    from seqlake.jobs.detail_gc import main
 
     path = tmp_path / "lake.yaml"
     path.write_text(yaml.safe_dump(lake.model_dump(mode="json"), sort_keys=False))
@@ -244,9 +244,9 @@ def test_compact_with_maintain_publishes_then_cleans(tmp_path: Path) -> None:
 
 
 def test_small_training_files_are_rewritten_one_per_bucket_with_every_row(tmp_path: Path, monkeypatch) -> None:
-    from pipelines.maintenance import rewrite_small_files
-    from pipelines.training.sequence import Tenant
-    from pipelines.training.tables import create_bucketed_table, training_schema
+    from seqlake.pipelines.maintenance.steps import rewrite_small_files
+    from seqlake.pipelines.training.sequence import Tenant
+    from seqlake.pipelines.training.tables import create_bucketed_table, training_schema
     from tests.test_schema_evolution import dummy_row
 
     config = small_lake(tmp_path)
@@ -269,7 +269,7 @@ def test_small_training_files_are_rewritten_one_per_bucket_with_every_row(tmp_pa
 
     # A rewrite planned on files another commit removes meanwhile (a forget, between the plan and the
     # commit) fails; it never brings their rows back.
-    import pipelines.maintenance as maintenance
+    import seqlake.pipelines.maintenance.steps as maintenance
 
     table.append(pa.Table.from_pylist([dummy_row(schema) | {"request_id": "late", "user_id": 0}], schema=schema))
     other = open_catalog(config).load_table(table_identifier(config, "training_retrieval"))

@@ -16,17 +16,19 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from benchmarks.merge import BASE_WINDOW, HOUR_US, window_rows
-from pipelines.compaction import history_tables
-from pipelines.duckdb_compaction import merge_runs_if_needed_duckdb, write_history_run
-from pipelines.landing import landing_paths
-from pipelines.maintenance import maintained_tables, referenced_files, run_maintenance
-from pipelines.training import arrow_reconstruct
-from pipelines.training.capture import Request, capture_requests, fat_rows, training_rows
-from pipelines.training.capture_steps import CaptureState, append_step
-from pipelines.training.materialize import write_arrow_samples
-from pipelines.training.online_view import ViewSnapshot
-from pipelines.training.sequence import Tenant
-from pipelines.training.tables import (
+from seqlake.core.config import Config
+from seqlake.engines.catalog import open_catalog, table_identifier
+from seqlake.pipelines.compaction.duckdb import merge_runs_if_needed_duckdb, write_history_run
+from seqlake.pipelines.compaction.spark import history_tables
+from seqlake.pipelines.landing.tables import landing_paths
+from seqlake.pipelines.maintenance.steps import maintained_tables, referenced_files, run_maintenance
+from seqlake.pipelines.training.capture.online_view import ViewSnapshot
+from seqlake.pipelines.training.capture.pointers import Request, capture_requests, fat_rows, training_rows
+from seqlake.pipelines.training.capture.steps import CaptureState, append_step
+from seqlake.pipelines.training.rebuild import duckdb as arrow_reconstruct
+from seqlake.pipelines.training.rebuild.samples import write_arrow_samples
+from seqlake.pipelines.training.sequence import Tenant
+from seqlake.pipelines.training.tables import (
     create_bucketed_table,
     fatrow_table_name,
     samples_table_name,
@@ -34,10 +36,8 @@ from pipelines.training.tables import (
     training_schema,
     training_table_name,
 )
-from seqlake.catalog import open_catalog, table_identifier
-from seqlake.config import Config
-from tableformat.reader import HistoryReader
-from tableformat.registry import FRONTIER_PROPERTY, RunRecord, commit_runs
+from seqlake.tableformat.reader import HistoryReader
+from seqlake.tableformat.registry import FRONTIER_PROPERTY, RunRecord, commit_runs
 from tests.conftest import make_config
 
 WINDOWS = 6

@@ -18,12 +18,12 @@ import pyarrow as pa
 import pytest
 from chispa import assert_df_equality
 
-from pipelines.aggregation import aggregation_sql, dedupe_sql
-from pipelines.local_compaction import SORT_COLUMNS, aggregate_window_local
-from pipelines.parse import landing_schema
-from seqlake.config import Config, parse_config
-from seqlake.duckdb_session import connect
-from tableformat.schema import history_arrow_schema
+from seqlake.core.config import Config, parse_config
+from seqlake.engines.duckdb_session import connect
+from seqlake.pipelines.compaction.aggregation import aggregation_sql, dedupe_sql
+from seqlake.pipelines.compaction.duckdb_aggregate import SORT_COLUMNS, aggregate_window_local
+from seqlake.pipelines.ingest.parse import landing_schema
+from seqlake.tableformat.schema import history_arrow_schema
 from tests.conftest import make_config
 
 pytestmark = pytest.mark.spark

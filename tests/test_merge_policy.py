@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipelines.merge_policy import MergePolicy, merged_sizes, policy_of, runs_to_merge
-from seqlake.config import load_config
+from seqlake.core.config import load_config
+from seqlake.pipelines.compaction.merge_policy import MergePolicy, merged_sizes, policy_of, runs_to_merge
 
 DEFAULT = MergePolicy()
 policies = st.builds(

@@ -9,14 +9,14 @@ import numpy as np
 import pyarrow as pa
 
 from benchmarks.merge import BASE_WINDOW, format_report, publish_window, run_merge_bench, window_rows
-from pipelines.compaction import history_tables
-from pipelines.duckdb_compaction import merge_runs_if_needed_duckdb
-from seqlake.config import Config
-from tableformat.checksum import table_checksum
-from tableformat.fsck import fsck_table
-from tableformat.reader import HistoryReader
-from tableformat.registry import files_of_runs, live_runs, published_windows
-from tableformat.schema import KEY_COLUMNS, history_arrow_schema
+from seqlake.core.config import Config
+from seqlake.pipelines.compaction.duckdb import merge_runs_if_needed_duckdb
+from seqlake.pipelines.compaction.spark import history_tables
+from seqlake.tableformat.checksum import table_checksum
+from seqlake.tableformat.fsck import fsck_table
+from seqlake.tableformat.reader import HistoryReader
+from seqlake.tableformat.registry import files_of_runs, live_runs, published_windows
+from seqlake.tableformat.schema import KEY_COLUMNS, history_arrow_schema
 from tests.conftest import make_config
 
 

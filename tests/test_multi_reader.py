@@ -13,11 +13,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from benchmarks.reads import format_report, identical, run_read_bench
-from seqlake.errors import SchemaError
-from tableformat.cache import CachedHistoryReader, HistoryCache
-from tableformat.io import CountingFileSystem, FooterCache, IOStats
-from tableformat.multi_reader import histories, plan_files
-from tableformat.reader import HistoryReader, Selection
+from seqlake.core.errors import SchemaError
+from seqlake.tableformat.cache import CachedHistoryReader, HistoryCache
+from seqlake.tableformat.io import CountingFileSystem, FooterCache, IOStats
+from seqlake.tableformat.multi_reader import histories, plan_files
+from seqlake.tableformat.reader import HistoryReader, Selection
 from tests.conftest import make_config
 from tests.history_data import (
     SMALL_ROW_GROUPS,

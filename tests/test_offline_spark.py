@@ -17,7 +17,7 @@ pytestmark = pytest.mark.spark
 SCRIPT = textwrap.dedent(
     """
     import sys
-    from seqlake.spark_session import spark_session
+    from seqlake.engines.spark_session import spark_session
     from tests.conftest import make_config
     from pathlib import Path
 

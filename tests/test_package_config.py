@@ -7,12 +7,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from jobs.init import main as init_main
-from jobs.sql import open_session, resolve_file, sql_files
-from pipelines.importers.mapping import load_mapping
-from seqlake import resources
-from seqlake.config import load_config, parse_config
-from seqlake.errors import ConfigError, SeqlakeError
+from seqlake.core import resources
+from seqlake.core.config import load_config, parse_config
+from seqlake.core.errors import ConfigError, SeqlakeError
+from seqlake.jobs.init import main as init_main
+from seqlake.pipelines.importers.mapping import load_mapping
+from seqlake.sql_session import open_session, resolve_file, sql_files
 
 REPO = Path(__file__).resolve().parents[1]
 

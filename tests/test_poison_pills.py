@@ -6,7 +6,7 @@ that do not, strings JSON can spell but UTF-8 cannot (lone surrogates), and payl
 (`duplicate_key`, one rule on both engines). Real Spark ingests them (the in-process engine lands the
 same rows) and compacts every window; the test checks what a user would: each bad record is in
 quarantine with its reason, every other one landed, every window is published, and history equals the
-fold of the valid events (the reference aggregation, `pipelines.local_compaction`, over exactly those
+fold of the valid events (the reference aggregation, `seqlake.pipelines.compaction.duckdb_aggregate`, over exactly those
 events).
 """
 
@@ -20,18 +20,18 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from jobs.demo import reset_demo_tables
-from pipelines.arrow_ingest import ingest_source_in_process
-from pipelines.compaction import compact_window
-from pipelines.ingest import ingest_source
-from pipelines.landing import LandingPaths, landing_paths
-from pipelines.local_compaction import aggregate_window_local
-from pipelines.raw_landing import create_raw_table, land_raw_records
-from pipelines.windows import closed_windows
-from seqlake.catalog import open_catalog, table_identifier
-from seqlake.events import MAX_EVENT_TS_MS, MIN_EVENT_TS_MS, RAW_SCHEMA
-from seqlake.payload import INT_RANGES
-from tableformat.schema import KEY_COLUMNS as SORT_COLUMNS
+from seqlake.core.events import MAX_EVENT_TS_MS, MIN_EVENT_TS_MS, RAW_SCHEMA
+from seqlake.core.payload import INT_RANGES
+from seqlake.engines.catalog import open_catalog, table_identifier
+from seqlake.pipelines.compaction.duckdb_aggregate import aggregate_window_local
+from seqlake.pipelines.compaction.spark import compact_window
+from seqlake.pipelines.demo.full import reset_demo_tables
+from seqlake.pipelines.ingest.duckdb import ingest_source_in_process
+from seqlake.pipelines.ingest.raw_source import create_raw_table, land_raw_records
+from seqlake.pipelines.ingest.spark import ingest_source
+from seqlake.pipelines.landing.tables import LandingPaths, landing_paths
+from seqlake.pipelines.landing.windows import closed_windows
+from seqlake.tableformat.schema import KEY_COLUMNS as SORT_COLUMNS
 from tests.conftest import make_config
 from tests.test_exactly_once import delta_rows, history_rows
 
@@ -106,7 +106,7 @@ INVALID = [
 
 
 # A key twice: quarantined as duplicate_key on both engines, whichever value a parser would keep and
-# whatever else is wrong (`seqlake.payload`). (event, the key repeated at the end, its second value)
+# whatever else is wrong (`seqlake.core.payload`). (event, the key repeated at the end, its second value)
 DUPLICATED = [
     (engagement(60, action_flags=1), "action_flags", 2),
     (engagement(61), "user_id", 8),

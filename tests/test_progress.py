@@ -10,10 +10,10 @@ import click
 import pytest
 from rich.console import Console
 
-import seqlake.output
-import seqlake.progress
-from seqlake.cli_options import Settings
-from seqlake.progress import Progress
+import seqlake.core.output
+import seqlake.core.progress
+from seqlake.cli.options import Settings
+from seqlake.core.progress import Progress
 
 
 def test_the_summary_says_what_was_counted_in_its_units(capsys):
@@ -44,8 +44,8 @@ def test_nothing_is_printed_with_output_json(capsys):
 @pytest.fixture
 def terminal(monkeypatch):
     screen = io.StringIO()
-    monkeypatch.setattr(seqlake.progress, "_enabled", lambda: (True, True))
-    monkeypatch.setattr(seqlake.output, "console", lambda stderr=False: Console(file=screen, force_terminal=True))
+    monkeypatch.setattr(seqlake.core.progress, "_enabled", lambda: (True, True))
+    monkeypatch.setattr(seqlake.core.output, "console", lambda stderr=False: Console(file=screen, force_terminal=True))
     return screen
 
 

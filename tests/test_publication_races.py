@@ -20,9 +20,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pipelines import compaction, spark_history
-from pipelines.arrow_ingest import ingest_source_in_process
-from pipelines.compaction import (
+from seqlake.core.config import Config, GeneratorSpec
+from seqlake.engines.catalog import open_catalog, table_identifier
+from seqlake.engines.duckdb_session import connect
+from seqlake.pipelines.compaction import spark as compaction
+from seqlake.pipelines.compaction import spark_runs as spark_history
+from seqlake.pipelines.compaction.duckdb import compact_batch_duckdb
+from seqlake.pipelines.compaction.publication_check import landing_windows, publication_findings
+from seqlake.pipelines.compaction.spark import (
     CRASH_POINTS,
     SimulatedCrash,
     compact_batch,
@@ -30,17 +35,13 @@ from pipelines.compaction import (
     history_tables,
     merge_runs_if_needed,
 )
-from pipelines.duckdb_compaction import compact_batch_duckdb
-from pipelines.landing import LandingPaths
-from pipelines.parse import window_ids
-from pipelines.publication_check import landing_windows, publication_findings
-from pipelines.raw_landing import create_raw_table, land_raw_records
-from seqlake.catalog import open_catalog, table_identifier
-from seqlake.config import Config, GeneratorSpec
-from seqlake.duckdb_session import connect
-from seqlake.generator import EventGenerator
-from tableformat.fsck import fsck_table
-from tableformat.registry import live_runs, published_windows
+from seqlake.pipelines.demo.generator import EventGenerator
+from seqlake.pipelines.ingest.duckdb import ingest_source_in_process
+from seqlake.pipelines.ingest.parse import window_ids
+from seqlake.pipelines.ingest.raw_source import create_raw_table, land_raw_records
+from seqlake.pipelines.landing.tables import LandingPaths
+from seqlake.tableformat.fsck import fsck_table
+from seqlake.tableformat.registry import live_runs, published_windows
 
 pytestmark = pytest.mark.spark
 

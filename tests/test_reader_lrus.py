@@ -7,7 +7,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from tableformat.io import FooterCache, OpenFiles
+from seqlake.tableformat.io import FooterCache, OpenFiles
 
 
 def test_footer_cache_keeps_the_most_recently_used(tmp_path):

@@ -10,11 +10,11 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pipelines.parse import landing_schema
-from pipelines.training.arrow_reconstruct import rebuild_batch
-from pipelines.training.sequence import Tenant
-from pipelines.training.tables import training_schema
-from seqlake.config import DEFAULT_CONFIG_PATH, parse_config
+from seqlake.core.config import DEFAULT_CONFIG_PATH, parse_config
+from seqlake.pipelines.ingest.parse import landing_schema
+from seqlake.pipelines.training.rebuild.duckdb import rebuild_batch
+from seqlake.pipelines.training.sequence import Tenant
+from seqlake.pipelines.training.tables import training_schema
 from tests.reconstruction_reference import reference_rebuild
 
 T0 = datetime(2026, 3, 2, 10, 0, tzinfo=UTC)

@@ -15,8 +15,8 @@ import pyarrow as pa
 import pytest
 import yaml
 
-from seqlake.config import DEFAULT_CONFIG_PATH, Config, load_config
-from seqlake.storage import create_bucket
+from seqlake.core.config import DEFAULT_CONFIG_PATH, Config, load_config
+from seqlake.engines.storage import create_bucket
 from tests.s3_server import S3Server
 from tests.spark_cluster import SPARK_BIN, SparkCluster
 
@@ -55,7 +55,7 @@ def seqlake(config: Path, *args: str, env: dict[str, str] | None = None) -> str:
 
 def content_digest(config: Config, name: str) -> str:
     """SHA-256 of a table's rows in key order (run ids and file layout left out)."""
-    from seqlake.catalog import open_catalog, table_identifier
+    from seqlake.engines.catalog import open_catalog, table_identifier
 
     table = open_catalog(config).load_table(table_identifier(config, name)).scan().to_arrow()
     keys = SORT_KEYS.get(name, ["request_id"])
@@ -79,10 +79,15 @@ def submit_demo(cluster: SparkCluster, config: Path, folder: Path, env: dict[str
     """`spark-submit --master spark://... jobs/demo.py`, seqlake's code shipped as --py-files."""
     tools = {**os.environ, **env}
     jars = subprocess.run(
-        [sys.executable, "-m", "seqlake.spark_session", "--jars", "--s3"], env=tools, capture_output=True, text=True
+        [sys.executable, "-m", "seqlake.engines.spark_session", "--jars", "--s3"],
+        env=tools,
+        capture_output=True,
+        text=True,
     ).stdout.strip()
     code = folder / "seqlake-code.zip"
-    subprocess.run([sys.executable, "-m", "seqlake.spark_session", "--py-files", str(code)], env=tools, check=True)
+    subprocess.run(
+        [sys.executable, "-m", "seqlake.engines.spark_session", "--py-files", str(code)], env=tools, check=True
+    )
     done = subprocess.run(
         [str(SPARK_BIN / "spark-submit"), "--master", cluster.master, "--jars", jars, "--py-files", str(code)]
         + ["--conf", "spark.executor.memory=1g", str(REPO / "jobs" / "demo.py"), "--config", str(config)],

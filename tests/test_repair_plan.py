@@ -20,12 +20,12 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import yaml
 
-from pipelines.compaction import history_tables
-from pipelines.raw_landing import create_raw_table, land_raw_records
-from seqlake.catalog import open_catalog, table_identifier
-from seqlake.generator import EventGenerator
-from tableformat.checksum import table_checksum
-from tableformat.schema import KEY_COLUMNS
+from seqlake.engines.catalog import open_catalog, table_identifier
+from seqlake.pipelines.compaction.spark import history_tables
+from seqlake.pipelines.demo.generator import EventGenerator
+from seqlake.pipelines.ingest.raw_source import create_raw_table, land_raw_records
+from seqlake.tableformat.checksum import table_checksum
+from seqlake.tableformat.schema import KEY_COLUMNS
 from tests.conftest import make_config
 
 

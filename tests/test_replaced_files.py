@@ -21,12 +21,12 @@ import pytest
 import yaml
 
 import seqlake
-from jobs.sql import open_session
-from pipelines.compaction import history_tables
-from seqlake.duckdb_session import connect
-from seqlake.errors import CorruptFileError, SqlError
-from tableformat.cache import CachedHistoryReader
-from tableformat.reader import HistoryReader, Selection
+from seqlake.core.errors import CorruptFileError, SqlError
+from seqlake.engines.duckdb_session import connect
+from seqlake.pipelines.compaction.spark import history_tables
+from seqlake.sql_session import open_session
+from seqlake.tableformat.cache import CachedHistoryReader
+from seqlake.tableformat.reader import HistoryReader, Selection
 from tests.capture_step import capture_step
 from tests.test_sql import build_small_warehouse
 

@@ -10,7 +10,7 @@ import pytest
 from pyiceberg.catalog import Catalog, load_catalog
 from pyiceberg.table import Table
 
-from seqlake.duckdb_session import connect, sql_literal
+from seqlake.engines.duckdb_session import connect, sql_literal
 from tests.rest_catalog_server import RestCatalogServer
 
 ROWS = pa.table(

@@ -12,10 +12,10 @@ import pyarrow as pa
 import pytest
 import yaml
 
-from seqlake.config import DEFAULT_CONFIG_PATH, Config, parse_config
-from seqlake.errors import SetupError
-from seqlake.storage import S3Settings, create_bucket, list_objects
-from tableformat.reader import HistoryReader
+from seqlake.core.config import DEFAULT_CONFIG_PATH, Config, parse_config
+from seqlake.core.errors import SetupError
+from seqlake.engines.storage import S3Settings, create_bucket, list_objects
+from seqlake.tableformat.reader import HistoryReader
 from tests.conftest import SMALL_GENERATOR, make_config
 from tests.history_data import history_table, publish_run, synthetic_history
 from tests.s3_server import S3Server
@@ -43,7 +43,7 @@ def publish_history(config: Config) -> None:
 
 
 def all_users(config: Config) -> pa.Table:
-    from seqlake.catalog import open_catalog, table_identifier
+    from seqlake.engines.catalog import open_catalog, table_identifier
 
     table = open_catalog(config).load_table(table_identifier(config, "history"))
     reader = HistoryReader(table)
@@ -162,12 +162,12 @@ def test_storage_command_creates_lists_and_empties_a_bucket(s3_env: S3Server, tm
 
 
 def test_in_process_ingest_on_s3_lands_what_it_lands_on_local_disk(s3_env: S3Server, tmp_path: Path) -> None:
-    from pipelines.arrow_ingest import ingest_source_in_process
-    from pipelines.landing import landing_paths
-    from pipelines.publication_check import landing_windows
-    from pipelines.raw_landing import create_raw_table, land_raw_records
-    from seqlake.catalog import open_catalog, table_identifier
-    from seqlake.generator import EventGenerator
+    from seqlake.engines.catalog import open_catalog, table_identifier
+    from seqlake.pipelines.compaction.publication_check import landing_windows
+    from seqlake.pipelines.demo.generator import EventGenerator
+    from seqlake.pipelines.ingest.duckdb import ingest_source_in_process
+    from seqlake.pipelines.ingest.raw_source import create_raw_table, land_raw_records
+    from seqlake.pipelines.landing.tables import landing_paths
 
     create_bucket(BUCKET)
     tiny = {"users": 20, "max_events": 200, "windows": 2}

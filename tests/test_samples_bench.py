@@ -20,7 +20,7 @@ def test_small_bench_answers_agree(tmp_path, measurement):
     out = tmp_path / "bench.json"
     # Its own process: the bench starts (and stops) a Spark session bound to its own warehouse.
     run = subprocess.run(
-        [sys.executable, "-m", "jobs.bench_samples", "--scale", "small", "--json", str(out)],
+        [sys.executable, "-m", "benchmarks.commands.samples", "--scale", "small", "--json", str(out)],
         cwd=ROOT,
         capture_output=True,
         text=True,

@@ -21,19 +21,19 @@ import pytest
 import yaml
 
 from benchmarks.merge import BASE_WINDOW, publish_window, window_rows
-from jobs.sql import open_session
-from pipelines.compaction import history_tables
-from pipelines.duckdb_compaction import merge_runs_if_needed_duckdb
-from pipelines.migrate import migrate, plan_migration
-from seqlake.config import DEFAULT_CONFIG_PATH, Config, parse_config
-from seqlake.duckdb_session import connect
-from seqlake.errors import SchemaError
-from tableformat.cache import CachedHistoryReader
-from tableformat.evolution import field_id, file_schema
-from tableformat.fsck import fsck_table
-from tableformat.reader import HistoryReader, Selection
-from tableformat.registry import files_of_runs, live_runs
-from tableformat.schema import KEY_COLUMNS, history_arrow_schema
+from seqlake.core.config import DEFAULT_CONFIG_PATH, Config, parse_config
+from seqlake.core.errors import SchemaError
+from seqlake.engines.duckdb_session import connect
+from seqlake.pipelines.compaction.duckdb import merge_runs_if_needed_duckdb
+from seqlake.pipelines.compaction.spark import history_tables
+from seqlake.pipelines.maintenance.migrate import migrate, plan_migration
+from seqlake.sql_session import open_session
+from seqlake.tableformat.cache import CachedHistoryReader
+from seqlake.tableformat.evolution import field_id, file_schema
+from seqlake.tableformat.fsck import fsck_table
+from seqlake.tableformat.reader import HistoryReader, Selection
+from seqlake.tableformat.registry import files_of_runs, live_runs
+from seqlake.tableformat.schema import KEY_COLUMNS, history_arrow_schema
 
 BIG_WATCH = 2**40
 HEAVY = 1_000_003  # one long history in one old run (a Top-K reads it by pages); no other run holds it
@@ -241,8 +241,8 @@ def dummy_row(schema: pa.Schema) -> dict:
 
 
 def test_a_tenant_widens_with_its_column_but_a_new_column_set_is_a_new_tenant(tmp_path: Path) -> None:
-    from pipelines.training.sequence import Tenant
-    from pipelines.training.tables import create_bucketed_table, training_schema, training_table_name
+    from seqlake.pipelines.training.sequence import Tenant
+    from seqlake.pipelines.training.tables import create_bucketed_table, training_schema, training_table_name
 
     warehouse = tmp_path / "warehouse"
     v1, v2 = config_of(warehouse, 1), config_of(warehouse, 2)
@@ -277,8 +277,8 @@ def test_a_tenant_widens_with_its_column_but_a_new_column_set_is_a_new_tenant(tm
     assert table.scan().to_arrow().num_rows == 1
     assert str(table.schema().find_field("recent_watch_time_ms").field_type) == "list<long>"
     # A training row captured after the widening, beside the old one: the samples job reads both.
-    from pipelines.training.arrow_reconstruct import pointer_batches
-    from tableformat.io import PlainFileSystem
+    from seqlake.pipelines.training.rebuild.duckdb import pointer_batches
+    from seqlake.tableformat.io import PlainFileSystem
 
     schema = training_schema(retrieval)
     row = dummy_row(schema) | {"recent_watch_time_ms": [BIG_WATCH]}

@@ -13,17 +13,17 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from pipelines.compaction import history_tables, merge_runs_if_needed
-from pipelines.ingest import ingest_source
-from pipelines.migrate import LANDING, migrate
-from pipelines.raw_landing import land_raw_records
-from seqlake.catalog import spark_name
-from seqlake.config import Config
-from seqlake.duckdb_session import connect
-from seqlake.errors import SchemaError
-from tableformat.reader import HistoryReader
-from tableformat.registry import live_runs
-from tableformat.schema import KEY_COLUMNS, history_arrow_schema
+from seqlake.core.config import Config
+from seqlake.core.errors import SchemaError
+from seqlake.engines.catalog import spark_name
+from seqlake.engines.duckdb_session import connect
+from seqlake.pipelines.compaction.spark import history_tables, merge_runs_if_needed
+from seqlake.pipelines.ingest.raw_source import land_raw_records
+from seqlake.pipelines.ingest.spark import ingest_source
+from seqlake.pipelines.maintenance.migrate import LANDING, migrate
+from seqlake.tableformat.reader import HistoryReader
+from seqlake.tableformat.registry import live_runs
+from seqlake.tableformat.schema import KEY_COLUMNS, history_arrow_schema
 from tests.test_durable_state import compact_closed
 from tests.test_publication_races import RAW, assert_every_valid_event_once, closed_unpublished, deliver, new_lake
 

@@ -8,10 +8,10 @@ import sys
 
 import pytest
 
-from seqlake.config import parse_config
-from seqlake.errors import ConfigError
-from seqlake.spark_session import jdbc_catalog_options
-from seqlake.uris import masked_text, masked_uri
+from seqlake.core.config import parse_config
+from seqlake.core.errors import ConfigError
+from seqlake.core.uris import masked_text, masked_uri
+from seqlake.engines.spark_session import jdbc_catalog_options
 
 SECRET = "hunter2"
 

@@ -14,11 +14,11 @@ import pytest
 import yaml
 from pyspark.sql import functions as F
 
-from pipelines.training.sequence import Tenant
-from pipelines.training.sequence import sequence_checksums as capture_sequence_checksums
-from pipelines.training.sequence_digest import checksum_sql, row_lanes, sequence_checksums_of
-from seqlake.config import DEFAULT_CONFIG_PATH, parse_config
-from seqlake.duckdb_session import connect
+from seqlake.core.config import DEFAULT_CONFIG_PATH, parse_config
+from seqlake.engines.duckdb_session import connect
+from seqlake.pipelines.training.sequence import Tenant
+from seqlake.pipelines.training.sequence import sequence_checksums as capture_sequence_checksums
+from seqlake.pipelines.training.sequence_digest import checksum_sql, row_lanes, sequence_checksums_of
 
 T0 = datetime(2026, 3, 2, 10, 0, tzinfo=UTC)
 SCHEMA = pa.schema(

@@ -7,13 +7,13 @@ import pyarrow as pa
 import pytest
 from pyiceberg.expressions import EqualTo
 
-from pipelines.spark_history import BUCKET, with_bucket, write_run_with_spark
-from seqlake.duckdb_session import connect
-from tableformat.bucketing import bucket_of
-from tableformat.fsck import fsck_table
-from tableformat.reader import HistoryReader
-from tableformat.registry import RunRecord, commit_runs
-from tableformat.schema import KEY_COLUMNS, history_arrow_schema
+from seqlake.engines.duckdb_session import connect
+from seqlake.pipelines.compaction.spark_runs import BUCKET, with_bucket, write_run_with_spark
+from seqlake.tableformat.bucketing import bucket_of
+from seqlake.tableformat.fsck import fsck_table
+from seqlake.tableformat.reader import HistoryReader
+from seqlake.tableformat.registry import RunRecord, commit_runs
+from seqlake.tableformat.schema import KEY_COLUMNS, history_arrow_schema
 from tests.history_data import history_table, publish_run, synthetic_history
 
 pytestmark = pytest.mark.spark
@@ -87,8 +87,8 @@ def test_engines_return_identical_rows_for_a_user(spark, lake_config, data):
 def test_spark_reader_applies_the_same_selections(spark, lake_config, data):
     from datetime import timedelta
 
-    from pipelines.spark_reader import history_df, order_sequence
-    from tableformat.reader import Selection
+    from seqlake.pipelines.reads.spark import history_df, order_sequence
+    from seqlake.tableformat.reader import Selection
     from tests.history_data import BASE_TS_US
 
     table = history_table(lake_config, "history")

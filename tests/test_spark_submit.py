@@ -12,9 +12,9 @@ import pyspark
 import pytest
 import yaml
 
-from seqlake.config import DEFAULT_CONFIG_PATH
-from seqlake.errors import SetupError
-from seqlake.spark_session import session_settings, spark_jars
+from seqlake.core.config import DEFAULT_CONFIG_PATH
+from seqlake.core.errors import SetupError
+from seqlake.engines.spark_session import session_settings, spark_jars
 
 SPARK_SUBMIT = Path(pyspark.__file__).parent / "bin" / "spark-submit"
 REPO = Path(__file__).resolve().parent.parent
@@ -23,8 +23,8 @@ REPO = Path(__file__).resolve().parent.parent
 # prints the effective settings as one JSON line.
 PROBE = """
 import json, sys
-from seqlake.config import load_config
-from seqlake.spark_session import spark_session
+from seqlake.core.config import load_config
+from seqlake.engines.spark_session import spark_session
 
 config = load_config(sys.argv[1])
 spark = spark_session(config, "probe-app")
@@ -63,7 +63,11 @@ def test_spark_submit_keeps_master_and_conf(tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONPATH": str(REPO), "PYSPARK_PYTHON": sys.executable}
     env.pop("SEQLAKE_SPARK_MASTER", None)
     jars = subprocess.run(
-        [sys.executable, "-m", "seqlake.spark_session", "--jars"], env=env, capture_output=True, text=True, check=True
+        [sys.executable, "-m", "seqlake.engines.spark_session", "--jars"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout.strip()
     done = subprocess.run(
         [

@@ -14,9 +14,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from seqlake.catalog import open_catalog, spark_name, table_identifier
-from tableformat.page_checksums import page_checksum_counts
-from tableformat.verified import CorruptFileError, read_verified
+from seqlake.engines.catalog import open_catalog, spark_name, table_identifier
+from seqlake.tableformat.page_checksums import page_checksum_counts
+from seqlake.tableformat.verified import CorruptFileError, read_verified
 
 pytestmark = pytest.mark.spark
 

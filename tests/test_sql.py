@@ -22,19 +22,19 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
-from jobs.sql import SqlError, open_session, sql_files
-from jobs.sql import main as sql_main
-from pipelines.compaction import history_tables
-from pipelines.landing import landing_paths
-from pipelines.parse import QUARANTINE_SCHEMA, landing_schema
-from pipelines.raw_landing import create_raw_table
-from seqlake.catalog import open_catalog, table_identifier
-from seqlake.config import Config
-from seqlake.errors import SetupError
-from seqlake.events import RAW_SCHEMA
-from tableformat.registry import RunRecord, commit_runs, history_file_uri
-from tableformat.run_writer import write_run
-from tableformat.schema import history_arrow_schema
+from seqlake.core.config import Config
+from seqlake.core.errors import SetupError
+from seqlake.core.events import RAW_SCHEMA
+from seqlake.engines.catalog import open_catalog, table_identifier
+from seqlake.jobs.sql import main as sql_main
+from seqlake.pipelines.compaction.spark import history_tables
+from seqlake.pipelines.ingest.parse import QUARANTINE_SCHEMA, landing_schema
+from seqlake.pipelines.ingest.raw_source import create_raw_table
+from seqlake.pipelines.landing.tables import landing_paths
+from seqlake.sql_session import SqlError, open_session, sql_files
+from seqlake.tableformat.registry import RunRecord, commit_runs, history_file_uri
+from seqlake.tableformat.run_writer import write_run
+from seqlake.tableformat.schema import history_arrow_schema
 from tests.conftest import make_config
 from tests.history_data import synthetic_history
 
@@ -308,7 +308,7 @@ def test_catalog_history_snapshots(session):
 
 
 def test_catalog_runs_and_windows(session, small):
-    from tableformat.bucketing import bucket_of
+    from seqlake.tableformat.bucketing import bucket_of
 
     # Every user has rows in every window, so each run has one file per bucket of the four users.
     files = len(set(bucket_of(pa.array(list(USER_ROWS), pa.int64()), small.config.layout.bucket_count).tolist()))
@@ -409,7 +409,7 @@ def test_user_history_is_the_users_rows_in_sequence_order(session, small):
 
 
 def test_tenant_history_reads_what_the_tenant_reads(session, small):
-    from tableformat.reader import HistoryReader, Selection
+    from seqlake.tableformat.reader import HistoryReader, Selection
 
     config = small.config
     history = open_catalog(config).load_table(table_identifier(config, "history"))
@@ -684,7 +684,7 @@ def test_seqlake_sql_errors_are_clear(on_small, tmp_path):
 
 def test_seqlake_sql_command_exit_codes(on_small):
     def run(*args):
-        return subprocess.run([sys.executable, "-m", "jobs.sql", *args], capture_output=True, text=True)
+        return subprocess.run([sys.executable, "-m", "seqlake.jobs.sql", *args], capture_output=True, text=True)
 
     ok = run("--query", "SELECT count(*) AS n FROM user_history($uid)", "-p", "uid=33")
     assert ok.returncode == 0, ok.stderr
@@ -711,7 +711,9 @@ def test_seqlake_sql_file_never_echoes_a_file_that_is_not_sql(on_small, tmp_path
         catalog: "not a SQL file (binary content)",
     }
     for path, reason in cases.items():
-        done = subprocess.run([sys.executable, "-m", "jobs.sql", "--file", str(path)], capture_output=True, text=True)
+        done = subprocess.run(
+            [sys.executable, "-m", "seqlake.jobs.sql", "--file", str(path)], capture_output=True, text=True
+        )
         assert done.returncode == 1, done.stderr
         assert done.stderr.splitlines() == [f"seqlake sql: error: --file {path}: {reason}; its content is not shown"], (
             done.stderr

@@ -18,11 +18,11 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from jobs.sql import SqlError, open_session
-from jobs.sql import main as sql_main
-from seqlake.catalog import open_catalog, table_identifier
-from seqlake.errors import ReadOnlyError
+from seqlake.core.errors import ReadOnlyError
+from seqlake.engines.catalog import open_catalog, table_identifier
+from seqlake.jobs.sql import main as sql_main
 from seqlake.sql_guard import ALLOWED
+from seqlake.sql_session import SqlError, open_session
 from tests.test_sql import build_small_warehouse
 
 

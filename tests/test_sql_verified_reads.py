@@ -1,7 +1,7 @@
 """`seqlake sql` and `Lake.sql` never return rows from a damaged history page.
 
 DuckDB's Parquet reader checks no page checksums; the SQL session's `history` view reads through a
-verified Arrow scan instead (`tableformat.verified_scan`). One history file of the small warehouse is
+verified Arrow scan instead (`seqlake.tableformat.verified_scan`). One history file of the small warehouse is
 damaged in place, a byte flipped at offsets across its dictionary pages, data pages and footer. After
 each flip, a digest of the whole history view is either the clean table's or a one-line error naming
 the table, the file and what is wrong: through a new session (what `seqlake sql` opens) and through
@@ -21,9 +21,9 @@ import pyarrow.parquet as pq
 import pytest
 
 import seqlake
-from jobs.sql import SqlError, open_session
-from pipelines.compaction import history_tables
-from seqlake.duckdb_session import connect
+from seqlake.engines.duckdb_session import connect
+from seqlake.pipelines.compaction.spark import history_tables
+from seqlake.sql_session import SqlError, open_session
 from tests.test_sql import build_small_warehouse
 from tests.test_verified_reads import damage_offsets
 

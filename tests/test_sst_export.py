@@ -17,14 +17,14 @@ from pyiceberg.expressions import In
 from pyiceberg.table import Table
 from rocksdict import Options, Rdict, ReadOptions
 
-from jobs.export_sst import main
-from seqlake.catalog import open_catalog, table_identifier
-from seqlake.config import Config
-from seqlake.errors import SchemaError, SeqlakeError
-from tableformat.registry import RunRecord, commit_runs, create_history_table, history_file_uri
-from tableformat.run_writer import write_run
-from tableformat.schema import KEY_COLUMNS, history_arrow_schema
-from tableformat.sst_export import (
+from seqlake.core.config import Config
+from seqlake.core.errors import SchemaError, SeqlakeError
+from seqlake.engines.catalog import open_catalog, table_identifier
+from seqlake.jobs.export_sst import main
+from seqlake.tableformat.registry import RunRecord, commit_runs, create_history_table, history_file_uri
+from seqlake.tableformat.run_writer import write_run
+from seqlake.tableformat.schema import KEY_COLUMNS, history_arrow_schema
+from seqlake.tableformat.sst_export import (
     UnknownRunError,
     decode_key,
     decode_value,

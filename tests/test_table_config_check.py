@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pipelines.compaction import HISTORY, history_tables
-from seqlake.catalog import purge_tables
-from seqlake.config import DEFAULT_CONFIG_PATH, Config, parse_config
-from seqlake.errors import SchemaError
+from seqlake.core.config import DEFAULT_CONFIG_PATH, Config, parse_config
+from seqlake.core.errors import SchemaError
+from seqlake.engines.catalog import purge_tables
+from seqlake.pipelines.compaction.spark import HISTORY, history_tables
 
 
 def config_with(warehouse: Path, **columns: dict) -> Config:

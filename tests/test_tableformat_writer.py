@@ -7,14 +7,14 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
-from seqlake.duckdb_session import connect
-from tableformat import thrift_compact as tc
-from tableformat.checksum import table_checksum
-from tableformat.footer import FileFacts
-from tableformat.layout import LayoutPolicy
-from tableformat.page_reader import PagedFile
-from tableformat.schema import history_arrow_schema
-from tableformat.writer import HistoryFileWriter, UnsortedInputError
+from seqlake.engines.duckdb_session import connect
+from seqlake.tableformat import thrift_compact as tc
+from seqlake.tableformat.checksum import table_checksum
+from seqlake.tableformat.footer import FileFacts
+from seqlake.tableformat.layout import LayoutPolicy
+from seqlake.tableformat.page_reader import PagedFile
+from seqlake.tableformat.schema import history_arrow_schema
+from seqlake.tableformat.writer import HistoryFileWriter, UnsortedInputError
 from tests.conftest import make_config
 from tests.history_data import synthetic_history
 

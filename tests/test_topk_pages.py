@@ -6,12 +6,12 @@ from pathlib import Path
 
 import pytest
 
-from tableformat.cache import CachedHistoryReader
-from tableformat.io import CountingFileSystem, FooterCache
-from tableformat.layout import LayoutPolicy
-from tableformat.reader import HistoryReader, Selection
-from tableformat.thrift_compact import decode, encode
-from tableformat.verified import CorruptFileError
+from seqlake.tableformat.cache import CachedHistoryReader
+from seqlake.tableformat.io import CountingFileSystem, FooterCache
+from seqlake.tableformat.layout import LayoutPolicy
+from seqlake.tableformat.reader import HistoryReader, Selection
+from seqlake.tableformat.thrift_compact import decode, encode
+from seqlake.tableformat.verified import CorruptFileError
 from tests.conftest import make_config
 from tests.history_data import history_table, publish_run, synthetic_history
 

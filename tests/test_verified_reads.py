@@ -4,7 +4,7 @@ One history file of a real run (written by seqlake's run writer, with page check
 place: a byte flipped at many offsets across its dictionary pages, data pages and footer, the file
 truncated at several lengths, the file deleted. After each, every user of the file is read the way a
 point lookup reads (row groups planned from the footer's statistics, then only those row groups), through
-`tableformat.verified`: each read returns exactly the user's rows or raises one CorruptFileError naming
+`seqlake.tableformat.verified`: each read returns exactly the user's rows or raises one CorruptFileError naming
 the table, the file and what is wrong.
 """
 
@@ -21,10 +21,17 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
-from tableformat.io import open_parquet, read_footer, unverified_reads
-from tableformat.reader import Selection
-from tableformat.verified import DAMAGE, CorruptFileError, open_verified, read_verified, verified_file, verified_footer
-from tableformat.writer import open_output
+from seqlake.tableformat.io import open_parquet, read_footer, unverified_reads
+from seqlake.tableformat.reader import Selection
+from seqlake.tableformat.verified import (
+    DAMAGE,
+    CorruptFileError,
+    open_verified,
+    read_verified,
+    verified_file,
+    verified_footer,
+)
+from seqlake.tableformat.writer import open_output
 from tests.conftest import make_config
 from tests.history_data import SMALL_ROW_GROUPS, history_table, publish_run, synthetic_history
 
@@ -132,7 +139,7 @@ def test_the_benchmark_control_reads_without_verification(history_file):
 def test_a_footer_whose_column_type_is_damaged_is_refused_not_a_crash(history_file, tmp_path):
     # pyarrow aborts the whole process when it builds the statistics of a column chunk whose physical
     # type was damaged; the footer check compares the types first and refuses the file.
-    from tableformat import thrift_compact as tc
+    from seqlake.tableformat import thrift_compact as tc
 
     _, path = history_file
     raw = path.read_bytes()
@@ -238,8 +245,8 @@ def test_cost_of_verification(history_file, measurement):
 
 
 def test_the_history_reader_refuses_damaged_pages_and_footers(tmp_path):
-    # The lookup path itself (index, page reader, row groups), not only tableformat.verified.
-    from tableformat.reader import HistoryReader
+    # The lookup path itself (index, page reader, row groups), not only seqlake.tableformat.verified.
+    from seqlake.tableformat.reader import HistoryReader
 
     config = make_config(tmp_path / "warehouse")
     config = config.model_copy(update={"layout": config.layout.model_copy(update={"bucket_count": 1})})

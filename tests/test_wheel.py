@@ -72,7 +72,7 @@ def fresh_venv(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_the_wheel_ships_its_data_and_sees_no_checkout(fresh_venv: Path, tmp_path: Path):
     python = str(fresh_venv / "bin" / "python")
     probe = (
-        "import json, os, sys, benchmarks, jobs, pipelines, seqlake, tableformat; from seqlake import resources; "
+        "import json, os, sys, benchmarks, jobs, pipelines, seqlake, tableformat; from seqlake.core import resources; "
         "print(json.dumps({'modules': [m.__file__ for m in (benchmarks, jobs, pipelines, seqlake, tableformat)], "
         "'path': [os.path.realpath(p) for p in sys.path], 'spec': len(resources.spec().read_text()), "
         "'sql': sorted(p.name for p in resources.sql_dir().iterdir())}))"

@@ -11,9 +11,10 @@ knows the data was imported.
 - `external`: a Delta or Iceberg table, commit by commit, with LSNs ``version << 32 | position``.
 """
 
-from pipelines.importers.external import consume_external_table
-from pipelines.importers.files import ImportStats, import_file
-from pipelines.importers.mapping import (
+from seqlake.core.errors import ImportDataError
+from seqlake.pipelines.importers.external import consume_external_table
+from seqlake.pipelines.importers.files import ImportStats, import_file
+from seqlake.pipelines.importers.mapping import (
     ColumnMapping,
     ExplodeSpec,
     ImportMapping,
@@ -22,7 +23,6 @@ from pipelines.importers.mapping import (
     parse_mapping,
     resolve_mapping_path,
 )
-from seqlake.errors import ImportDataError
 
 __all__ = [
     "ColumnMapping",

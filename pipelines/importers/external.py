@@ -15,11 +15,11 @@ from urllib.parse import unquote
 
 import pyarrow as pa
 
-from pipelines.importers.mapping import ImportMapping
-from pipelines.importers.payloads import EventMapper, usable_time
-from seqlake.config import Config
-from seqlake.errors import ConfigError, ImportDataError
-from seqlake.events import RAW_SCHEMA
+from seqlake.core.config import Config
+from seqlake.core.errors import ConfigError, ImportDataError
+from seqlake.core.events import RAW_SCHEMA
+from seqlake.pipelines.importers.mapping import ImportMapping
+from seqlake.pipelines.importers.payloads import EventMapper, usable_time
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

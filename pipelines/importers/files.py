@@ -37,13 +37,13 @@ import pyarrow.csv as pcsv
 import pyarrow.json as pj
 import pyarrow.parquet as pq
 
-from pipelines.importers.mapping import ExplodeSpec, ImportMapping
-from pipelines.importers.payloads import EventMapper, out_of_range, usable_time
-from seqlake.config import Config, EventsSpec
-from seqlake.duckdb_session import connect, sql_literal
-from seqlake.errors import ConfigError, ImportDataError
-from seqlake.events import RAW_SCHEMA
-from seqlake.payload import unreadable_line_payload
+from seqlake.core.config import Config, EventsSpec
+from seqlake.core.errors import ConfigError, ImportDataError
+from seqlake.core.events import RAW_SCHEMA
+from seqlake.core.payload import unreadable_line_payload
+from seqlake.engines.duckdb_session import connect, sql_literal
+from seqlake.pipelines.importers.mapping import ExplodeSpec, ImportMapping
+from seqlake.pipelines.importers.payloads import EventMapper, out_of_range, usable_time
 
 STAGE_SCHEMA = pa.schema(
     [

@@ -17,10 +17,10 @@ from typing import Any, Literal, NoReturn
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from seqlake.config import RESERVED_COLUMNS, Config, format_validation_error, read_yaml
-from seqlake.errors import ConfigError
-from seqlake.payload import INT_RANGES
-from seqlake.resources import mappings_dir
+from seqlake.core.config import RESERVED_COLUMNS, Config, format_validation_error, read_yaml
+from seqlake.core.errors import ConfigError
+from seqlake.core.payload import INT_RANGES
+from seqlake.core.resources import mappings_dir
 
 MAPPINGS_DIR = mappings_dir()  # the packaged examples (conf/mappings/)
 

@@ -20,10 +20,10 @@ from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
-from pipelines.importers.mapping import ImportMapping, action_key
-from seqlake.config import ColumnType, Config, EventsSpec
-from seqlake.errors import ImportDataError
-from seqlake.payload import INT_RANGES
+from seqlake.core.config import ColumnType, Config, EventsSpec
+from seqlake.core.errors import ImportDataError
+from seqlake.core.payload import INT_RANGES
+from seqlake.pipelines.importers.mapping import ImportMapping, action_key
 
 TIME_FACTORS_MS = {"s": 1000, "ms": 1, "us": 0.001}
 _INT_TEXT = re.compile(r"^[+-]?\d+$")

@@ -12,11 +12,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from pipelines.training.sequence_digest import sequence_checksums_of
-from seqlake.config import Config
-from seqlake.errors import ConfigError
-from seqlake.events import ARROW_TYPES
-from tableformat.schema import TIMESTAMP_US
+from seqlake.core.config import Config
+from seqlake.core.errors import ConfigError
+from seqlake.core.events import ARROW_TYPES
+from seqlake.pipelines.training.sequence_digest import sequence_checksums_of
+from seqlake.tableformat.schema import TIMESTAMP_US
 
 SEQUENCE_PREFIX = "seq_"  # prefix of a whole sequence's list columns (fat rows, samples)
 # Total order of a user's rows: event time, then arrival (LSN is unique within a source partition).

@@ -18,12 +18,12 @@ from pyiceberg.exceptions import TableAlreadyExistsError
 from pyiceberg.io.pyarrow import pyarrow_to_schema
 from pyiceberg.table import Table
 
-from pipelines.training.sequence import SEQUENCE_PREFIX, Tenant, list_schema
-from seqlake.catalog import open_catalog, table_identifier
-from seqlake.config import Config
-from tableformat.evolution import compare, mismatch_error
-from tableformat.forgets import inherited
-from tableformat.schema import FIELD_ID, TIMESTAMP_US, history_partition_spec
+from seqlake.core.config import Config
+from seqlake.engines.catalog import open_catalog, table_identifier
+from seqlake.pipelines.training.sequence import SEQUENCE_PREFIX, Tenant, list_schema
+from seqlake.tableformat.evolution import compare, mismatch_error
+from seqlake.tableformat.forgets import inherited
+from seqlake.tableformat.schema import FIELD_ID, TIMESTAMP_US, history_partition_spec
 
 FRAGMENT = "recent_"  # prefix of the captured recent fragment's list columns
 SEQUENCE = SEQUENCE_PREFIX
@@ -116,7 +116,7 @@ def create_bucketed_table(config: Config, name: str, schema: pa.Schema, catalog:
             identifier,
             schema=iceberg_schema,
             partition_spec=history_partition_spec(iceberg_schema, config.layout.bucket_count),
-            # A job that read before a finished forget drops its users here too (`tableformat.forgets`).
+            # A job that read before a finished forget drops its users here too (`seqlake.tableformat.forgets`).
             properties={"write.parquet.compression-codec": "zstd", **inherited(history)},
         )
     except TableAlreadyExistsError:

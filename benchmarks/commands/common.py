@@ -1,0 +1,71 @@
+"""What every `seqlake bench-*` command shares: its --seed, --namespace and --json FILE options, the
+log of its steps (a status line on a terminal), and how it ends (the report, the JSON file, exit 1 when
+a deterministic check failed; times are reported, never checked)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Protocol, TypeVar
+
+import click
+
+from seqlake.cli.types import NAMESPACE_NAME, IntegerAtLeast
+from seqlake.core.output import emit, jsonable
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class Bench(Protocol):
+    @property
+    def ok(self) -> bool: ...
+
+    def to_dict(self) -> dict: ...
+
+
+def seed_option(default: int) -> Callable[[F], F]:
+    return click.option("--seed", type=IntegerAtLeast(0), default=default, show_default=True, help="Data seed.")
+
+
+def namespace_option(default: str) -> Callable[[F], F]:
+    return click.option(
+        "--namespace",
+        type=NAMESPACE_NAME,
+        default=default,
+        show_default=True,
+        help="Catalog namespace prefix of the bench's tables (recreated on every run; nothing else is touched).",
+    )
+
+
+def json_file_option(command: F) -> F:
+    return click.option(
+        "--json", "json_file", metavar="FILE", type=click.Path(dir_okay=False), help="Also write the results to FILE."
+    )(command)
+
+
+def step_log(name: str):
+    """A `log(line)` for the bench's steps: a status line on a terminal, lines on stderr otherwise."""
+    from seqlake.core.progress import Status
+
+    return Status(name)
+
+
+def finish(
+    bench: Bench,
+    report: str,
+    json_file: str | None = None,
+    *,
+    report_file: str | None = None,
+    files: dict[str, list[str]] | None = None,
+) -> int:
+    """Print the bench's report (or its JSON document), keep the files asked for; 0, or 1 if a check
+    failed. `files` names other files the bench wrote (e.g. {"plot": [...]}), listed after the report."""
+    document = {"ok": bench.ok, **bench.to_dict()}
+    if json_file:
+        Path(json_file).write_text(json.dumps(jsonable(document), indent=2) + "\n")
+    if report_file:
+        Path(report_file).write_text(report + "\n")
+    written = [f"{kind}: {path}" for kind, paths in (files or {}).items() for path in paths]
+    emit({**document, **(files or {})}, "\n".join([report, *written]))
+    return 0 if bench.ok else 1

@@ -1,0 +1,44 @@
+"""Measure training samples rebuilt from pointers against reading fat rows; print the ratios.
+
+Builds a lake at a realistic shape in a temporary warehouse (the configured one is not touched):
+histories log-uniform in length, one day of requests captured hour by hour while the day's events
+are published, some of them late. Then, in one run and per tenant: the samples job in-process (and
+on Spark at the small scale), a pyarrow and a DuckDB scan of the fat-row table holding the same
+samples, bytes read, storage, capture rate and exactness. Exit status 1 if any sample differs from
+its fat row or between engines. Times are wall clock on a possibly shared machine: compare ratios.
+"""
+
+from __future__ import annotations
+
+import click
+
+from benchmarks.commands.common import finish, json_file_option, seed_option, step_log
+from seqlake.cli import job_main, script_main
+from seqlake.cli.options import common_options, load_cli_config
+
+SCALES = ("medium", "small")  # benchmarks.samples.SCALES
+
+
+@click.command("bench-samples", help=__doc__)
+@click.option(
+    "--scale",
+    type=click.Choice(SCALES),
+    default="small",
+    show_default=True,
+    help="small: a minute-long check; medium: about 300 users, histories of 10^3 to 2*10^4 events.",
+)
+@seed_option(1)
+@json_file_option
+@common_options
+def command(scale: str, seed: int, json_file: str | None) -> int:
+    from benchmarks.samples import format_report, run_samples_bench
+
+    with step_log("bench-samples") as log:
+        bench = run_samples_bench(load_cli_config(), scale, seed, log=log)
+    return finish(bench, format_report(bench), json_file)
+
+
+main = job_main(command)
+
+if __name__ == "__main__":
+    script_main("bench-samples")

@@ -1,0 +1,54 @@
+"""Rebuild published windows from the detail table when their landing rows are gone.
+
+The detail table keeps each published window's events (first arrivals, without the events the
+compaction quarantine holds), so the fold of a window's detail rows is the window's history rows.
+After `seqlake drop-run` removed a damaged run, `seqlake compact --from-detail --window W` publishes W
+again from there, in-process on DuckDB, with the same aggregation SQL and run writer as compaction.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from pyiceberg.expressions import In
+
+from seqlake.core.config import Config
+from seqlake.core.errors import SeqlakeError
+from seqlake.engines.duckdb_session import connect
+from seqlake.pipelines.compaction.duckdb import write_history_run
+from seqlake.pipelines.compaction.quarantine import split_batch_duckdb
+from seqlake.pipelines.compaction.spark import (
+    CompactionResult,
+    batch_run_id,
+    batch_to_publish,
+    publish_batch,
+    replanning,
+)
+from seqlake.tableformat.forgets import drop_users, missed_users, read_point
+
+
+def rebuild_from_detail(config: Config, windows: list[int]) -> CompactionResult:
+    """Publish `windows` (not held by a live run) as one run folded from their detail rows."""
+    return replanning("rebuild from detail", lambda: _rebuild(config, windows))
+
+
+def _rebuild(config: Config, windows: list[int]) -> CompactionResult:
+    history, detail, _, todo = batch_to_publish(config, windows)
+    if not todo:
+        return CompactionResult(max(windows), batch_run_id(sorted(windows)), published=False)
+    point = read_point(history)  # before the first read: the forgets this rebuild has seen
+    events = detail.scan(row_filter=In("window_id", todo)).to_arrow()
+    missing = sorted(set(todo) - set(events["window_id"].unique().to_pylist()))
+    if missing:
+        raise SeqlakeError(f"window(s) {missing} have no rows in the detail table: nothing to rebuild them from")
+    run_id = batch_run_id(todo)
+    with connect(extensions=()) as con:
+        events = drop_users(events, missed_users(history, point, detail.refresh()))  # a forget under way
+        rows, kept, quarantined = split_batch_duckdb(con, config, events, todo, point)
+    files = write_history_run(history, config, run_id, rows)
+    # The frontier is past these LSNs already (the windows were published): it stays where it is.
+    highest = kept.group_by("source_partition").aggregate([("lsn", "max")])
+    partitions, lsns = highest["source_partition"].to_pylist(), highest["lsn_max"].to_pylist()
+    own_lsns = dict(zip(partitions, lsns, strict=True))
+    result = publish_batch(history, todo, files, own_lsns, kept.num_rows, point=point)
+    return replace(result, quarantined=quarantined) if result.published else result

@@ -1,0 +1,122 @@
+"""The compaction quarantine: events of groups whose aggregate does not fit the declared column type.
+
+Ingest checks every value against its column's type and range, but a merge can still leave the range
+(a `sum` of int32 values beyond int32). Compaction never stops on such a group: the aggregation runs
+in a wider type (`seqlake.pipelines.compaction.aggregation.checked_groups_sql`), groups that fit are published, and the
+events of the others go to the Iceberg table `compaction_quarantine` with their reason
+(`aggregate_out_of_range:<columns>`), by window. They are kept out of the detail table too, so a rebuild
+from detail gives the published history. A re-run of a window replaces its quarantine rows; rows of a
+window count once the window is published.
+
+Both engines split a batch with the same SQL: Spark over persisted DataFrames, DuckDB over Arrow.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import pyarrow as pa
+from pyiceberg.exceptions import TableAlreadyExistsError
+from pyiceberg.io.pyarrow import pyarrow_to_schema
+from pyiceberg.partitioning import PartitionField, PartitionSpec
+from pyiceberg.table import Table
+from pyiceberg.transforms import IdentityTransform
+
+from seqlake.core.config import Config
+from seqlake.engines.catalog import open_catalog, spark_name, table_identifier
+from seqlake.pipelines.compaction.aggregation import checked_groups_sql, fitting_rows_sql, group_events_sql
+from seqlake.pipelines.compaction.window_replace import replace_windows
+from seqlake.pipelines.ingest.parse import landing_schema
+from seqlake.tableformat.forgets import ReadPoint, inherited
+from seqlake.tableformat.registry import check_matches_config
+from seqlake.tableformat.schema import history_arrow_schema, with_field_ids
+
+if TYPE_CHECKING:  # pyspark is an extra: the in-process engines import this module without it
+    from pyspark.sql import DataFrame
+
+COMPACTION_QUARANTINE = "compaction_quarantine"
+GROUPING = ("window_id",)
+
+
+def compaction_quarantine_schema(config: Config) -> pa.Schema:
+    """The landing columns of the event and the reason its group was not published."""
+    return landing_schema(config).append(pa.field("reason", pa.string()))
+
+
+def compaction_quarantine_table(config: Config) -> Table:
+    """The compaction quarantine table (partitioned by window), created on first use."""
+    catalog = open_catalog(config)
+    identifier = table_identifier(config, COMPACTION_QUARANTINE)
+    schema = pyarrow_to_schema(with_field_ids(compaction_quarantine_schema(config)))
+    if catalog.table_exists(identifier):
+        # Its columns follow the feature groups: a configuration that changed them is migrated first.
+        return check_matches_config(catalog.load_table(identifier), config, schema=schema)
+    window = schema.find_field("window_id").field_id
+    spec = PartitionSpec(
+        PartitionField(source_id=window, field_id=1000, transform=IdentityTransform(), name="window_id")
+    )
+    from seqlake.pipelines.compaction.spark import HISTORY  # that module imports this one
+
+    history_id = table_identifier(config, HISTORY)
+    history = catalog.load_table(history_id) if catalog.table_exists(history_id) else None
+    try:
+        return catalog.create_table(identifier, schema=schema, partition_spec=spec, properties=inherited(history))
+    except TableAlreadyExistsError:
+        return catalog.load_table(identifier)
+
+
+@dataclass
+class SparkSplit:
+    """A Spark batch split by the aggregate check; `release` frees what it persisted."""
+
+    rows: DataFrame  # history rows of the groups that fit
+    kept: DataFrame  # their events (for the detail table)
+    quarantined: int
+    _persisted: tuple
+
+    def release(self) -> None:
+        for frame in self._persisted:
+            frame.unpersist()
+
+
+def split_batch_spark(spark, config: Config, events, view: str, windows: list[int]) -> SparkSplit:
+    """Aggregate the batch's `events` (a persisted DataFrame) once, with the check; write the events
+    of the groups that do not fit to the compaction quarantine (replacing the windows' rows)."""
+    from pyspark.sql import functions as F
+
+    events.createOrReplaceTempView(view)
+    groups = spark.sql(checked_groups_sql(config, view, group_by_extra=GROUPING)).persist()
+    groups_view = f"{view}_groups"
+    groups.createOrReplaceTempView(groups_view)
+    rows = spark.sql(fitting_rows_sql(config, groups_view, group_by_extra=GROUPING))
+    rows = rows.select(*history_arrow_schema(config).names)
+    names = compaction_quarantine_schema(config).names
+    failed = spark.sql(group_events_sql(config, view, groups_view, group_by_extra=GROUPING, failed=True))
+    failed = failed.select(*names).persist()
+    quarantined = failed.count()
+    kept = events
+    if quarantined:
+        compaction_quarantine_table(config)
+        failed.writeTo(spark_name(config, COMPACTION_QUARANTINE)).overwrite(F.col("window_id").isin(windows))
+        kept = spark.sql(group_events_sql(config, view, groups_view, group_by_extra=GROUPING, failed=False))
+    return SparkSplit(rows, kept, quarantined, (groups, failed))
+
+
+def split_batch_duckdb(
+    con, config: Config, events: pa.Table, windows: list[int], point: ReadPoint
+) -> tuple[pa.Table, pa.Table, int]:
+    """(rows of the groups that fit, their events, the count quarantined) on DuckDB; the events of the
+    groups that do not fit are written to the compaction quarantine (replacing the windows' rows;
+    fenced on the forgets the batch's read, `point`, saw)."""
+    con.register("_events", events)
+    con.execute(f"CREATE OR REPLACE TEMP TABLE _groups AS {checked_groups_sql(config, '_events', 'duckdb', GROUPING)}")
+    rows = con.execute(fitting_rows_sql(config, "_groups", "duckdb", GROUPING)).to_arrow_table()
+    failed = con.execute(group_events_sql(config, "_events", "_groups", "duckdb", GROUPING, failed=True))
+    failed = failed.to_arrow_table()
+    if not failed.num_rows:
+        return rows, events, 0
+    schema = compaction_quarantine_table(config).schema().as_arrow()
+    replace_windows(compaction_quarantine_table(config), failed.select(schema.names).cast(schema), windows, point)
+    kept = con.execute(group_events_sql(config, "_events", "_groups", "duckdb", GROUPING, failed=False))
+    return rows, kept.to_arrow_table(), failed.num_rows

@@ -1,0 +1,53 @@
+"""Replace the rows of some windows in a window-partitioned table (detail, the compaction quarantine)
+with one overwrite commit, retried when a concurrent writer wins.
+
+Two compactions of the same windows write the same rows, so whichever commits last is right, as long
+as its delete covers what the other added. pyiceberg's own retry refuses exactly that case (the
+other writer's files match the delete filter: ValidationException) and no retry at all fails; either
+way nothing landed, so the overwrite is planned again on the new snapshot, whose rows of the windows
+it then replaces.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+
+import pyarrow as pa
+from pyiceberg.exceptions import CommitFailedException, ValidationException
+from pyiceberg.expressions import In
+from pyiceberg.table import Table
+
+from seqlake.tableformat.forgets import ReadPoint, drop_users, fenced_transaction
+
+log = logging.getLogger(__name__)
+
+ATTEMPTS = 6
+
+
+def replace_windows(
+    table: Table,
+    rows: pa.Table,
+    windows: list[int],
+    point: ReadPoint,
+    snapshot_properties: dict[str, str] | None = None,
+) -> None:
+    """`table`'s rows of `windows` become `rows`, in one commit, without the rows of users a forget
+    removed after the writer's read (`point`): the commit is fenced on that check
+    (`seqlake.tableformat.forgets`), and a forget that reaches the table meanwhile makes it check again."""
+    for attempt in range(ATTEMPTS):
+        try:
+            transaction, missed = fenced_transaction(table.refresh(), point)
+            transaction.overwrite(
+                drop_users(rows, missed),
+                overwrite_filter=In("window_id", windows),
+                snapshot_properties=snapshot_properties or {},
+            )
+            transaction.commit_transaction()
+            return
+        except (CommitFailedException, ValidationException) as error:
+            if attempt == ATTEMPTS - 1:
+                raise
+            log.info("%s: windows replaced concurrently (%s); replacing again", ".".join(table.name()), error)
+            time.sleep(random.uniform(0.05, 0.2) * 2**attempt)

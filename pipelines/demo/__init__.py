@@ -1,0 +1,1 @@
+"""The demo: synthetic events, the end-to-end run on either engine, and its report."""

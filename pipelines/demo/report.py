@@ -1,0 +1,42 @@
+"""The job report: named sections of key/value facts, printed for people and saved as JSON."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+
+class Report:
+    def __init__(self, title: str) -> None:
+        self.title = title
+        self.sections: dict[str, dict[str, Any]] = {}
+
+    def section(self, name: str) -> dict[str, Any]:
+        return self.sections.setdefault(name, {})
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"title": self.title, **self.sections}
+
+    def write_json(self, path: Path | str) -> None:
+        """Write the report to a local path or a URI (an s3:// warehouse keeps it there too)."""
+        text = json.dumps(self.to_dict(), indent=2, sort_keys=False, default=str) + "\n"
+        if isinstance(path, Path) or "://" not in path:
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+            Path(path).write_text(text)
+            return
+        from seqlake.tableformat.io import resolve_uri
+
+        fs, name = resolve_uri(path)
+        with fs.open_output_stream(name) as out:
+            out.write(text.encode())
+
+    def print(self) -> None:
+        """The report for people: its title, then each section's facts as a table (rich)."""
+        from seqlake.core.output import console, facts_table
+
+        out = console()
+        out.print(self.title, style="bold")
+        for name, facts in self.sections.items():
+            out.print()
+            out.print(facts_table(facts, title=f"[{name}]"))

@@ -1,0 +1,170 @@
+"""Ingest in-process (`seqlake ingest --engine duckdb`): the Spark job's steps without a JVM.
+
+Each source snapshot is one batch, as on Spark: the data files it added are read with pyarrow, batch by
+batch (bounded memory), validated by `parse_batch` (the reference validator both engines call), records
+of published windows are redirected to their home window, and the valid and malformed rows are appended
+to the same Delta tables with delta-rs, quarantine first, each commit recording the snapshot's
+sequence number as its Delta txn version. Both engines read that record, so a snapshot either one has
+applied is skipped by the other, and a run killed between the two commits is completed by the next.
+"""
+
+from __future__ import annotations
+
+import logging
+import tempfile
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from pyiceberg.manifest import ManifestContent, ManifestEntryStatus
+from pyiceberg.table import Table
+from pyiceberg.table.snapshots import Operation, Snapshot
+
+from seqlake.core.config import Config
+from seqlake.core.events import RAW_SCHEMA
+from seqlake.core.progress import Progress
+from seqlake.engines.catalog import load_existing_table
+from seqlake.pipelines.faults import kill_point
+from seqlake.pipelines.ingest.parse import QUARANTINE_SCHEMA, landing_schema, parse_batch
+from seqlake.pipelines.ingest.spark import IngestResult, current_published_windows, home_windows, ingest_app_id
+from seqlake.pipelines.landing import delta_writer
+from seqlake.pipelines.landing.tables import LandingPaths
+from seqlake.tableformat.snapshots import in_commit_order, sequence_number
+
+log = logging.getLogger(__name__)
+
+READ_BATCH_ROWS = 32 * 1024  # raw records validated per call (the validator builds Python rows)
+
+
+def added_data_files(table: Table, snapshot: Snapshot) -> list[str]:
+    """The data files whose records `snapshot` delivered, as Spark's incremental read of (parent,
+    snapshot] finds them: a first snapshot's every file, an append's added files, nothing for other
+    operations (an overwrite or delete delivers no new record)."""
+    first = snapshot.parent_snapshot_id is None
+    if not first and snapshot.summary is not None and snapshot.summary.operation != Operation.APPEND:
+        return []
+    files = []
+    for manifest in snapshot.manifests(table.io):
+        added_here = manifest.added_snapshot_id == snapshot.snapshot_id
+        if manifest.content != ManifestContent.DATA or not (first or added_here):
+            continue
+        for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True):
+            if first or (entry.status == ManifestEntryStatus.ADDED and entry.snapshot_id == snapshot.snapshot_id):
+                files.append(entry.data_file.file_path)
+    return files
+
+
+def snapshot_records(table: Table, snapshot: Snapshot) -> Iterator[pa.RecordBatch]:
+    """The raw records `snapshot` delivered, streamed from its data files."""
+    for path in added_data_files(table, snapshot):
+        with table.io.new_input(path).open() as handle:
+            yield from pq.ParquetFile(handle).iter_batches(batch_size=READ_BATCH_ROWS, columns=RAW_SCHEMA.names)
+
+
+def redirect_published(batch: pa.RecordBatch, homes: dict[int, int]) -> pa.RecordBatch:
+    """`batch` with the window of records in published windows replaced by their home window."""
+    if not homes:
+        return batch
+    position = pc.index_in(batch["window_id"], value_set=pa.array(list(homes), pa.int64()))
+    redirected = pc.take(pa.array(list(homes.values()), pa.int64()), position)
+    window = pc.coalesce(redirected, batch["window_id"])
+    return batch.set_column(batch.schema.get_field_index("window_id"), "window_id", window)
+
+
+class _Split:
+    """Parsed batches split as they stream: valid rows pass on to the landing writer, malformed rows
+    are spilled to a local Arrow file (the quarantine is committed first, once the pass is over)."""
+
+    def __init__(self, config: Config, homes: dict[int, int], spill: Path, keep_malformed: bool = True) -> None:
+        self.config, self.homes, self.keep_malformed = config, homes, keep_malformed
+        self.landing = landing_schema(config)
+        self.quarantine = QUARANTINE_SCHEMA
+        self.reasons: Counter = Counter()
+        self._spill_path = spill
+        self._spilled = delta_writer.table_schema(QUARANTINE_SCHEMA)
+        self._spill = pa.ipc.new_stream(str(spill), self._spilled)
+
+    def valid(self, records: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for raw in records:
+            parsed = redirect_published(parse_batch(raw, self.config), self.homes)
+            malformed = pc.is_valid(parsed["reason"])
+            if pc.any(malformed).as_py():
+                bad = parsed.filter(malformed)
+                for item in pc.value_counts(bad["reason"]).to_pylist():
+                    self.reasons[item["values"]] += item["counts"]
+                if self.keep_malformed:
+                    self._spill.write_batch(bad.select(self.quarantine.names).cast(self._spilled))
+                parsed = parsed.filter(pc.invert(malformed))
+            yield parsed.select(self.landing.names)
+
+    def close(self) -> None:
+        self._spill.close()  # closing twice is harmless
+
+    def malformed(self) -> Iterator[pa.RecordBatch]:
+        self.close()
+        with pa.ipc.open_stream(str(self._spill_path)) as reader:
+            yield from reader
+
+
+def ingest_snapshot(config: Config, table: Table, snapshot: Snapshot, paths: LandingPaths, app_id: str):
+    """Land one source snapshot: (landed, Counter of quarantine reasons)."""
+    version = sequence_number(snapshot)
+    events = delta_writer.open_table(paths.events)
+    quarantine = delta_writer.open_table(paths.quarantine)
+    for existing, uri, schema in (
+        (events, paths.events, landing_schema(config)),
+        (quarantine, paths.quarantine, QUARANTINE_SCHEMA),
+    ):
+        if existing is not None:
+            delta_writer.check_appendable(existing, uri, schema)
+    # A run killed after its quarantine commit left this snapshot's malformed rows there already.
+    quarantined = delta_writer.transaction_version(quarantine, app_id) >= version
+    homes = home_windows(current_published_windows(config))
+    with tempfile.TemporaryDirectory(prefix="seqlake-ingest-") as scratch:
+        split = _Split(config, homes, Path(scratch) / "quarantine.arrows", keep_malformed=not quarantined)
+        landed = delta_writer.write_files(paths.events, split.landing, split.valid(snapshot_records(table, snapshot)))
+        bad = delta_writer.write_files(paths.quarantine, split.quarantine, split.malformed())
+    # Quarantine first: a crash between the two commits replays the batch, and each commit skips a
+    # version its table already holds.
+    delta_writer.commit(paths.quarantine, split.quarantine, bad, app_id, version, quarantine)
+    kill_point("ingest_quarantined")
+    delta_writer.commit(paths.events, split.landing, landed, app_id, version, events)
+    kill_point("ingest_landed")
+    return landed.rows, split.reasons
+
+
+def ingest_source_in_process(
+    config: Config,
+    source: str,
+    paths: LandingPaths,
+    progress: Progress | None = None,
+    max_snapshots: int | None = None,
+) -> IngestResult:
+    """Ingest every source snapshot not ingested yet (at most `max_snapshots`), in commit order."""
+    table = load_existing_table(config, source)
+    app_id = ingest_app_id(config, source)
+    done = delta_writer.applied_version(paths.events, app_id)
+    snapshots = in_commit_order(table)
+    result = IngestResult()
+    if progress:
+        pending = sum(sequence_number(s) > done for s in snapshots)
+        progress.set_total(pending if max_snapshots is None else min(pending, max_snapshots))
+    for snapshot in snapshots:
+        if sequence_number(snapshot) <= done:
+            result.skipped += 1
+            continue
+        if max_snapshots is not None and result.batches >= max_snapshots:
+            break
+        landed, counts = ingest_snapshot(config, table, snapshot, paths, app_id)
+        result.batches += 1
+        result.landed += landed
+        result.quarantined.update(counts)
+        result.records += landed + sum(counts.values())
+        result.last_version = sequence_number(snapshot)
+        log.info("source commit %d: %d landed, quarantined %s", sequence_number(snapshot), landed, dict(counts))
+        if progress:
+            progress.add(rows=landed + sum(counts.values()), steps=1, note=f"snapshot {sequence_number(snapshot)}")
+    return result

@@ -1,0 +1,1 @@
+"""The landing tier (Delta): its tables, their writer, and which processing windows are closed."""

@@ -1,0 +1,1 @@
+"""Keep a warehouse small and current: expiry, orphan removal, detail retention, migrations."""

@@ -1,0 +1,386 @@
+"""Keep a long-lived warehouse small: each step removes what nothing needs any more and says how much.
+
+- `drop_detail_windows`: detail rows of windows past `layout.detail_retention_windows`, kept longer
+  when a training pointer's open window still needs them (its rebuild reads the detail of windows
+  from its open window on, and checks ids against the retention before it).
+- `expire_snapshots`: snapshots older than the retention, always keeping the newest ones, but never
+  one from before a forget. Pipeline state is in table properties (`tableformat/registry.py`), so no
+  state goes with them.
+- `remove_orphan_files`: files under a table's location that no live snapshot or metadata file
+  references, and never one younger than the safety interval (a job may be writing it now).
+- `rewrite_small_files`: the many small files that per-step appends leave in the training and fat-row
+  tables, rewritten into one file per bucket (`maintenance.small_file_bytes`).
+- `remove_landing_leftovers`: the files of a landing folder that holds no Delta table yet (an ingest
+  killed before its first commit to that table left them; nothing can ever reference them), older
+  than the safety interval; no engine needed.
+- `vacuum_landing`: Delta's VACUUM of the landing and quarantine tables (files their log no longer
+  references, and leftovers of killed writes), on Spark.
+
+The raw source table is never expired: ingest reads its snapshots one by one.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+
+import pyarrow as pa
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+from pyiceberg.exceptions import CommitFailedException, ValidationException
+from pyiceberg.expressions import LessThan
+from pyiceberg.table import Table
+
+from seqlake.core.config import Config
+from seqlake.core.progress import Progress
+from seqlake.engines.catalog import open_catalog
+from seqlake.pipelines.compaction.publication_check import is_delta_table
+from seqlake.pipelines.compaction.spark import history_tables
+from seqlake.pipelines.faults import kill_point
+from seqlake.pipelines.landing.tables import LandingPaths
+from seqlake.tableformat.evolution import known_field_ids, projection
+from seqlake.tableformat.forgets import forgets_of
+from seqlake.tableformat.io import resolve_uri
+from seqlake.tableformat.registry import published_windows
+from seqlake.tableformat.schema import table_arrow_schema
+from seqlake.tableformat.snapshots import in_commit_order, sequence_number
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class StepReport:
+    step: str
+    target: str  # the table (or landing path) the step worked on
+    removed: int = 0  # snapshots, files or rows, as `unit` says
+    unit: str = "files"
+    bytes: int = 0
+    notes: list[str] = field(default_factory=list)
+
+    def line(self) -> str:
+        extra = f" ({'; '.join(self.notes)})" if self.notes else ""
+        return f"{self.step}: {self.target}: removed {self.removed:,} {self.unit}, {self.bytes:,} bytes{extra}"
+
+
+def user_tables(config: Config, *, besides: tuple[str, ...] = ()) -> list[Table]:
+    """Every table of the namespace with a `user_id` column (by name), except those in `besides`:
+    detail, quarantines, each tenant's training, fat-row and samples tables. Never the raw source."""
+    catalog = open_catalog(config)
+    found = []
+    for identifier in sorted(catalog.list_tables(config.warehouse.namespace)):
+        if identifier[-1] in besides:
+            continue
+        table = catalog.load_table(identifier)
+        if "user_id" in table.schema().column_names:
+            found.append(table)
+    return found
+
+
+def maintained_tables(config: Config) -> list[Table]:
+    """The Iceberg tables maintenance expires and cleans: history, detail, then every other table that
+    holds users' rows (quarantines, the tenants' training, fat-row and samples tables). Never the raw
+    source."""
+    history, detail = history_tables(config)
+    return [history, detail, *user_tables(config, besides=(history.name()[-1], detail.name()[-1]))]
+
+
+# -- detail retention ------------------------------------------------------------------------------
+
+
+def detail_keep_from(config: Config, history: Table, training_tables: Iterable[Table] = ()) -> int | None:
+    """The oldest detail window to keep: the retention counted back from the newest published window,
+    moved further back for the oldest open window a training pointer holds. None: keep everything."""
+    published = published_windows(history)
+    if not published:
+        return None
+    retention = config.layout.detail_retention_windows
+    keep_from = max(published) + 1 - retention
+    for table in training_tables:
+        if "open_window" not in table.schema().column_names or table.current_snapshot() is None:
+            continue
+        windows = table.scan(selected_fields=("open_window",)).to_arrow()["open_window"]
+        if len(windows):
+            oldest = min(int(w) for w in windows.unique().to_pylist() if w is not None)
+            keep_from = min(keep_from, oldest - retention)
+    return keep_from
+
+
+def drop_detail_windows(detail: Table, keep_from: int | None) -> StepReport:
+    """Delete the detail rows of windows before `keep_from` (whole partitions: no file is rewritten)."""
+    report = StepReport("drop-detail", detail.name()[-1], unit="rows")
+    if keep_from is None:
+        report.notes.append("nothing published")
+        return report
+    condition = LessThan("window_id", keep_from)
+    files = [task.file for task in detail.refresh().scan(row_filter=condition).plan_files()]
+    if not files:
+        report.notes.append(f"no window before {keep_from}")
+        return report
+    detail.delete(condition, snapshot_properties={"seqlake.operation": "drop-detail"})
+    report.removed = sum(f.record_count for f in files)
+    report.bytes = sum(f.file_size_in_bytes for f in files)
+    report.notes.append(f"windows before {keep_from}; {len(files)} files, gone once their snapshots expire")
+    return report
+
+
+# -- snapshots ---------------------------------------------------------------------------------------
+
+
+def expire_snapshots(table: Table, older_than: datetime, keep_last: int = 1) -> StepReport:
+    """Expire the snapshots taken before `older_than`, except the newest `keep_last` (at least the
+    current one) and branch or tag heads (pyiceberg protects them). A snapshot from before a forget
+    (`seqlake.tableformat.forgets`: up to the sequence number the table's forget record keeps) is never one of
+    the kept newest: time travel must not reach a forgotten user."""
+    table.refresh()
+    report = StepReport("expire-snapshots", table.name()[-1], unit="snapshots")
+    snapshots = in_commit_order(table)
+    forgotten_through = forgets_of(table.metadata).sequence
+    after_forgets = [s for s in snapshots if sequence_number(s) > forgotten_through]
+    kept = {s.snapshot_id for s in after_forgets[-max(keep_last, 1) :]}
+    current = table.current_snapshot()
+    if current is not None:
+        kept.add(current.snapshot_id)
+    cutoff = older_than.timestamp() * 1000
+    old = [s.snapshot_id for s in snapshots if s.timestamp_ms < cutoff and s.snapshot_id not in kept]
+    if old:
+        table.maintenance.expire_snapshots().by_ids(old).commit()
+        table.refresh()
+    report.removed = len(old)
+    return report
+
+
+# -- orphan files ------------------------------------------------------------------------------------
+
+
+def _path(uri: str) -> str:
+    """A file's path as a listing of its table's location spells it, whichever writer spelled the URI:
+    pyiceberg writes `file:///x`, Spark (Hadoop) `file:/x`; the same file either way."""
+    return resolve_uri(uri)[1]
+
+
+def referenced_files(table: Table) -> set[str]:
+    """Every file a live snapshot or the table's metadata references (paths without scheme): data
+    files live in any snapshot, manifests, manifest lists, statistics, the metadata files in the log."""
+    table.refresh()
+    metadata = table.metadata
+    io = table.io
+    found = {_path(table.metadata_location)}
+    found |= {_path(entry.metadata_file) for entry in metadata.metadata_log}
+    found |= {_path(s.statistics_path) for s in getattr(metadata, "statistics", [])}
+    found |= {_path(s.statistics_path) for s in getattr(metadata, "partition_statistics", [])}
+    seen_manifests: set[str] = set()
+    for snapshot in metadata.snapshots:
+        found.add(_path(snapshot.manifest_list))
+        for manifest in snapshot.manifests(io):
+            if manifest.manifest_path in seen_manifests:
+                continue
+            seen_manifests.add(manifest.manifest_path)
+            found.add(_path(manifest.manifest_path))
+            for entry in manifest.fetch_manifest_entry(io, discard_deleted=True):
+                found.add(_path(entry.data_file.file_path))
+    return found
+
+
+def remove_orphan_files(table: Table, safety: timedelta, *, now: datetime | None = None) -> StepReport:
+    """Delete the files under the table's location that nothing references and that are older than
+    `safety` (a file being written by a running job is younger)."""
+    report = StepReport("remove-orphans", table.name()[-1])
+    fs, root = pafs.FileSystem.from_uri(table.location())
+    cutoff = (now or datetime.now(UTC)) - safety
+    # Listed before the references are read: a file committed in between is then referenced.
+    listed = [
+        info
+        for info in fs.get_file_info(pafs.FileSelector(root, recursive=True, allow_not_found=True))
+        if info.type == pafs.FileType.File
+    ]
+    keep = referenced_files(table)
+    for info in listed:
+        if info.path in keep or info.mtime is None or info.mtime >= cutoff:
+            continue
+        fs.delete_file(info.path)
+        report.removed += 1
+        report.bytes += info.size or 0
+    return report
+
+
+# -- small files -------------------------------------------------------------------------------------
+
+SMALL_FILE_TABLES = ("training_", "fatrow_")  # tables that grow by many small appends (one per capture step)
+
+
+def rewrite_small_files(table: Table, small_bytes: int, min_files: int = 2) -> StepReport:
+    """Rewrite the small data files of each partition (bucket) into one, where a partition holds at
+    least `min_files` files under `small_bytes`: one commit per partition that deletes those files
+    and appends their rows (pyiceberg validates that no concurrent commit removed them first). Memory
+    holds one partition's small files at a time. The replaced files go once their snapshots expire."""
+    report = StepReport("rewrite-small-files", table.name()[-1])
+    table.refresh()
+    if table.current_snapshot() is None:
+        return report
+    tasks = list(table.scan().plan_files())
+    if any(task.delete_files for task in tasks):
+        report.notes.append("row-level deletes: left as they are")
+        return report
+    by_partition: dict[tuple, list] = {}
+    for task in tasks:
+        if task.file.file_size_in_bytes < small_bytes:
+            # pyiceberg's Record iterates by __getitem__, which its type does not declare
+            key: tuple = (task.file.spec_id, tuple(task.file.partition))  # type: ignore[arg-type]
+            by_partition.setdefault(key, []).append(task.file)
+    target, loose = table_arrow_schema(table.schema())
+    known = known_field_ids(table)
+    written = 0
+    for files in by_partition.values():
+        if len(files) < min_files:
+            continue
+        parts = []
+        for data_file in files:
+            fs, path = resolve_uri(data_file.file_path)
+            with fs.open_input_file(path) as handle:
+                parquet = pq.ParquetFile(handle)
+                found = projection(parquet.schema_arrow, target, loose, known)
+                parts.append(found.apply(parquet.read(columns=found.file_columns(target.names)), target.names))
+        # As the files hold them (plain, not large, strings and lists): rewritten files read alike.
+        rows = pa.concat_tables([p.cast(parts[0].schema) for p in parts])
+        tagged = {"seqlake.operation": "rewrite-small-files"}
+        try:
+            with table.transaction() as tx:
+                with tx.update_snapshot(snapshot_properties=tagged).overwrite() as replaced:
+                    for data_file in files:
+                        replaced.delete_data_file(data_file)
+                tx.append(rows, snapshot_properties=tagged)
+        except (CommitFailedException, ValidationException):
+            # A concurrent commit (a forget, another rewrite) changed these files: never write rows
+            # it removed back in. The next maintenance plans again.
+            report.notes.append("a partition changed while rewriting it: left for the next run")
+            table.refresh()
+            continue
+        kill_point("maintain_rewrote")
+        report.removed += len(files)
+        report.bytes += sum(f.file_size_in_bytes for f in files)
+        written += 1
+    if written:
+        report.notes.append(f"{report.removed} files rewritten as {written}")
+    return report
+
+
+# -- landing -----------------------------------------------------------------------------------------
+
+
+def _file_size(path: str) -> int:
+    """Size of a file as Spark's file system prints its path (`file:/tmp/x`, or a URI)."""
+    if path.startswith("file:") or "://" not in path:
+        fs, local = pafs.LocalFileSystem(), "/" + path.removeprefix("file:").lstrip("/")
+    else:
+        fs, local = pafs.FileSystem.from_uri(path)
+    return fs.get_file_info(local).size or 0
+
+
+def remove_landing_leftovers(
+    paths: LandingPaths, safety: timedelta, *, now: datetime | None = None
+) -> list[StepReport]:
+    """Delete the files of each landing folder (events, quarantine) that holds no Delta table, when
+    older than `safety`: an ingest killed between writing its files and the commit that would have
+    created the table left them, and the next ingest writes new ones. A folder with a Delta log is
+    left to `vacuum_landing`. A running ingest's files are younger than `safety`, so a first commit
+    being made now keeps its files."""
+    cutoff = (now or datetime.now(UTC)) - safety
+    reports = []
+    for uri in (paths.events, paths.quarantine):
+        report = StepReport("remove-landing-leftovers", uri.rstrip("/").rsplit("/", 1)[-1])
+        reports.append(report)
+        fs, root = resolve_uri(uri)
+        if fs.get_file_info(f"{root}/_delta_log").type != pafs.FileType.NotFound:
+            report.notes.append("a Delta table: left to its VACUUM")
+            continue
+        listed = fs.get_file_info(pafs.FileSelector(root, recursive=True, allow_not_found=True))
+        young = 0
+        for info in listed:
+            if info.type != pafs.FileType.File:
+                continue
+            if info.mtime is None or info.mtime >= cutoff:
+                young += 1
+                continue
+            fs.delete_file(info.path)
+            report.removed += 1
+            report.bytes += info.size or 0
+        if young:
+            report.notes.append(f"{young} younger than the safety interval kept")
+    return reports
+
+
+def vacuum_landing(spark, paths: LandingPaths, retention: timedelta) -> list[StepReport]:
+    """Delta VACUUM of the landing and quarantine tables: files their log no longer references, and
+    untracked leftovers, older than `retention`. Listed first (DRY RUN) to report what goes."""
+    hours = retention.total_seconds() / 3600
+    # Delta refuses a retention below 7 days unless told; the caller's retention is the policy.
+    spark.conf.set("spark.databricks.delta.retentionDurationCheck.enabled", "false")
+    # VACUUM lists the table's folders with this many tasks (10,000 by default): on a small cluster
+    # the tasks' overhead, not the listing, takes the time.
+    spark.conf.set(
+        "spark.sql.sources.parallelPartitionDiscovery.parallelism", str(spark.sparkContext.defaultParallelism * 4)
+    )
+    reports = []
+    for uri in (paths.events, paths.quarantine):
+        report = StepReport("vacuum-landing", uri.rsplit("/", 1)[-1])
+        reports.append(report)
+        if not is_delta_table(uri):
+            report.notes.append("no table")
+            continue
+        target = f"delta.`{uri}`"
+        doomed = [row["path"] for row in spark.sql(f"VACUUM {target} RETAIN {hours} HOURS DRY RUN").collect()]
+        sizes = [_file_size(path) for path in doomed]
+        spark.sql(f"VACUUM {target} RETAIN {hours} HOURS").collect()
+        report.removed, report.bytes = len(doomed), sum(sizes)
+    return reports
+
+
+def run_maintenance(
+    config: Config,
+    *,
+    spark=None,
+    paths: LandingPaths | None = None,
+    now: datetime | None = None,
+    progress: Progress | None = None,
+) -> list[StepReport]:
+    """Every step in order: drop detail past retention, expire snapshots, remove orphan files, remove
+    the leftovers of landing folders that hold no table yet (with `paths`), and (with a Spark session)
+    vacuum the landing tier. Dropped detail files become orphans once the snapshots holding them
+    expire, so the order frees them in one run when the retention allows. `progress` counts the steps
+    done (per table) and the bytes removed."""
+    spec = config.maintenance
+    now = now or datetime.now(UTC)
+    tables = maintained_tables(config)
+    history, detail, training = tables[0], tables[1], tables[2:]
+    landing = spark is not None and paths is not None
+    rewritten = [t for t in tables if t.name()[-1].startswith(SMALL_FILE_TABLES)]
+    if progress is not None:
+        progress.set_total(1 + len(rewritten) + 2 * len(tables) + (paths is not None) + (1 if landing else 0))
+    reports: list[StepReport] = []
+
+    def done(*step: StepReport) -> None:
+        for report in step:
+            log.info("%s", report.line())
+            reports.append(report)
+        if progress is not None:  # bytes freed from storage (dropped detail rows are freed as orphans)
+            freed = sum(r.bytes for r in step if r.step not in ("drop-detail", "rewrite-small-files"))
+            progress.add(nbytes=freed, steps=1, note=" ".join(f"{r.step}: {r.target}" for r in step[:1]))
+        kill_point("maintain_step")
+
+    done(drop_detail_windows(detail, detail_keep_from(config, history, training)))
+    for table in rewritten:
+        done(rewrite_small_files(table, spec.small_file_bytes))
+    older_than = now - timedelta(hours=spec.snapshot_retention_hours)
+    for table in tables:
+        done(expire_snapshots(table, older_than, spec.keep_snapshots))
+    safety = timedelta(hours=spec.orphan_safety_hours)
+    for table in tables:
+        done(remove_orphan_files(table, safety, now=now))
+    if paths is not None:
+        done(*remove_landing_leftovers(paths, safety, now=now))
+    if landing:
+        assert paths is not None  # landing says so
+        done(*vacuum_landing(spark, paths, timedelta(hours=spec.landing_retention_hours)))
+    return reports

@@ -1,0 +1,1 @@
+"""Backfill sequences for labelled tables as of each row's time. `plan` is shared; `spark` runs it at scale."""

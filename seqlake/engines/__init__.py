@@ -1,0 +1,1 @@
+"""Engines and stores: the Iceberg catalog, object storage, and DuckDB and Spark sessions. Above core only."""

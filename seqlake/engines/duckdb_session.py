@@ -1,0 +1,134 @@
+"""DuckDB connections with extensions loaded from the installed `duckdb-extension-*` wheels.
+
+Auto-install and auto-load are switched off: DuckDB never downloads an extension at run time.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import threading
+from pathlib import Path
+
+import duckdb
+
+from seqlake.core.errors import SetupError
+
+# Load order matters: iceberg reads Avro manifests through the avro extension.
+DEFAULT_EXTENSIONS = ("avro", "iceberg", "delta")
+# Follows the warehouse of the catalog this process opened last (seqlake.engines.catalog): on object storage,
+# every connection that loads the lake extensions can read s3:// URIs too. A process works on one
+# warehouse at a time, so this spares every pipeline step from passing the warehouse along.
+_object_storage = False
+
+
+def object_storage_for(enabled: bool) -> None:
+    """Give later lake connections of this process S3 access, or not (see `use_object_storage`)."""
+    global _object_storage
+    _object_storage = enabled
+
+
+def extension_path(name: str) -> Path:
+    """Path of `<name>.duckdb_extension` shipped by the PyPI wheel `duckdb-extension-<name>`."""
+    spec = importlib.util.find_spec(f"duckdb_extension_{name}")
+    if spec is None or spec.origin is None:
+        raise SetupError(f"DuckDB extension {name!r} is not installed: pip install duckdb-extension-{name}")
+    folder = Path(spec.origin).parent / "extensions" / f"v{duckdb.__version__}"
+    path = folder / f"{name}.duckdb_extension"
+    if not path.exists():
+        raise SetupError(
+            f"duckdb-extension-{name} does not ship a build for duckdb {duckdb.__version__} "
+            f"(looked for {path}); pin both to the same version"
+        )
+    return path
+
+
+def sql_literal(text: str) -> str:
+    """`text` as a SQL string literal (for statements that take no parameters, e.g. LOAD, SET)."""
+    return "'" + text.replace("'", "''") + "'"
+
+
+def connect(
+    database: str = ":memory:",
+    extensions: tuple[str, ...] = DEFAULT_EXTENSIONS,
+    read_only: bool = False,
+    object_storage: bool | None = None,
+    settings: dict[str, str | int | float | list[str]] | None = None,
+) -> duckdb.DuckDBPyConnection:
+    """A DuckDB connection with the given extensions loaded from local files; with `object_storage`
+    (default: if this process works on a warehouse on object storage) it reads and writes s3:// too.
+    `settings` are DuckDB settings fixed when the database starts."""
+    con = duckdb.connect(
+        database,
+        read_only=read_only,
+        config={"autoinstall_known_extensions": False, "autoload_known_extensions": False, **(settings or {})},
+    )
+    for name in extensions:
+        con.execute(f"LOAD {sql_literal(str(extension_path(name)))}")
+    if (_object_storage if object_storage is None else object_storage) and extensions:
+        use_object_storage(con)
+    return con
+
+
+_shared: duckdb.DuckDBPyConnection | None = None
+_shared_lock = threading.Lock()
+
+
+def lake_cursor() -> duckdb.DuckDBPyConnection:
+    """A new connection to the process's one in-memory lake database (extensions loaded once): for
+    short, frequent work such as a capture's online view, where loading the extensions would cost
+    more than the queries. Its temporary tables and registered Arrow tables are its own. On object
+    storage every call connects afresh, with the secret of the current AWS settings."""
+    global _shared
+    if _object_storage:
+        return connect()
+    with _shared_lock:
+        if _shared is None:
+            _shared = connect()
+        return _shared.cursor()
+
+
+def use_object_storage(con: duckdb.DuckDBPyConnection) -> None:
+    """Let `con` read and write s3:// URIs: httpfs from its wheel, a secret from the AWS settings.
+
+    The same settings as pyiceberg's FileIO and pyarrow's S3 filesystem (`seqlake.engines.storage`).
+    """
+    from seqlake.engines.storage import S3Settings
+
+    con.execute(f"LOAD {sql_literal(str(extension_path('httpfs')))}")
+    con.execute(S3Settings.from_env().duckdb_secret(sql_literal))
+
+
+# What a confined session fixes when its database starts (the secret manager's settings cannot change later).
+SESSION_SETTINGS: dict[str, str | int | float | list[str]] = {
+    "allow_persistent_secrets": False,
+    "allow_community_extensions": False,
+}
+
+
+def restrict_access(
+    con: duckdb.DuckDBPyConnection,
+    readable: list[str],
+    export_dir: Path | None = None,
+    local_files: list[str] = (),  # type: ignore[assignment]  # a tuple default
+    object_storage: bool = False,
+) -> None:
+    """Confine `con` for good to the `readable` folders (URIs, which a registered read-only file
+    system serves: `seqlake.engines.read_only_fs`), `export_dir` and the `local_files` (which its own local
+    file system opens): no network, no extension loading, its configuration locked (and, opened with
+    `SESSION_SETTINGS`, no persistent secrets). With `object_storage`, httpfs's S3 file system is
+    switched off, so s3:// is read only through the read-only file system.
+
+    Load extensions and define views first: afterwards no statement can switch any of this back on.
+    DuckDB lets a statement write wherever its own file systems may open files: `export_dir` (and the
+    `local_files`) only.
+    """
+    folders = sorted({folder.rstrip("/") + "/" for folder in readable})
+    if export_dir is not None:
+        folders.append(str(export_dir).rstrip("/") + "/")
+    con.execute(f"SET allowed_directories = [{', '.join(sql_literal(f) for f in folders)}]")
+    if local_files:
+        con.execute(f"SET allowed_paths = [{', '.join(sql_literal(f) for f in sorted(set(local_files)))}]")
+    if object_storage:
+        con.execute("SET disabled_filesystems = 'S3FileSystem'")
+    con.execute("SET enable_external_access = false")
+    con.execute("SET lock_configuration = true")
