@@ -23,8 +23,6 @@ from seqlake.core.config import Config, GeneratorSpec
 from seqlake.engines.catalog import purge_tables
 from seqlake.pipelines.compaction.duckdb import compact_batch_duckdb, merge_runs_if_needed_duckdb
 from seqlake.pipelines.compaction.spark import (
-    DETAIL,
-    HISTORY,
     compact_batch,
     compact_window,
     history_tables,
@@ -32,8 +30,10 @@ from seqlake.pipelines.compaction.spark import (
     plan_batches,
 )
 from seqlake.pipelines.demo.generator import EventGenerator
-from seqlake.pipelines.ingest.parse import landing_schema, parse_batch
+from seqlake.pipelines.ingest.parse import parse_batch
+from seqlake.pipelines.landing.schema import landing_schema
 from seqlake.pipelines.landing.tables import LandingPaths
+from seqlake.pipelines.tables import DETAIL, HISTORY
 
 SCALES = {"small": (4_000, (1, 5, 20)), "medium": (100_000, (1, 10, 50, 200))}
 ONE_BY_ONE_UP_TO = 10  # windows: the per-window path is timed only this far (it grows with N)

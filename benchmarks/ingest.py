@@ -47,8 +47,8 @@ from seqlake.core.config import Config, GeneratorSpec
 from seqlake.core.events import RAW_SCHEMA
 from seqlake.engines.catalog import open_catalog, table_identifier
 from seqlake.pipelines.demo.generator import USER_ID_BASE, EventGenerator
-from seqlake.pipelines.ingest.parse import landing_schema
 from seqlake.pipelines.ingest.spark import ingest_source
+from seqlake.pipelines.landing.schema import landing_schema
 from seqlake.pipelines.landing.tables import LandingPaths
 from seqlake.tableformat.checksum import table_checksum
 from seqlake.tableformat.registry import RunRecord, commit_runs, create_history_table, history_file_uri

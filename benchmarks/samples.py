@@ -28,11 +28,11 @@ import pyarrow.parquet as pq
 
 from benchmarks.synthetic import pick_groups, synthetic_rows
 from seqlake.core.config import Config
-from seqlake.engines.catalog import load_existing_table
 from seqlake.engines.duckdb_session import connect, sql_literal
 from seqlake.pipelines.compaction.duckdb import write_history_run
 from seqlake.pipelines.compaction.spark import history_tables
 from seqlake.pipelines.landing.tables import landing_paths
+from seqlake.pipelines.tables import load_existing_table
 from seqlake.pipelines.training.capture.online_view import ViewSnapshot
 from seqlake.pipelines.training.capture.pointers import Request, capture_batch, request_table
 from seqlake.pipelines.training.rebuild.duckdb import Reconstruction, sample_batches

@@ -22,7 +22,7 @@ from seqlake.core.output import emit
 @click.option("--table", default="history", show_default=True, type=TABLE_NAME, help="History table name.")
 @common_options
 def command(run_id: str, table: str) -> None:
-    from seqlake.engines.catalog import load_history_table
+    from seqlake.pipelines.tables import load_history_table
     from seqlake.tableformat.registry import commit_runs, files_of_runs, live_runs
 
     history = load_history_table(load_cli_config(), table)

@@ -35,7 +35,7 @@ def command(
     out: str, run_id: str | None, table: str, columns: tuple[str, ...] | None, target_file_mb: float | None
 ) -> None:
     from seqlake.core.progress import Progress
-    from seqlake.engines.catalog import load_history_table
+    from seqlake.pipelines.tables import load_history_table
     from seqlake.tableformat.sst_export import DEFAULT_TARGET_FILE_BYTES, check_output_dir, export_run_sst
 
     config = load_cli_config()

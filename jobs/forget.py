@@ -35,10 +35,9 @@ from seqlake.core.output import emit
 @click.option("--by", "requested_by", help="Who asks, for the audit (default: $SEQLAKE_ACTOR, else the OS user).")
 @common_options
 def command(users: tuple[int, ...], skip_landing: bool, requested_by: str | None) -> None:
-    from seqlake.engines.catalog import load_existing_table
-    from seqlake.pipelines.compaction.spark import HISTORY
     from seqlake.pipelines.forget.remove import forget_users
     from seqlake.pipelines.landing.tables import landing_paths
+    from seqlake.pipelines.tables import HISTORY, load_existing_table
 
     config = load_cli_config()
     load_existing_table(config, HISTORY)  # a warehouse without history is a mistake, not a new lake

@@ -46,9 +46,9 @@ def window_sources(config: Config, windows: list[int]) -> list[WindowSource]:
     """Where each window's events still are: landing rows (Delta) and detail rows (Iceberg)."""
     from pyiceberg.expressions import EqualTo
 
-    from seqlake.engines.catalog import load_existing_table
     from seqlake.engines.duckdb_session import connect
     from seqlake.pipelines.landing.tables import landing_paths
+    from seqlake.pipelines.tables import load_existing_table
 
     landed: set[int] = set()
     try:
@@ -135,10 +135,11 @@ def repair_plan_lines(config: Config, table, findings: list[Finding], config_fil
 @common_options
 def command(table: str, quick: bool, repair_plan: bool) -> int:
     from seqlake.core.errors import SchemaError
-    from seqlake.engines.catalog import check_warehouse, load_history_table, table_identifier
+    from seqlake.engines.catalog import check_warehouse, table_identifier
     from seqlake.pipelines.compaction.publication_check import publication_findings
     from seqlake.pipelines.forget.leftovers import forgotten_findings
     from seqlake.pipelines.landing.tables import landing_paths
+    from seqlake.pipelines.tables import load_history_table
     from seqlake.tableformat.fsck import check_table
 
     config = load_cli_config()

@@ -58,7 +58,7 @@ def command(
     newest_first: bool,
     max_rows: int,
 ) -> None:
-    from seqlake.engines.catalog import load_history_table
+    from seqlake.pipelines.tables import load_history_table
     from seqlake.tableformat.reader import HistoryReader, Selection
 
     config = load_cli_config()

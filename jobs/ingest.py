@@ -27,8 +27,8 @@ ENGINES = ("spark", "duckdb")  # as for `seqlake compact`
 @common_options
 def command(source: str, engine: str | None) -> None:
     from seqlake.core.progress import Progress
-    from seqlake.engines.catalog import load_existing_table
     from seqlake.pipelines.landing.tables import landing_paths
+    from seqlake.pipelines.tables import load_existing_table
 
     config = load_cli_config()
     engine = engine or config.layout.ingest_engine

@@ -117,7 +117,7 @@ def iceberg_tables(config: Config) -> Iterator[Table]:
 
 
 def load_iceberg(config: Config, name: str) -> Table:
-    from seqlake.engines.catalog import load_existing_table
+    from seqlake.pipelines.tables import load_existing_table
 
     return load_existing_table(config, name)
 
@@ -252,7 +252,7 @@ def _windows_span(windows: list[int]) -> str:
 def runs(table: str) -> None:
     """The live sorted runs of a history table, oldest first: id, kind (window, batch or merge), the
     windows it holds, its files and rows."""
-    from seqlake.engines.catalog import load_history_table
+    from seqlake.pipelines.tables import load_history_table
     from seqlake.tableformat.registry import live_runs
 
     history = load_history_table(load_cli_config(), table)

@@ -22,8 +22,9 @@ from seqlake.core.output import emit
 @click.option("--skip-landing", is_flag=True, help="Leave the landing tier (Delta, needs Spark) as it is.")
 @common_options
 def command(dry_run: bool, skip_landing: bool) -> None:
+    from seqlake.pipelines.landing.schema import LANDING
     from seqlake.pipelines.landing.tables import landing_paths
-    from seqlake.pipelines.maintenance.migrate import LANDING, migrate
+    from seqlake.pipelines.maintenance.migrate import migrate
 
     config = load_cli_config()
     paths = None if skip_landing else landing_paths(config)

@@ -203,9 +203,8 @@ class Lake:
         Raises:
             SchemaError: an unknown tenant, or a table missing; SetupError: no warehouse there.
         """
-        from seqlake.engines.catalog import load_existing_table
-        from seqlake.pipelines.compaction.spark import DETAIL
         from seqlake.pipelines.landing.tables import landing_paths
+        from seqlake.pipelines.tables import DETAIL, load_existing_table
         from seqlake.pipelines.training.capture.online_view import ViewSnapshot
         from seqlake.pipelines.training.capture.pointers import capture_requests
         from seqlake.tableformat.reader import HistoryReader
@@ -317,7 +316,7 @@ class Lake:
         check_warehouse(self.config)
 
     def _table(self, name: str) -> Table:
-        from seqlake.engines.catalog import load_history_table
+        from seqlake.pipelines.tables import load_history_table
 
         self._check_warehouse()
         return load_history_table(self.config, name)

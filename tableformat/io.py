@@ -16,6 +16,9 @@ import pyarrow.parquet as pq
 from cachetools import LRUCache
 from pyarrow._parquet import ParquetReader  # the reader without ParquetFile's per-open Python set-up
 
+from seqlake.core.errors import CorruptFileError
+from seqlake.tableformat.damage import DAMAGE, describe, table_of, verified_file
+
 
 @dataclass
 class IOStats:
@@ -196,31 +199,9 @@ def unverified_reads() -> Iterator[None]:
         _verify = True
 
 
-def load_footer(fs, footers: FooterCache, uri: str, size: int | None = None) -> pq.FileMetaData:
-    """A history file's parsed footer, from the cache or read with two exact reads and cached; the
-    file must have `size` bytes (its manifest's, when the caller knows it), and its footer seqlake's
-    metadata and layout digest: a file replaced by another Parquet file is refused, never read."""
-    from seqlake.tableformat.verified import (  # verified builds on this module
-        check_size,
-        verified_file,
-        verified_footer,
-    )
-
-    found = footers.entry(uri)
-    if found is not None:
-        meta, actual = found
-        if actual is not None:
-            check_size(actual, size, uri)  # the file read before is the one this snapshot lists
-        return meta
-    with verified_file(fs, uri) as handle:
-        actual = handle.size()
-        if _verify:
-            meta = verified_footer(handle, uri, size=size, seqlake_file=True)
-        else:
-            check_size(actual, size, uri)
-            meta = read_footer(handle)
-    footers.put(uri, meta, actual)
-    return meta
+def verifying() -> bool:
+    """Whether reads check page CRCs and footer digests (always, but inside `unverified_reads`)."""
+    return _verify
 
 
 def open_parquet(
@@ -314,8 +295,6 @@ class _Opened:
         self.files, self.fs, self.uri, self.meta = files, fs, uri, meta
 
     def __enter__(self) -> tuple[pa.NativeFile, pq.ParquetFile]:
-        from seqlake.tableformat.verified import DAMAGE, CorruptFileError, describe, table_of
-
         try:
             self.pair = self.files.take(self.fs, self.uri, self.meta)
         except CorruptFileError:
@@ -329,8 +308,6 @@ class _Opened:
             self.files.give_back(self.uri, self.pair)
             return
         self.pair[0].close()
-        from seqlake.tableformat.verified import DAMAGE, CorruptFileError, describe, table_of
-
         if isinstance(error, DAMAGE) and not isinstance(error, CorruptFileError):
             raise CorruptFileError(table_of(self.uri), self.uri, describe(error)) from error
 
@@ -376,8 +353,6 @@ def read_byte_ranges(
     if files is not None and meta is not None:
         with files.opened(fs, uri, meta) as (handle, _):
             return [handle.read_at(length, offset) for offset, length in ranges]
-    from seqlake.tableformat.verified import verified_file
-
     with verified_file(fs, uri) as handle:
         return [_read_at(handle, offset, length) for offset, length in ranges]
 

@@ -1,10 +1,7 @@
 """Page checksums on every Parquet file seqlake writes, and a way to see that a file carries them.
 
-History runs are written by `seqlake.tableformat.writer` with `write_page_checksum`. The other tables (detail,
-training samples and their quarantines, the compaction quarantine) are Iceberg tables written through
-pyiceberg or Spark: Iceberg's Spark writer (parquet-java) writes page CRCs by default, pyiceberg has no
-table property for them, so `enable_iceberg_page_checksums` adds `write_page_checksum=True` to the
-options pyiceberg hands pyarrow's ParquetWriter. `page_checksum_counts` reads a file's page headers
+History runs are written by `seqlake.tableformat.writer` with `write_page_checksum`; the other tables
+get them from `seqlake.engines.iceberg_writes`. `page_checksum_counts` reads a file's page headers
 and tells how many pages carry a CRC (what tests and `fsck` check).
 """
 
@@ -16,21 +13,6 @@ import pyarrow.parquet as pq
 from seqlake.tableformat import thrift_compact as tc
 
 _PAGE_COMPRESSED_SIZE, _PAGE_CRC = 3, 4  # parquet.thrift PageHeader fields
-
-
-def enable_iceberg_page_checksums() -> None:
-    """Make pyiceberg's Parquet writes carry page checksums (idempotent, process-wide)."""
-    from pyiceberg.io import pyarrow as iceberg_pyarrow
-
-    original = iceberg_pyarrow._get_parquet_writer_kwargs
-    if getattr(original, "_seqlake_page_checksums", False):
-        return
-
-    def with_page_checksums(table_properties):
-        return original(table_properties) | {"write_page_checksum": True}
-
-    with_page_checksums._seqlake_page_checksums = True  # type: ignore[attr-defined]  # a marker on the function
-    iceberg_pyarrow._get_parquet_writer_kwargs = with_page_checksums
 
 
 def page_checksum_counts(handle: pa.NativeFile, meta: pq.FileMetaData | None = None) -> tuple[int, int]:

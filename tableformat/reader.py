@@ -40,7 +40,6 @@ from seqlake.tableformat.io import (
     OpenFiles,
     PlainFileSystem,
     decode_pages,
-    load_footer,
     read_byte_ranges,
     read_row_groups,
 )
@@ -54,7 +53,7 @@ from seqlake.tableformat.lookup_index import (
     snapshot_key,
 )
 from seqlake.tableformat.schema import history_read_schema
-from seqlake.tableformat.verified import DAMAGE, CorruptFileError, describe, table_of
+from seqlake.tableformat.verified import DAMAGE, CorruptFileError, describe, load_footer, table_of
 
 SEQUENCE_ORDER = ("event_ts", "lsn")
 

@@ -31,7 +31,6 @@ from pyiceberg.table import Table
 from pyiceberg.transforms import BucketTransform
 from pyiceberg.typedef import Record
 
-from seqlake.core.config import Config
 from seqlake.core.errors import ForgetCommitted, RunsChanged, SchemaError, SeqlakeError, WindowsAlreadyPublished
 from seqlake.tableformat.evolution import (
     COLUMN_TYPES_PROPERTY,
@@ -50,6 +49,7 @@ from seqlake.tableformat.schema import (
     history_sort_order,
 )
 from seqlake.tableformat.snapshots import sequence_number
+from seqlake.tableformat.spec import HistorySpec
 from seqlake.tableformat.writer import WrittenFile, open_output
 
 log = logging.getLogger(__name__)
@@ -76,7 +76,7 @@ class RunRecord:
         object.__setattr__(self, "windows", sorted({int(w) for w in self.windows}))
 
 
-def create_history_table(catalog: Catalog, identifier: str, config: Config, replace: bool = False) -> Table:
+def create_history_table(catalog: Catalog, identifier: str, config: HistorySpec, replace: bool = False) -> Table:
     """Create the history table (bucket(N, user_id), sorted by the key) unless it exists."""
     if replace and catalog.table_exists(identifier):
         catalog.purge_table(identifier)
@@ -118,7 +118,7 @@ def table_bucket_count(table: Table) -> int | None:
 
 
 def check_matches_config(
-    table: Table, config: Config, *, check_schema: bool = True, schema: Schema | None = None
+    table: Table, config: HistorySpec, *, check_schema: bool = True, schema: Schema | None = None
 ) -> Table:
     """Refuse a table whose bucket count or columns differ from the configuration's: writers and
     readers take both from the configuration, and a mismatch silently misplaces or misses rows.
@@ -138,7 +138,7 @@ def check_matches_config(
     return table
 
 
-def schema_diff(table: Table, config: Config, schema: Schema | None = None) -> SchemaDiff:
+def schema_diff(table: Table, config: HistorySpec, schema: Schema | None = None) -> SchemaDiff:
     """What the configuration asks of `table`'s columns (and, for history, of its feature groups and
     declared column types). Columns that are not feature-group columns (keys, bookkeeping) are fixed."""
     expected = schema or history_iceberg_schema(config)

@@ -1,4 +1,4 @@
-"""The history table's schema, key, sort order and partitioning, derived from the configuration.
+"""The history table's schema, key, sort order and partitioning, derived from its spec (tableformat.spec).
 
 A history row is one aggregated interaction: all events of one (user, feature group, item) that
 arrived in one processing window, merged by the declared operators. Its key is
@@ -29,10 +29,10 @@ from pyiceberg.types import (
     TimestamptzType,
 )
 
-from seqlake.core.config import Config
+from seqlake.core.arrow_types import ARROW_TYPES
 from seqlake.core.errors import SchemaError
-from seqlake.core.events import ARROW_TYPES
 from seqlake.tableformat.evolution import FIELD_ID, table_declared_types, with_ids_from
+from seqlake.tableformat.spec import HistorySpec
 
 FORMAT_VERSION = "1"
 KEY_COLUMNS = ("user_id", "feature_group", "event_ts", "lsn")
@@ -65,7 +65,7 @@ def with_field_ids(fields: list[pa.Field] | pa.Schema) -> pa.Schema:
     return pa.schema([f.with_metadata({FIELD_ID: str(i).encode()}) for i, f in enumerate(fields, start=1)])
 
 
-def history_arrow_schema(config: Config, table_schema: Schema | None = None) -> pa.Schema:
+def history_arrow_schema(config: HistorySpec, table_schema: Schema | None = None) -> pa.Schema:
     """Arrow schema of history files, with Iceberg field ids, in storage order. Files of an existing
     table take its field ids (`table_schema`): after schema evolution, positions in the configuration
     no longer give them."""
@@ -81,7 +81,7 @@ def history_arrow_schema(config: Config, table_schema: Schema | None = None) -> 
     return schema if table_schema is None else with_ids_from(schema, table_schema)
 
 
-def history_iceberg_schema(config: Config) -> Schema:
+def history_iceberg_schema(config: HistorySpec) -> Schema:
     return pyarrow_to_schema(history_arrow_schema(config))
 
 

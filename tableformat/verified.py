@@ -17,41 +17,13 @@ table, the file and what is wrong:
 
 from __future__ import annotations
 
-import struct
-from collections.abc import Iterator
-from contextlib import contextmanager
-
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from seqlake.core.errors import CorruptFileError
+from seqlake.tableformat.damage import DAMAGE, describe, table_of, verified_file
 from seqlake.tableformat.footer import FileFacts, layout_digest_of
-from seqlake.tableformat.io import read_footer
-
-# Errors pyarrow, the file system and footer parsing raise on damaged bytes (ArrowInvalid is a ValueError).
-DAMAGE = (OSError, EOFError, pa.ArrowException, ValueError, KeyError, IndexError, UnicodeDecodeError, struct.error)
-
-
-def table_of(uri: str) -> str:
-    """The table a data file belongs to: the folder above its `data/` folder (Iceberg's layout)."""
-    head = uri.rsplit("/data/", 1)[0] if "/data/" in uri else uri.rsplit("/", 1)[0]
-    return head.rstrip("/").rsplit("/", 1)[-1] or uri
-
-
-def describe(error: BaseException) -> str:
-    """What is wrong with a file, in words, from the error reading it raised."""
-    text = " ".join(str(error).split()) or type(error).__name__
-    if isinstance(error, FileNotFoundError):
-        return "missing (the file does not exist)"
-    if "CRC checksum" in text or "page integrity" in text:
-        return f"corrupt page (checksum mismatch): {text}"
-    if any(s in text for s in ("end of stream", "end of file", "file size", "PAR1", "magic", "too small")):
-        return f"truncated or not a Parquet file: {text}"
-    if "thrift" in text.lower() or "metadata" in text.lower():
-        return f"corrupt metadata: {text}"
-    if isinstance(error, PermissionError):
-        return f"unreadable (permission denied): {text}"
-    return f"corrupt or unreadable ({type(error).__name__}): {text}"
+from seqlake.tableformat.io import FooterCache, read_footer, resolve_uri, verifying
 
 
 def check_footer(meta: pq.FileMetaData, uri: str, seqlake_file: bool = False) -> pq.FileMetaData:
@@ -114,24 +86,31 @@ def open_verified(source: pa.NativeFile | str, **options) -> pq.ParquetFile:
     return pq.ParquetFile(source, page_checksum_verification=True, **options)
 
 
-@contextmanager
-def verified_file(fs: pa.fs.FileSystem, path: str, uri: str | None = None) -> Iterator[pa.NativeFile]:
-    """Open `path` on `fs`; any damage met while the block reads it is raised as CorruptFileError."""
-    uri = uri or path
-    try:
-        with fs.open_input_file(path) as handle:
-            yield handle
-    except CorruptFileError:
-        raise
-    except DAMAGE as error:
-        raise CorruptFileError(table_of(uri), uri, describe(error)) from error
-
-
 def read_verified(uri: str, columns: list[str] | None = None) -> pa.Table:
     """Every row of a local or remote Parquet file (optionally some columns), pages verified."""
-    from seqlake.tableformat.writer import open_output
 
-    fs, path = open_output(uri)
+    fs, path = resolve_uri(uri)
     with verified_file(fs, path, uri) as handle:
         meta = verified_footer(handle, uri)
         return open_verified(handle, metadata=meta).read(columns=columns)
+
+
+def load_footer(fs, footers: FooterCache, uri: str, size: int | None = None) -> pq.FileMetaData:
+    """A history file's parsed footer, from the cache or read with two exact reads and cached; the
+    file must have `size` bytes (its manifest's, when the caller knows it), and its footer seqlake's
+    metadata and layout digest: a file replaced by another Parquet file is refused, never read."""
+    found = footers.entry(uri)
+    if found is not None:
+        meta, actual = found
+        if actual is not None:
+            check_size(actual, size, uri)  # the file read before is the one this snapshot lists
+        return meta
+    with verified_file(fs, uri) as handle:
+        actual = handle.size()
+        if verifying():
+            meta = verified_footer(handle, uri, size=size, seqlake_file=True)
+        else:
+            check_size(actual, size, uri)
+            meta = read_footer(handle)
+    footers.put(uri, meta, actual)
+    return meta

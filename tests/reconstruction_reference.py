@@ -15,7 +15,7 @@ import pyarrow.compute as pc
 from seqlake.core.config import Config
 from seqlake.engines.duckdb_session import connect
 from seqlake.pipelines.compaction.aggregation import aggregation_sql
-from seqlake.pipelines.ingest.parse import landing_schema
+from seqlake.pipelines.landing.schema import landing_schema
 from seqlake.pipelines.training.rebuild.duckdb import SampleBatch
 from seqlake.pipelines.training.rebuild.plan import Mode
 from seqlake.pipelines.training.sequence import (

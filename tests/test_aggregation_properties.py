@@ -32,7 +32,7 @@ from hypothesis import strategies as st
 
 from seqlake.core.config import Config
 from seqlake.pipelines.compaction.duckdb_aggregate import aggregate_window_local
-from seqlake.pipelines.ingest.parse import landing_schema
+from seqlake.pipelines.landing.schema import landing_schema
 from seqlake.tableformat.schema import history_arrow_schema
 from tests.conftest import make_config
 

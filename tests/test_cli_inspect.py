@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from seqlake.engines.catalog import load_existing_table
 from seqlake.engines.duckdb_session import connect
 from seqlake.pipelines.landing.tables import landing_paths
+from seqlake.pipelines.tables import load_existing_table
 from seqlake.tableformat.registry import live_runs, run_id_of_path
 from tests.test_sql import USER_ROWS, build_small_warehouse
 

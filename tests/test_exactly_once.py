@@ -25,8 +25,6 @@ from seqlake.engines.catalog import open_catalog, table_identifier
 from seqlake.engines.duckdb_session import connect as duckdb_connect
 from seqlake.pipelines.compaction.spark import (
     CRASH_POINTS,
-    DETAIL,
-    HISTORY,
     CompactionResult,
     SimulatedCrash,
     compact_window,
@@ -36,11 +34,12 @@ from seqlake.pipelines.demo.full import reset_demo_tables
 from seqlake.pipelines.demo.generator import EventGenerator, GeneratorStats
 from seqlake.pipelines.ingest import spark as ingest_module
 from seqlake.pipelines.ingest.duckdb import ingest_source_in_process
-from seqlake.pipelines.ingest.parse import window_ids
 from seqlake.pipelines.ingest.raw_source import create_raw_table, land_raw_records
 from seqlake.pipelines.ingest.spark import ingest_source
+from seqlake.pipelines.landing.schema import window_ids
 from seqlake.pipelines.landing.tables import LandingPaths
 from seqlake.pipelines.landing.windows import closed_windows
+from seqlake.pipelines.tables import DETAIL, HISTORY
 from seqlake.tableformat.checksum import table_checksum
 from seqlake.tableformat.fsck import fsck_table
 from seqlake.tableformat.registry import files_of_runs, live_runs

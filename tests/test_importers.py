@@ -455,8 +455,8 @@ def backfill_on_samples(config_path, config, history, samples, tmp_path, capsys,
     ts, newest first up to the tenant's length, as read with pyiceberg. The landing tier holds every
     record's arrival time (an import's is its event time), so the leakage report is exact: a history
     row leaks when its aggregate (per window and item) holds an event after the label's ts."""
-    from seqlake.engines.catalog import load_existing_table
     from seqlake.jobs.backfill import main as backfill_main
+    from seqlake.pipelines.tables import load_existing_table
 
     movies = [(u + MOVIE_USER_OFFSET, ts, r) for u, _, r, ts in movie_events()[::500]]
     movie_labels = tmp_path / "movie_labels.csv"

@@ -32,11 +32,11 @@ from seqlake.pipelines.compaction.publication_check import landing_windows
 from seqlake.pipelines.demo.generator import EventGenerator, GeneratorStats
 from seqlake.pipelines.faults import KILL_AT_ENV
 from seqlake.pipelines.ingest.duckdb import ingest_source_in_process
-from seqlake.pipelines.ingest.parse import QUARANTINE_SCHEMA, landing_schema, window_ids
 from seqlake.pipelines.ingest.raw_source import create_raw_table, land_raw_records
 from seqlake.pipelines.ingest.spark import ingest_app_id, ingest_source
 from seqlake.pipelines.landing import delta_writer
 from seqlake.pipelines.landing.delta_writer import applied_version
+from seqlake.pipelines.landing.schema import QUARANTINE_SCHEMA, landing_schema, window_ids
 from seqlake.pipelines.landing.tables import LandingPaths, landing_paths
 from seqlake.tableformat.checksum import table_checksum
 from seqlake.tableformat.io import engine_location

@@ -17,11 +17,11 @@ import pytest
 import yaml
 
 from seqlake.core.config import DEFAULT_CONFIG_PATH, parse_config
-from seqlake.engines.catalog import load_existing_table
-from seqlake.pipelines.compaction.spark import HISTORY, compact_window, history_tables, spark_name
+from seqlake.pipelines.compaction.spark import compact_window, history_tables, spark_name
 from seqlake.pipelines.demo.full import reset_demo_tables
-from seqlake.pipelines.ingest.parse import landing_schema
+from seqlake.pipelines.landing.schema import landing_schema
 from seqlake.pipelines.landing.tables import append_idempotent, landing_paths
+from seqlake.pipelines.tables import HISTORY, load_existing_table
 from seqlake.pipelines.training.capture.online_view import ViewSnapshot
 from seqlake.pipelines.training.capture.pointers import Request, capture_requests, fat_rows, training_rows
 from seqlake.pipelines.training.rebuild.duckdb import Reconstruction, sample_batches

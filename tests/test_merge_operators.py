@@ -22,7 +22,7 @@ from seqlake.core.config import Config, parse_config
 from seqlake.engines.duckdb_session import connect
 from seqlake.pipelines.compaction.aggregation import aggregation_sql, dedupe_sql
 from seqlake.pipelines.compaction.duckdb_aggregate import SORT_COLUMNS, aggregate_window_local
-from seqlake.pipelines.ingest.parse import landing_schema
+from seqlake.pipelines.landing.schema import landing_schema
 from seqlake.tableformat.schema import history_arrow_schema
 from tests.conftest import make_config
 

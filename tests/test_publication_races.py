@@ -37,8 +37,8 @@ from seqlake.pipelines.compaction.spark import (
 )
 from seqlake.pipelines.demo.generator import EventGenerator
 from seqlake.pipelines.ingest.duckdb import ingest_source_in_process
-from seqlake.pipelines.ingest.parse import window_ids
 from seqlake.pipelines.ingest.raw_source import create_raw_table, land_raw_records
+from seqlake.pipelines.landing.schema import window_ids
 from seqlake.pipelines.landing.tables import LandingPaths
 from seqlake.tableformat.fsck import fsck_table
 from seqlake.tableformat.registry import live_runs, published_windows

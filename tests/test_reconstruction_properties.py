@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from seqlake.core.config import DEFAULT_CONFIG_PATH, parse_config
-from seqlake.pipelines.ingest.parse import landing_schema
+from seqlake.pipelines.landing.schema import landing_schema
 from seqlake.pipelines.training.rebuild.duckdb import rebuild_batch
 from seqlake.pipelines.training.sequence import Tenant
 from seqlake.pipelines.training.tables import training_schema

@@ -20,7 +20,8 @@ from seqlake.engines.duckdb_session import connect
 from seqlake.pipelines.compaction.spark import history_tables, merge_runs_if_needed
 from seqlake.pipelines.ingest.raw_source import land_raw_records
 from seqlake.pipelines.ingest.spark import ingest_source
-from seqlake.pipelines.maintenance.migrate import LANDING, migrate
+from seqlake.pipelines.landing.schema import LANDING
+from seqlake.pipelines.maintenance.migrate import migrate
 from seqlake.tableformat.reader import HistoryReader
 from seqlake.tableformat.registry import live_runs
 from seqlake.tableformat.schema import KEY_COLUMNS, history_arrow_schema

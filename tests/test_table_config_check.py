@@ -13,7 +13,8 @@ import yaml
 from seqlake.core.config import DEFAULT_CONFIG_PATH, Config, parse_config
 from seqlake.core.errors import SchemaError
 from seqlake.engines.catalog import purge_tables
-from seqlake.pipelines.compaction.spark import HISTORY, history_tables
+from seqlake.pipelines.compaction.spark import history_tables
+from seqlake.pipelines.tables import HISTORY
 
 
 def config_with(warehouse: Path, **columns: dict) -> Config:

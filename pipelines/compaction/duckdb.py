@@ -33,7 +33,7 @@ from seqlake.pipelines.compaction.spark import (
     replanning,
 )
 from seqlake.pipelines.compaction.window_replace import replace_windows
-from seqlake.pipelines.ingest.parse import landing_schema
+from seqlake.pipelines.landing.schema import landing_schema
 from seqlake.pipelines.landing.tables import LandingPaths
 from seqlake.tableformat.bucketing import bucket_of
 from seqlake.tableformat.evolution import by_projection, known_field_ids, select_list

@@ -35,7 +35,7 @@ def aggregate_window_local(
     events: pa.Table,
     already_published_event_ids: pa.Array | pa.ChunkedArray | None = None,
 ) -> pa.Table:
-    """History rows of one window's landing rows (`seqlake.pipelines.ingest.parse.landing_schema` columns).
+    """History rows of one window's landing rows (`seqlake.pipelines.landing.schema.landing_schema` columns).
 
     Each event id counts once: its first arrival (smallest (source_partition, lsn)) is kept, and ids
     in `already_published_event_ids` (events of earlier windows) are dropped. The result has exactly

@@ -27,7 +27,7 @@ from seqlake.core.config import Config
 from seqlake.engines.catalog import open_catalog, spark_name, table_identifier
 from seqlake.pipelines.compaction.aggregation import checked_groups_sql, fitting_rows_sql, group_events_sql
 from seqlake.pipelines.compaction.window_replace import replace_windows
-from seqlake.pipelines.ingest.parse import landing_schema
+from seqlake.pipelines.landing.schema import landing_schema
 from seqlake.tableformat.forgets import ReadPoint, inherited
 from seqlake.tableformat.registry import check_matches_config
 from seqlake.tableformat.schema import history_arrow_schema, with_field_ids
@@ -56,7 +56,7 @@ def compaction_quarantine_table(config: Config) -> Table:
     spec = PartitionSpec(
         PartitionField(source_id=window, field_id=1000, transform=IdentityTransform(), name="window_id")
     )
-    from seqlake.pipelines.compaction.spark import HISTORY  # that module imports this one
+    from seqlake.pipelines.tables import HISTORY
 
     history_id = table_identifier(config, HISTORY)
     history = catalog.load_table(history_id) if catalog.table_exists(history_id) else None

@@ -37,8 +37,9 @@ from seqlake.pipelines.compaction.aggregation import first_arrivals_sql
 from seqlake.pipelines.compaction.merge_policy import policy_of, runs_to_merge
 from seqlake.pipelines.compaction.quarantine import split_batch_spark
 from seqlake.pipelines.faults import kill_point
-from seqlake.pipelines.ingest.parse import landing_schema
+from seqlake.pipelines.landing.schema import landing_schema
 from seqlake.pipelines.landing.tables import LandingPaths, delta_exists
+from seqlake.pipelines.tables import DETAIL, HISTORY
 from seqlake.tableformat.evolution import by_projection, known_field_ids, select_list
 from seqlake.tableformat.forgets import ReadPoint, inherited, missed_users, read_point, remove_missed
 from seqlake.tableformat.registry import (
@@ -64,8 +65,6 @@ if TYPE_CHECKING:
 # pyspark is imported by the Spark steps only: the in-process engine (seqlake.pipelines.compaction.duckdb) and
 # the readers share this module's planning and commits without the `spark` extra.
 
-HISTORY = "history"
-DETAIL = "history_detail"
 CRASH_POINTS = ("before_write", "after_write", "after_detail", "after_commit")
 VECTORIZED_PARQUET = "spark.sql.parquet.enableVectorizedReader"
 COMMIT_ATTEMPTS = 5  # a publication that loses a race re-decides on the new snapshot this many times

@@ -59,8 +59,8 @@ def reset_demo_tables(config: Config) -> None:
     demo's own."""
     from seqlake.engines.catalog import open_catalog, table_identifier
     from seqlake.pipelines.compaction.quarantine import COMPACTION_QUARANTINE
-    from seqlake.pipelines.compaction.spark import DETAIL, HISTORY
     from seqlake.pipelines.landing.tables import landing_paths
+    from seqlake.pipelines.tables import DETAIL, HISTORY
     from seqlake.pipelines.training.sequence import tenants
     from seqlake.pipelines.training.tables import all_table_names
     from seqlake.tableformat.io import resolve_uri

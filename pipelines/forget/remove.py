@@ -52,11 +52,12 @@ from seqlake.core.payload import DIGIT_RUN, USER_ID_VALUE
 from seqlake.core.progress import Progress
 from seqlake.engines.duckdb_session import connect
 from seqlake.pipelines.compaction.publication_check import is_delta_table
-from seqlake.pipelines.compaction.spark import COMMIT_ATTEMPTS, HISTORY, _crash, delete_files, history_tables
+from seqlake.pipelines.compaction.spark import COMMIT_ATTEMPTS, _crash, delete_files, history_tables
 from seqlake.pipelines.faults import kill_point
 from seqlake.pipelines.forget import audit as forget_audit
 from seqlake.pipelines.landing.tables import LandingPaths
 from seqlake.pipelines.maintenance.steps import StepReport, user_tables
+from seqlake.pipelines.tables import HISTORY
 from seqlake.tableformat.evolution import known_field_ids, projection
 from seqlake.tableformat.forgets import Epoch, Forgets, forgets_of, last_sequence_number, record_forget
 from seqlake.tableformat.io import engine_location

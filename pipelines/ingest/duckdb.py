@@ -26,12 +26,13 @@ from pyiceberg.table.snapshots import Operation, Snapshot
 from seqlake.core.config import Config
 from seqlake.core.events import RAW_SCHEMA
 from seqlake.core.progress import Progress
-from seqlake.engines.catalog import load_existing_table
 from seqlake.pipelines.faults import kill_point
-from seqlake.pipelines.ingest.parse import QUARANTINE_SCHEMA, landing_schema, parse_batch
+from seqlake.pipelines.ingest.parse import parse_batch
 from seqlake.pipelines.ingest.spark import IngestResult, current_published_windows, home_windows, ingest_app_id
 from seqlake.pipelines.landing import delta_writer
+from seqlake.pipelines.landing.schema import QUARANTINE_SCHEMA, landing_schema
 from seqlake.pipelines.landing.tables import LandingPaths
+from seqlake.pipelines.tables import load_existing_table
 from seqlake.tableformat.snapshots import in_commit_order, sequence_number
 
 log = logging.getLogger(__name__)

@@ -9,45 +9,9 @@ from __future__ import annotations
 import pyarrow as pa
 
 from seqlake.core.config import Config
-from seqlake.core.events import RAW_SCHEMA, event_schema
+from seqlake.core.events import RAW_SCHEMA
 from seqlake.core.payload import validate_payload
-from seqlake.tableformat.schema import TIMESTAMP_US
-
-QUARANTINE_SCHEMA = pa.schema(
-    [
-        pa.field("source_partition", pa.int32(), nullable=False),
-        pa.field("lsn", pa.int64(), nullable=False),
-        pa.field("arrival_ts", TIMESTAMP_US, nullable=False),
-        pa.field("window_id", pa.int64(), nullable=False),
-        pa.field("reason", pa.string(), nullable=False),
-        pa.field("payload", pa.string(), nullable=False),
-    ]
-)
-
-
-def _microseconds(schema: pa.Schema) -> pa.Schema:
-    # Spark, Delta and Iceberg keep timestamps in microseconds; Spark's Arrow exchange accepts no other.
-    return pa.schema(
-        [f.with_type(TIMESTAMP_US) if pa.types.is_timestamp(f.type) else f for f in schema],
-        metadata=schema.metadata,
-    )
-
-
-def landing_schema(config: Config) -> pa.Schema:
-    """Typed events plus the processing window of their arrival (timestamps in microseconds)."""
-    return _microseconds(event_schema(config).append(pa.field("window_id", pa.int64(), nullable=False)))
-
-
-def parsed_schema(config: Config) -> pa.Schema:
-    """Landing columns (nullable) plus the quarantine reason and the raw payload: one stream for both."""
-    fields = [f.with_nullable(True) for f in landing_schema(config)]
-    return pa.schema(fields + [pa.field("reason", pa.string()), pa.field("payload", pa.string())])
-
-
-def window_ids(arrival_ts: pa.Array, window_seconds: int) -> pa.Array:
-    """Processing window of each arrival: epoch-aligned windows of `window_seconds`."""
-    millis = arrival_ts.cast(pa.timestamp("ms", tz="UTC")).cast(pa.int64()).to_numpy(zero_copy_only=False)
-    return pa.array(millis // (window_seconds * 1000), pa.int64())
+from seqlake.pipelines.landing.schema import parsed_schema, window_ids
 
 
 def parse_batch(batch: pa.RecordBatch, config: Config) -> pa.RecordBatch:

@@ -18,7 +18,7 @@ from pyiceberg.table import Table
 from seqlake.core.events import RAW_SCHEMA
 from seqlake.core.progress import Progress
 from seqlake.pipelines.faults import kill_point
-from seqlake.pipelines.ingest.parse import window_ids
+from seqlake.pipelines.landing.schema import window_ids
 
 
 @dataclass(frozen=True)

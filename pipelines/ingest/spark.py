@@ -15,11 +15,12 @@ from typing import TYPE_CHECKING
 
 from seqlake.core.config import Config
 from seqlake.core.progress import Progress
-from seqlake.engines.catalog import load_existing_table, open_catalog, spark_name, table_identifier
-from seqlake.pipelines.compaction.spark import HISTORY
+from seqlake.engines.catalog import open_catalog, spark_name, table_identifier
 from seqlake.pipelines.faults import kill_point
-from seqlake.pipelines.ingest.parse import QUARANTINE_SCHEMA, landing_schema, parse_batch, parsed_schema
+from seqlake.pipelines.ingest.parse import parse_batch
+from seqlake.pipelines.landing.schema import QUARANTINE_SCHEMA, landing_schema, parsed_schema
 from seqlake.pipelines.landing.tables import LandingPaths, append_idempotent, delta_exists, last_applied_version
+from seqlake.pipelines.tables import HISTORY, load_existing_table
 from seqlake.tableformat.registry import published_windows
 from seqlake.tableformat.snapshots import in_commit_order, sequence_number
 
@@ -80,7 +81,7 @@ def _check_landing(spark: SparkSession, paths: LandingPaths, config: Config) -> 
     configuration is `seqlake migrate`d first), or one line says what differs."""
     from pyspark.sql.pandas.types import to_arrow_schema
 
-    from seqlake.pipelines.maintenance.migrate import check_landing  # the migration knows every table: imported late
+    from seqlake.pipelines.landing.schema import check_landing
 
     check_landing(to_arrow_schema(spark.read.format("delta").load(paths.events).schema), config)
 

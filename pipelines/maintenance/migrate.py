@@ -27,9 +27,10 @@ from seqlake.core.errors import SchemaError
 from seqlake.engines.catalog import open_catalog, table_identifier
 from seqlake.pipelines.compaction.publication_check import is_delta_table
 from seqlake.pipelines.compaction.quarantine import COMPACTION_QUARANTINE, compaction_quarantine_schema
-from seqlake.pipelines.compaction.spark import DETAIL, HISTORY, _crash
-from seqlake.pipelines.ingest.parse import landing_schema
+from seqlake.pipelines.compaction.spark import _crash
+from seqlake.pipelines.landing.schema import landing_columns, landing_diff, landing_schema
 from seqlake.pipelines.landing.tables import LandingPaths
+from seqlake.pipelines.tables import DETAIL, HISTORY
 from seqlake.pipelines.training.sequence import tenants
 from seqlake.pipelines.training.tables import (
     FRAGMENT,
@@ -47,12 +48,9 @@ from seqlake.tableformat.evolution import (
     SchemaDiff,
     apply,
     compare,
-    mismatch_error,
 )
 from seqlake.tableformat.registry import schema_diff
 from seqlake.tableformat.schema import history_iceberg_schema, with_field_ids
-
-LANDING = "landing/events"  # the landing tier's name in a migration's report
 
 
 @dataclass(frozen=True)
@@ -127,33 +125,6 @@ def plan_migration(config: Config, paths: LandingPaths | None = None) -> list[Ta
         if not diff.empty:
             plans.append(TableMigration(None, diff, landing=paths.events))
     return plans
-
-
-def landing_columns(location: str) -> pa.Schema:
-    """The landing Delta table's columns, read through DuckDB's delta extension (no JVM)."""
-    from seqlake.engines.duckdb_session import connect
-    from seqlake.tableformat.io import engine_location
-
-    with connect(extensions=("delta",)) as con:
-        return con.execute("SELECT * FROM delta_scan(?) LIMIT 0", [engine_location(location)]).to_arrow_table().schema
-
-
-def landing_diff(columns: pa.Schema, config: Config) -> SchemaDiff:
-    """The landing tier's `columns` against the configuration. A retired column stays in the Delta
-    table (new rows leave it null, compaction reads the configured columns only): no difference."""
-    expected = landing_schema(config)
-    actual = pyarrow_to_schema(with_field_ids([f.with_nullable(True) for f in columns]))
-    wanted = pyarrow_to_schema(with_field_ids([f.with_nullable(True) for f in expected]))
-    fixed = frozenset(f.name for f in expected if f.name not in config.column_types())
-    diff = compare(LANDING, actual, wanted, fixed=fixed)
-    return replace(diff, retired=())
-
-
-def check_landing(columns: pa.Schema, config: Config) -> None:
-    """Refuse a landing tier whose `columns` differ from the configuration (`seqlake migrate`)."""
-    diff = landing_diff(columns, config)
-    if not diff.empty:
-        raise mismatch_error(diff)
 
 
 def migrate_landing(spark, location: str, config: Config) -> None:

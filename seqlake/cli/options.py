@@ -9,45 +9,21 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
 from seqlake.core import logs
+from seqlake.core.invocation import OUTPUTS, Settings, settings
 
 if TYPE_CHECKING:
     from seqlake.core.config import Config
 
 ENV_CONFIG = "SEQLAKE_CONFIG"  # seqlake.core.config.ENV_CONFIG; not imported: `--help` loads no pydantic
 ENV_PROFILE = "SEQLAKE_PROFILE"  # seqlake.core.config.ENV_PROFILE
-OUTPUTS = ("text", "json")
 
 F = TypeVar("F", bound=Callable[..., Any])
-
-
-@dataclass
-class Settings:
-    config: str | None = None  # absolute path of the configuration file, if one was named
-    profile: str | None = None
-    log_level: str = logs.DEFAULT_LEVEL
-    output: str = "text"
-    command: str | None = None  # the command the group runs (for error messages)
-
-    @property
-    def json(self) -> bool:
-        return self.output == "json"
-
-
-_DEFAULT = Settings()
-
-
-def settings() -> Settings:
-    """The settings of the running command (the defaults outside one)."""
-    ctx = click.get_current_context(silent=True)
-    obj = ctx.find_root().obj if ctx is not None else None
-    return obj if isinstance(obj, Settings) else _DEFAULT
 
 
 def load_cli_config() -> Config:

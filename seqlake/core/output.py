@@ -174,7 +174,7 @@ def fact(value: Any) -> str:
 def emit(document: Mapping[str, Any], text: str | Callable[[], None] | None = None) -> None:
     """Print a command's result: the JSON document with `--output json`, else `text` (a string, or a
     function that prints), else the document's facts."""
-    from seqlake.cli.options import settings
+    from seqlake.core.invocation import settings
 
     if settings().json:
         print_json(document)

@@ -60,7 +60,7 @@ class _Counts(ProgressColumn):
 
 def _program(job: str) -> str:
     """`seqlake JOB`, or `seqlake COMMAND: JOB` for a step of another command (the demo's)."""
-    from seqlake.cli.options import settings
+    from seqlake.core.invocation import settings
 
     command = settings().command
     return f"seqlake {command}: {job}" if command and command != job else f"seqlake {job}"
@@ -68,7 +68,7 @@ def _program(job: str) -> str:
 
 def _enabled() -> tuple[bool, bool]:
     """(bar, summary): the bar on a terminal in text mode; the summary line in text mode."""
-    from seqlake.cli.options import settings
+    from seqlake.core.invocation import settings
 
     text_mode = not settings().json
     return text_mode and sys.stderr.isatty(), text_mode

@@ -14,15 +14,14 @@ from pathlib import Path
 
 from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.exceptions import NamespaceAlreadyExistsError
-from pyiceberg.table import Table
 from sqlalchemy.exc import SQLAlchemyError
 
 from seqlake.core.config import Config
-from seqlake.core.errors import SchemaError, SetupError
+from seqlake.core.errors import SetupError
 from seqlake.core.uris import masked_uri
 from seqlake.engines.duckdb_session import object_storage_for
+from seqlake.engines.iceberg_writes import enable_iceberg_page_checksums
 from seqlake.engines.storage import S3Settings, check_access, is_s3
-from seqlake.tableformat.page_checksums import enable_iceberg_page_checksums
 
 log = logging.getLogger(__name__)
 
@@ -113,30 +112,3 @@ def check_warehouse(config: Config, looking_for: str | None = None) -> None:
     raise SetupError(
         f"{missing}{what} (run `seqlake demo`, or point SEQLAKE_WAREHOUSE or warehouse.path at a warehouse)"
     )
-
-
-def load_existing_table(config: Config, table: str) -> Table:
-    """Load `namespace.table`, or fail with a SchemaError that says which catalog was searched (a
-    SetupError, creating nothing, when the warehouse itself is not there)."""
-    identifier = table_identifier(config, table)
-    check_warehouse(config, f"table {identifier}")
-    catalog = open_catalog(config)
-    if not catalog.table_exists(identifier):
-        raise SchemaError(f"table {identifier} does not exist in the catalog at {masked_uri(config.catalog_uri())}")
-    from seqlake.tableformat.registry import check_matches_config  # tableformat depends on seqlake, not back
-
-    # A table bucketed by user must be read and written with its own bucket count.
-    return check_matches_config(catalog.load_table(identifier), config, check_schema=False)
-
-
-def load_history_table(config: Config, table: str) -> Table:
-    """The named table, if it is a seqlake history table; a one-line SchemaError otherwise."""
-    from seqlake.tableformat.registry import FORMAT_PROPERTY
-
-    loaded = load_existing_table(config, table)
-    if FORMAT_PROPERTY not in loaded.metadata.properties:
-        raise SchemaError(
-            f"table {'.'.join(loaded.name())} is not a seqlake history table (no {FORMAT_PROPERTY} property); "
-            "history tables: history, or one written by seqlake compact"
-        )
-    return loaded

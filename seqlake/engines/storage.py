@@ -213,9 +213,3 @@ def empty_bucket(bucket: str, prefix: str = "", settings: S3Settings | None = No
         chunk = keys[start : start + 1000]
         client.delete_objects(Bucket=bucket, Delete={"Objects": [{"Key": key} for key in chunk], "Quiet": True})
     return len(keys)
-
-
-if __name__ == "__main__":
-    from seqlake.cli import script_main
-
-    script_main("storage")

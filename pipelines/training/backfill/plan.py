@@ -41,10 +41,11 @@ from pyiceberg.table import Table
 
 from seqlake.core.config import Config
 from seqlake.core.errors import ForgetCommitted, SchemaError
-from seqlake.engines.catalog import load_existing_table, open_catalog, table_identifier
+from seqlake.engines.catalog import open_catalog, table_identifier
 from seqlake.engines.duckdb_session import connect, sql_literal
 from seqlake.pipelines.faults import kill_point
 from seqlake.pipelines.landing.tables import landing_paths
+from seqlake.pipelines.tables import load_existing_table
 from seqlake.pipelines.training.rebuild.duckdb import Reconstruction
 from seqlake.pipelines.training.rebuild.gather import SequenceRows, bound_lookup, gather_sequences
 from seqlake.pipelines.training.sequence import Tenant, list_schema

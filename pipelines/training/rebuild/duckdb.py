@@ -25,7 +25,7 @@ from pyiceberg.table import Table
 from seqlake.core.config import Config
 from seqlake.core.errors import SeqlakeError
 from seqlake.engines.duckdb_session import connect
-from seqlake.pipelines.ingest.parse import landing_schema
+from seqlake.pipelines.landing.schema import landing_schema
 from seqlake.pipelines.training.rebuild.gather import SequenceRows, gather_sequences
 from seqlake.pipelines.training.rebuild.plan import Mode
 from seqlake.pipelines.training.rebuild.prefetch import PrefetchingIterator, ordered_map

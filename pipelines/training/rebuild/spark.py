@@ -22,8 +22,9 @@ from pyspark.sql.pandas.types import from_arrow_type
 
 from seqlake.core.config import Config
 from seqlake.pipelines.compaction.aggregation import aggregation_sql
-from seqlake.pipelines.compaction.spark import DETAIL, HISTORY, history_tables, spark_name
+from seqlake.pipelines.compaction.spark import history_tables, spark_name
 from seqlake.pipelines.faults import kill_point
+from seqlake.pipelines.tables import DETAIL, HISTORY
 from seqlake.pipelines.training.rebuild.plan import Mode, fragment_columns, reason_sql
 from seqlake.pipelines.training.sequence import ORDER_KEYS, Tenant
 from seqlake.pipelines.training.sequence_digest import (
