@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -41,7 +43,18 @@ def lake(small):
         yield lake
 
 
-def test_public_names_resolve_and_import_nothing_heavy_until_used():
+def test_import_seqlake_loads_no_engine_until_a_name_is_used() -> None:
+    # A fresh interpreter: this one has loaded everything already.
+    probe = (
+        "import sys, seqlake; heavy = ('pyspark', 'pyiceberg', 'duckdb', 'pyarrow', 'pydantic', 'deltalake'); "
+        "before = sorted(m for m in heavy if m in sys.modules); seqlake.Selection; "
+        "print(before, 'pyarrow' in sys.modules)"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert done.stdout.split() == ["[]", "True"]  # nothing heavy, until Selection loaded the reader
+
+
+def test_public_names_resolve_and_unknown_ones_fail() -> None:
     for name in seqlake.__all__:
         assert getattr(seqlake, name) is not None
     assert seqlake.Selection is Selection and seqlake.Tenant is Tenant and seqlake.Request is Request

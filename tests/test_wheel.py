@@ -69,21 +69,40 @@ def fresh_venv(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     return venv
 
 
-def test_the_wheel_ships_its_data_and_sees_no_checkout(fresh_venv: Path, tmp_path: Path):
+def test_the_wheel_installs_only_seqlake_ships_its_data_and_sees_no_checkout(fresh_venv: Path, tmp_path: Path):
     python = str(fresh_venv / "bin" / "python")
+    site = Path(
+        _run(
+            [python, "-c", "import seqlake, os; print(os.path.dirname(os.path.dirname(seqlake.__file__)))"],
+            tmp_path,
+            _clean_env(),
+        ).stdout.strip()
+    )
+    # One namespace: nothing in site-packages but seqlake and its .dist-info (and this test's two .pth lines).
+    installed = sorted(p.name for p in site.iterdir() if p.suffix != ".pth" and p.name != "__pycache__")
+    assert installed == ["seqlake", "seqlake-0.1.0.dist-info"], installed
     probe = (
-        "import json, os, sys, benchmarks, jobs, pipelines, seqlake, tableformat; from seqlake.core import resources; "
-        "print(json.dumps({'modules': [m.__file__ for m in (benchmarks, jobs, pipelines, seqlake, tableformat)], "
-        "'path': [os.path.realpath(p) for p in sys.path], 'spec': len(resources.spec().read_text()), "
+        "import importlib.util, json, os, sys, seqlake, seqlake.tableformat, seqlake.pipelines, seqlake.jobs; "
+        "from seqlake.core import resources; "
+        "print(json.dumps({'modules': [m.__file__ for m in (seqlake, seqlake.tableformat, seqlake.pipelines, "
+        "seqlake.jobs)], 'path': [os.path.realpath(p) for p in sys.path], "
+        "'top_level': {name: importlib.util.find_spec(name) is not None "
+        "for name in ('tableformat', 'pipelines', 'jobs', 'benchmarks')}, "
+        "'spec': len(resources.spec().read_text()), "
         "'sql': sorted(p.name for p in resources.sql_dir().iterdir())}))"
     )
     facts = json.loads(_run([python, "-c", probe], tmp_path, _clean_env()).stdout)
     for module in facts["modules"]:
         assert module.startswith(str(fresh_venv)), module
+    # No generic top-level package: a user's own pipelines/ or jobs/ folder cannot collide with seqlake's.
+    assert facts["top_level"] == {"tableformat": False, "pipelines": False, "jobs": False, "benchmarks": False}
     # The shared dependencies may live in the checkout's .venv; the checkout itself is not on the path.
     assert str(REPO.resolve()) not in facts["path"]
     assert facts["spec"] == len((REPO / "tableformat" / "SPEC.md").read_text())
     assert "history.sql" in facts["sql"]
+    # The benchmarks are not in the wheel: no bench-* command.
+    listed = _run([str(fresh_venv / "bin" / "seqlake"), "--help"], tmp_path, _clean_env()).stdout
+    assert "history" in listed and "bench-" not in listed
 
 
 def test_init_demo_and_history_from_the_installed_wheel(fresh_venv: Path, tmp_path: Path):

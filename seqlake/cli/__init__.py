@@ -77,7 +77,11 @@ def commands() -> dict[str, tuple[str, str]]:
     """Every command: seqlake's own, then those other installed distributions add."""
     found = dict(COMMANDS)
     for entry in importlib.metadata.entry_points(group=COMMAND_GROUP):
-        found.update({name: spec for name, spec in entry.load().items() if name not in COMMANDS})
+        try:
+            added = entry.load()
+        except ImportError:  # a distribution's metadata without its code (e.g. a stale editable install)
+            continue
+        found.update({name: spec for name, spec in added.items() if name not in COMMANDS})
     return found
 
 
