@@ -72,10 +72,11 @@ def compact_windows(
     """Publish the chosen (or every closed) window in batches, merging runs after each; the document
     and the text of what happened."""
     from seqlake.core.progress import Progress
-    from seqlake.pipelines.compaction.publication_check import landing_windows
-    from seqlake.pipelines.compaction.spark import compact_batch, history_tables, merge_runs_if_needed, plan_batches
-    from seqlake.pipelines.compaction.spark import published_windows as published
+    from seqlake.pipelines.compaction.plan import history_tables, plan_batches
+    from seqlake.pipelines.compaction.spark import compact_batch, merge_runs_if_needed
     from seqlake.pipelines.landing.tables import landing_paths
+    from seqlake.pipelines.landing.windows import landing_windows
+    from seqlake.tableformat.registry import published_windows as published
 
     paths = landing_paths(config)
     history, _ = history_tables(config)

@@ -71,8 +71,8 @@ def window_sources(config: Config, windows: list[int]) -> list[WindowSource]:
 
 
 def _closed_without_end_of_stream(config: Config) -> set[int]:
-    from seqlake.pipelines.compaction.publication_check import landing_windows
     from seqlake.pipelines.landing.tables import landing_paths
+    from seqlake.pipelines.landing.windows import landing_windows
 
     try:
         return set(landing_windows(landing_paths(config)).closed())

@@ -24,8 +24,9 @@ from seqlake.core.payload import INT_RANGES
 from seqlake.engines.catalog import open_catalog, table_identifier
 from seqlake.pipelines.compaction.duckdb import compact_batch_duckdb
 from seqlake.pipelines.compaction.duckdb_aggregate import aggregate_window_local
+from seqlake.pipelines.compaction.plan import history_tables
 from seqlake.pipelines.compaction.quarantine import compaction_quarantine_table
-from seqlake.pipelines.compaction.spark import compact_batch, compact_window, history_tables
+from seqlake.pipelines.compaction.spark import compact_batch, compact_window
 from seqlake.pipelines.ingest.raw_source import create_raw_table, land_raw_records
 from seqlake.pipelines.ingest.spark import ingest_source
 from seqlake.pipelines.landing.tables import LandingPaths

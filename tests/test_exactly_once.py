@@ -21,15 +21,11 @@ import pyarrow.compute as pc
 import pytest
 
 from seqlake.core.config import Config, GeneratorSpec
+from seqlake.core.errors import SimulatedCrash
 from seqlake.engines.catalog import open_catalog, table_identifier
 from seqlake.engines.duckdb_session import connect as duckdb_connect
-from seqlake.pipelines.compaction.spark import (
-    CRASH_POINTS,
-    CompactionResult,
-    SimulatedCrash,
-    compact_window,
-    history_tables,
-)
+from seqlake.pipelines.compaction.plan import CRASH_POINTS, CompactionResult, history_tables
+from seqlake.pipelines.compaction.spark import compact_window
 from seqlake.pipelines.demo.full import reset_demo_tables
 from seqlake.pipelines.demo.generator import EventGenerator, GeneratorStats
 from seqlake.pipelines.ingest import spark as ingest_module

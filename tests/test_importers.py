@@ -359,10 +359,10 @@ def test_whole_pipeline_on_both_samples(lake_config: Config, tmp_path: Path, cap
     from seqlake.engines.catalog import open_catalog, table_identifier
     from seqlake.jobs.import_events import main as import_main
     from seqlake.pipelines.compaction.duckdb import compact_batch_duckdb
-    from seqlake.pipelines.compaction.publication_check import landing_windows
-    from seqlake.pipelines.compaction.spark import history_tables, plan_batches
+    from seqlake.pipelines.compaction.plan import history_tables, plan_batches
     from seqlake.pipelines.ingest.duckdb import ingest_source_in_process
     from seqlake.pipelines.landing.tables import landing_paths
+    from seqlake.pipelines.landing.windows import landing_windows
     from seqlake.tableformat.fsck import fsck_table
 
     # Hourly windows, the samples' natural length: thousands of them, compacted as one backlog.

@@ -16,14 +16,14 @@ from seqlake.core.config import Config
 from seqlake.core.errors import SeqlakeError
 from seqlake.engines.duckdb_session import connect
 from seqlake.pipelines.compaction.duckdb import write_history_run
-from seqlake.pipelines.compaction.quarantine import split_batch_duckdb
-from seqlake.pipelines.compaction.spark import (
+from seqlake.pipelines.compaction.plan import (
     CompactionResult,
     batch_run_id,
     batch_to_publish,
     publish_batch,
     replanning,
 )
+from seqlake.pipelines.compaction.quarantine import split_batch_duckdb
 from seqlake.tableformat.forgets import drop_users, missed_users, read_point
 
 

@@ -4,7 +4,7 @@ The same steps and the same SQL as the Spark engine (`seqlake.pipelines.compacti
 the landing tier (`first_arrivals_sql`), the declared merge operators (`aggregation_sql`), transpiled
 to DuckDB by sqlglot; the rows are cut into buckets with Iceberg's own bucket function and written by
 the same file writer, the detail table is replaced per window, and the run is committed by the same
-`publish_batch`. Both engines publish the same history content. Merges read each bucket's files of
+`publish_batch` (`seqlake.pipelines.compaction.plan`). Both engines publish the same history content. Merges read each bucket's files of
 every run with DuckDB, in key order, and stream them to the writer one bucket at a time.
 """
 
@@ -20,21 +20,20 @@ from pyiceberg.expressions import In
 from seqlake.core.config import Config
 from seqlake.engines.duckdb_session import connect, sql_literal
 from seqlake.pipelines.compaction.aggregation import first_arrivals_sql
-from seqlake.pipelines.compaction.publication_check import is_delta_table
-from seqlake.pipelines.compaction.quarantine import split_batch_duckdb
-from seqlake.pipelines.compaction.spark import (
+from seqlake.pipelines.compaction.plan import (
     CompactionResult,
-    _crash,
     batch_run_id,
     batch_to_publish,
     commit_merge,
+    crash_at,
     merge_to_do,
     publish_batch,
     replanning,
 )
+from seqlake.pipelines.compaction.quarantine import split_batch_duckdb
 from seqlake.pipelines.compaction.window_replace import replace_windows
 from seqlake.pipelines.landing.schema import landing_schema
-from seqlake.pipelines.landing.tables import LandingPaths
+from seqlake.pipelines.landing.tables import LandingPaths, is_delta_table
 from seqlake.tableformat.bucketing import bucket_of
 from seqlake.tableformat.evolution import by_projection, known_field_ids, select_list
 from seqlake.tableformat.forgets import drop_users, missed_users, read_point
@@ -145,15 +144,15 @@ def _compact_batch_duckdb(
         events = drop_users(events, missed_users(history, point, detail.refresh()))
         rows, events, quarantined = split_batch_duckdb(con, config, events, todo, point)
         own_lsns = _window_lsns(con, paths, todo)
-    _crash("before_write", fail_at)
+    crash_at("before_write", fail_at)
     files = write_history_run(history, config, run_id, rows)
-    _crash("after_write", fail_at)
+    crash_at("after_write", fail_at)
     # Replace the windows' partitions, never append (a re-run replaces the same events).
     # In the table's column order: after a migration, added columns come last there.
     stored = detail.schema().as_arrow()
     detail_rows = events.select(stored.names).cast(stored)
     replace_windows(detail, detail_rows, todo, point, {"seqlake.window-id": str(todo[-1])})
-    _crash("after_detail", fail_at)
+    crash_at("after_detail", fail_at)
     result = publish_batch(history, todo, files, own_lsns, events.num_rows, fail_at=fail_at, point=point)
     return replace(result, quarantined=quarantined) if result.published else result
 

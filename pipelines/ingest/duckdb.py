@@ -28,7 +28,7 @@ from seqlake.core.events import RAW_SCHEMA
 from seqlake.core.progress import Progress
 from seqlake.pipelines.faults import kill_point
 from seqlake.pipelines.ingest.parse import parse_batch
-from seqlake.pipelines.ingest.spark import IngestResult, current_published_windows, home_windows, ingest_app_id
+from seqlake.pipelines.ingest.plan import IngestResult, current_published_windows, home_windows, ingest_app_id
 from seqlake.pipelines.landing import delta_writer
 from seqlake.pipelines.landing.schema import QUARANTINE_SCHEMA, landing_schema
 from seqlake.pipelines.landing.tables import LandingPaths

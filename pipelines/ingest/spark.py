@@ -1,64 +1,30 @@
-"""Ingest: consume a raw source table snapshot by snapshot into the landing tier, with quarantine.
+"""Ingest on Spark: consume a raw source table snapshot by snapshot into the landing tier, with quarantine.
 
-The source is an append-only Iceberg table of raw records (as a Kafka topic would deliver them:
-partition, LSN, arrival time, JSON payload). Each source snapshot is one ingest batch, identified by
-its sequence number: landing and quarantine appends are idempotent per batch, so a re-run or a
-replay after a crash adds nothing twice and loses nothing.
+Each source snapshot (`seqlake.pipelines.ingest.plan`) is read incrementally with Iceberg's Spark
+reader, validated by `parse_batch` in `mapInArrow`, and appended to the landing and quarantine Delta
+tables with Delta's idempotent writes (txnAppId + txnVersion), quarantine first.
 """
 
 from __future__ import annotations
 
 import logging
-from collections import Counter
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from seqlake.core.config import Config
 from seqlake.core.progress import Progress
-from seqlake.engines.catalog import open_catalog, spark_name, table_identifier
+from seqlake.engines.catalog import spark_name
 from seqlake.pipelines.faults import kill_point
 from seqlake.pipelines.ingest.parse import parse_batch
+from seqlake.pipelines.ingest.plan import IngestResult, current_published_windows, home_windows, ingest_app_id
 from seqlake.pipelines.landing.schema import QUARANTINE_SCHEMA, landing_schema, parsed_schema
 from seqlake.pipelines.landing.tables import LandingPaths, append_idempotent, delta_exists, last_applied_version
-from seqlake.pipelines.tables import HISTORY, load_existing_table
-from seqlake.tableformat.registry import published_windows
+from seqlake.pipelines.tables import load_existing_table
 from seqlake.tableformat.snapshots import in_commit_order, sequence_number
 
-if TYPE_CHECKING:  # the planning here is shared with the in-process engine, which runs without pyspark
+if TYPE_CHECKING:  # pyspark is imported by the Spark steps only
     from pyspark.sql import DataFrame, SparkSession
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class IngestResult:
-    batches: int = 0
-    skipped: int = 0  # source snapshots already ingested by an earlier run
-    records: int = 0
-    landed: int = 0
-    quarantined: Counter = field(default_factory=Counter)
-    last_version: int = 0  # sequence number of the last source snapshot ingested in this call
-
-
-def ingest_app_id(config: Config, source: str) -> str:
-    return f"seqlake-ingest:{table_identifier(config, source)}"
-
-
-def current_published_windows(config: Config) -> set[int]:
-    """Windows the history table holds now (none before its first publication)."""
-    catalog = open_catalog(config)
-    identifier = table_identifier(config, HISTORY)
-    return published_windows(catalog.load_table(identifier)) if catalog.table_exists(identifier) else set()
-
-
-def home_windows(published: set[int]) -> dict[int, int]:
-    """Each published window -> the first unpublished window after it. A record that arrives (or is
-    imported with an arrival time) in a window already published lands there instead, so the next
-    compaction publishes it: late data always has a home, never a window no one compacts again."""
-    homes: dict[int, int] = {}
-    for window in sorted(published, reverse=True):
-        homes[window] = homes.get(window + 1, window + 1)
-    return homes
 
 
 def redirect_published(spark: SparkSession, parsed: DataFrame, homes: dict[int, int]) -> DataFrame:

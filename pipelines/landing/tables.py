@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
+import pyarrow.fs as pafs
+
 from seqlake.core.config import Config
 
 
@@ -27,6 +29,12 @@ def landing_paths(config: Config) -> LandingPaths:
     compaction would publish the other's events)."""
     root = f"{config.warehouse_uri()}/landing/{config.warehouse.namespace}"
     return LandingPaths(events=f"{root}/events", quarantine=f"{root}/quarantine")
+
+
+def is_delta_table(uri: str) -> bool:
+    """Whether a Delta table exists at `uri` (without a JVM)."""
+    fs, path = pafs.FileSystem.from_uri(uri)
+    return fs.get_file_info(f"{path}/_delta_log").type == pafs.FileType.Directory
 
 
 def delta_exists(spark, path: str) -> bool:

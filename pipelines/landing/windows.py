@@ -5,7 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from seqlake.pipelines.landing.tables import LandingPaths, delta_exists
+from seqlake.engines.duckdb_session import connect
+from seqlake.pipelines.landing.tables import LandingPaths, delta_exists, is_delta_table
+from seqlake.tableformat.io import engine_location
 
 if TYPE_CHECKING:  # LandedWindows is shared with the in-process engine, which runs without pyspark
     from pyspark.sql import SparkSession
@@ -49,3 +51,30 @@ def landed_windows(spark: SparkSession, paths: LandingPaths) -> LandedWindows:
 def closed_windows(spark: SparkSession, paths: LandingPaths, end_of_stream: bool = False) -> list[int]:
     """Windows no record can arrive in any more; at the end of the stream, all are."""
     return landed_windows(spark, paths).closed(end_of_stream)
+
+
+def _duckdb_windows_by_partition(con, uri: str, rows: dict[int, int] | None = None) -> dict[int, set[int]]:
+    """{source partition: windows it has records in}; adds the rows per window to `rows`."""
+    if not is_delta_table(uri):
+        return {}  # nothing has landed there yet
+    path = engine_location(uri)
+    counted = con.execute(
+        "SELECT source_partition, window_id, count(*) FROM delta_scan(?) GROUP BY ALL", [path]
+    ).fetchall()
+    found: dict[int, set[int]] = {}
+    for partition, window, count in counted:
+        found.setdefault(int(partition), set()).add(int(window))
+        if rows is not None:
+            rows[int(window)] = rows.get(int(window), 0) + int(count)
+    return found
+
+
+def landing_windows(paths: LandingPaths) -> LandedWindows:
+    """The same windows and watermark as `landed_windows`, read with DuckDB (no JVM)."""
+    rows: dict[int, int] = {}
+    with connect(extensions=("delta",)) as con:
+        events = _duckdb_windows_by_partition(con, paths.events, rows)
+        quarantined = _duckdb_windows_by_partition(con, paths.quarantine)
+    windows = sorted(set().union(*events.values(), *quarantined.values()))
+    watermark = min(max(ws) for ws in events.values()) if events else None
+    return LandedWindows(windows, watermark, {w: rows.get(w, 0) for w in windows})

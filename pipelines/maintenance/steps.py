@@ -36,10 +36,9 @@ from pyiceberg.table import Table
 from seqlake.core.config import Config
 from seqlake.core.progress import Progress
 from seqlake.engines.catalog import open_catalog
-from seqlake.pipelines.compaction.publication_check import is_delta_table
-from seqlake.pipelines.compaction.spark import history_tables
+from seqlake.pipelines.compaction.plan import history_tables
 from seqlake.pipelines.faults import kill_point
-from seqlake.pipelines.landing.tables import LandingPaths
+from seqlake.pipelines.landing.tables import LandingPaths, is_delta_table
 from seqlake.tableformat.evolution import known_field_ids, projection
 from seqlake.tableformat.forgets import forgets_of
 from seqlake.tableformat.io import resolve_uri

@@ -16,11 +16,11 @@ from pyarrow.fs import FileType
 from seqlake.core.config import Config
 from seqlake.engines.duckdb_session import connect
 from seqlake.pipelines.compaction.duckdb_aggregate import aggregate_window_local
-from seqlake.pipelines.compaction.spark import published_frontier
 from seqlake.pipelines.landing.schema import landing_schema
 from seqlake.pipelines.landing.tables import LandingPaths
 from seqlake.tableformat.io import engine_location
 from seqlake.tableformat.reader import SEQUENCE_ORDER, HistoryReader, Selection, finish, row_filter
+from seqlake.tableformat.registry import published_frontier
 from seqlake.tableformat.writer import open_output
 
 

@@ -328,7 +328,7 @@ class Backfill:
     ) -> None:
         if as_of not in AS_OF:
             raise SchemaError(f"as_of must be one of {', '.join(AS_OF)}, not {as_of!r}")
-        from seqlake.pipelines.compaction.spark import history_tables
+        from seqlake.pipelines.compaction.plan import history_tables
 
         self.config, self.tenant, self.as_of, self.batch_rows = config, tenant, as_of, batch_rows
         self.history, self.detail = history_tables(config)

@@ -23,11 +23,11 @@ from pyiceberg.table import Table
 from seqlake.core.config import Config
 from seqlake.engines.duckdb_session import lake_cursor, sql_literal
 from seqlake.pipelines.compaction.aggregation import dedupe_sql, publishable_rows_sql
-from seqlake.pipelines.compaction.spark import published_frontier, published_windows
 from seqlake.pipelines.landing.schema import landing_schema
 from seqlake.pipelines.landing.tables import LandingPaths
 from seqlake.tableformat.forgets import read_point
 from seqlake.tableformat.io import engine_location
+from seqlake.tableformat.registry import published_frontier, published_windows
 from seqlake.tableformat.schema import history_arrow_schema
 from seqlake.tableformat.writer import open_output
 
