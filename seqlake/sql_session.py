@@ -195,7 +195,7 @@ def define_relations(session: SqlSession, quiet: bool = False) -> None:
     """Views and variables for the warehouse's tables (only those that exist)."""
     con, config = session.con, session.config
     from seqlake.engines.catalog import check_warehouse, open_catalog, table_identifier
-    from seqlake.pipelines.landing.tables import landing_paths
+    from seqlake.pipelines.landing.tables import is_delta_table, landing_paths
 
     check_warehouse(config)
 
@@ -212,8 +212,7 @@ def define_relations(session: SqlSession, quiet: bool = False) -> None:
         )
     paths = landing_paths(config)
     for name, location in zip(DELTA_TABLES, (paths.events, paths.quarantine), strict=True):
-        local = _local_path(location)
-        if local is not None and not (local / "_delta_log").is_dir():
+        if _local_path(location) is not None and not is_delta_table(location):
             session.missing[name] = f"no Delta table at {location}"
             continue
         session.tables[name] = WarehouseTable(name, "delta", engine_uri(location))

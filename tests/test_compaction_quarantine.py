@@ -103,7 +103,7 @@ def landed(spark, lake_config):
     land_raw_records(raw, raw_records().to_batches(), window_seconds=config.layout.window_seconds)
     ingested = ingest_source(spark, config, RAW, paths)
     assert ingested.landed == len(EVENTS) and not ingested.quarantined  # every value fits its column
-    windows = closed_windows(spark, paths, end_of_stream=True)
+    windows = closed_windows(paths, end_of_stream=True)
     assert windows == [W0, W0 + 1]
     return config, paths, windows
 

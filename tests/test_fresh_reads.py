@@ -31,7 +31,7 @@ def test_fresh_read_before_publication_equals_history_after(spark, lake_config):
     land_raw_records(raw, EventGenerator(config).batches(), window_seconds=config.layout.window_seconds)
     paths = landing_paths(config)
     ingest_source(spark, config, "raw_events", paths)
-    windows = closed_windows(spark, paths, end_of_stream=True)
+    windows = closed_windows(paths, end_of_stream=True)
     compact_window(spark, config, paths, windows[0])
 
     history, _ = history_tables(config)

@@ -38,7 +38,7 @@ from seqlake.pipelines.landing import delta_writer
 from seqlake.pipelines.landing.delta_writer import applied_version
 from seqlake.pipelines.landing.schema import QUARANTINE_SCHEMA, landing_schema, window_ids
 from seqlake.pipelines.landing.tables import LandingPaths, landing_paths
-from seqlake.pipelines.landing.windows import landing_windows
+from seqlake.pipelines.landing.windows import landed_windows
 from seqlake.tableformat.checksum import table_checksum
 from seqlake.tableformat.io import engine_location
 
@@ -86,7 +86,7 @@ def source(lake_config: Config) -> Source:
     # what arrives in it.
     paths = landing_paths(config)
     ingest_source_in_process(config, RAW, paths, max_snapshots=1)
-    first = landing_windows(paths).landed[0]
+    first = landed_windows(paths).landed[0]
     assert compact_batch_duckdb(config, paths, [first]).published
     return Source(config, stats, snapshots, first)
 

@@ -35,7 +35,7 @@ from seqlake.pipelines.ingest.duckdb import ingest_source_in_process
 from seqlake.pipelines.ingest.raw_source import create_raw_table, land_raw_records
 from seqlake.pipelines.landing.schema import window_ids
 from seqlake.pipelines.landing.tables import LandingPaths
-from seqlake.pipelines.landing.windows import landing_windows
+from seqlake.pipelines.landing.windows import landed_windows
 from seqlake.tableformat.fsck import fsck_table
 from seqlake.tableformat.registry import live_runs, published_windows
 
@@ -123,7 +123,7 @@ def import_old_events(lake: Lake, rows: int = 12) -> None:
 def closed_unpublished(lake: Lake, end_of_stream: bool = False) -> list[int]:
     history, _ = history_tables(lake.config)
     done = published_windows(history.refresh())
-    return [w for w in landing_windows(lake.paths).closed(end_of_stream) if w not in done]
+    return [w for w in landed_windows(lake.paths).closed(end_of_stream) if w not in done]
 
 
 def compact_all(spark, lake: Lake) -> None:

@@ -1,11 +1,12 @@
 """Compaction on DuckDB, in-process: the embedded profile's engine, no JVM.
 
-The same steps and the same SQL as the Spark engine (`seqlake.pipelines.compaction.spark`): first arrivals over
-the landing tier (`first_arrivals_sql`), the declared merge operators (`aggregation_sql`), transpiled
-to DuckDB by sqlglot; the rows are cut into buckets with Iceberg's own bucket function and written by
-the same file writer, the detail table is replaced per window, and the run is committed by the same
-`publish_batch` (`seqlake.pipelines.compaction.plan`). Both engines publish the same history content. Merges read each bucket's files of
-every run with DuckDB, in key order, and stream them to the writer one bucket at a time.
+The same steps and the same SQL as the Spark engine (`seqlake.pipelines.compaction.spark`): first
+arrivals over the landing tier (`first_arrivals_sql`), the declared merge operators
+(`aggregation_sql`), transpiled to DuckDB by sqlglot; the rows are cut into buckets with Iceberg's own
+bucket function and written by the same file writer, the detail table is replaced per window, and the
+run is committed by the plan's `publish_batch` (`seqlake.pipelines.compaction.plan`). Both engines
+publish the same history content. Merges read each bucket's files of every run with DuckDB, in key
+order, and stream them to the writer one bucket at a time.
 """
 
 from __future__ import annotations
@@ -29,11 +30,12 @@ from seqlake.pipelines.compaction.plan import (
     merge_to_do,
     publish_batch,
     replanning,
+    window_lsns,
 )
 from seqlake.pipelines.compaction.quarantine import split_batch_duckdb
 from seqlake.pipelines.compaction.window_replace import replace_windows
 from seqlake.pipelines.landing.schema import landing_schema
-from seqlake.pipelines.landing.tables import LandingPaths, is_delta_table
+from seqlake.pipelines.landing.tables import LandingPaths, duckdb_scan
 from seqlake.tableformat.bucketing import bucket_of
 from seqlake.tableformat.evolution import by_projection, known_field_ids, select_list
 from seqlake.tableformat.forgets import drop_users, missed_users, read_point
@@ -86,21 +88,6 @@ def batch_events_duckdb(con, config: Config, paths: LandingPaths, windows: list[
     return _as_history(con.execute(sql).to_arrow_table(), landing_schema(config))
 
 
-def _window_lsns(con, paths: LandingPaths, windows: list[int]) -> dict[int, int]:
-    highest: dict[int, int] = {}
-    for uri in (paths.events, paths.quarantine):
-        if not is_delta_table(uri):
-            continue
-        rows = con.execute(
-            f"SELECT source_partition, max(lsn) FROM delta_scan(?) WHERE window_id IN ({_windows_list(windows)}) "
-            "GROUP BY ALL",
-            [_local(uri)],
-        ).fetchall()
-        for partition, lsn in rows:
-            highest[int(partition)] = max(highest.get(int(partition), -1), int(lsn))
-    return highest
-
-
 def _bucket_ordered(rows: pa.Table, bucket_count: int) -> pa.Table:
     """Rows in the writer's order: the bucket of user_id, then the storage order."""
     with_bucket = rows.append_column("_bucket", pa.array(bucket_of(rows["user_id"], bucket_count), pa.int32()))
@@ -143,7 +130,7 @@ def _compact_batch_duckdb(
         # Users of a forget under way (it cleaned detail, not history yet) stay out of the batch.
         events = drop_users(events, missed_users(history, point, detail.refresh()))
         rows, events, quarantined = split_batch_duckdb(con, config, events, todo, point)
-        own_lsns = _window_lsns(con, paths, todo)
+        own_lsns = window_lsns(duckdb_scan(con), paths, todo)
     crash_at("before_write", fail_at)
     files = write_history_run(history, config, run_id, rows)
     crash_at("after_write", fail_at)

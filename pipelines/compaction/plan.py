@@ -30,6 +30,7 @@ from seqlake.engines.catalog import open_catalog, table_identifier
 from seqlake.pipelines.compaction.merge_policy import policy_of, runs_to_merge
 from seqlake.pipelines.faults import kill_point
 from seqlake.pipelines.landing.schema import landing_schema
+from seqlake.pipelines.landing.tables import LandingPaths, LandingQuery, LandingScan
 from seqlake.pipelines.tables import DETAIL, HISTORY
 from seqlake.tableformat.forgets import ReadPoint, inherited
 from seqlake.tableformat.registry import (
@@ -176,6 +177,28 @@ def replanning(name: str, attempt: Callable[[], CompactionResult]) -> Compaction
         except ForgetCommitted as error:
             log.info("%s: %s; planning again", name, error)
     raise ForgetCommitted(f"{name}: forgets kept committing while it ran; run compact again")
+
+
+def window_lsns_sql(windows: list[int]) -> LandingQuery:
+    """Per source partition, the highest LSN of the windows' records in a relation of landing records
+    (the range prunes the window partitions, the set keeps it exact)."""
+    listed = ", ".join(str(int(w)) for w in windows)
+    span = f"window_id >= {int(min(windows))} AND window_id <= {int(max(windows))}"
+    return lambda relation: (
+        f"SELECT source_partition, max(lsn) FROM {relation} WHERE {span} AND window_id IN ({listed}) "
+        "GROUP BY source_partition"
+    )
+
+
+def window_lsns(scan: LandingScan, paths: LandingPaths, windows: list[int]) -> dict[int, int]:
+    """Per source partition, the highest LSN of the windows' records (landed or quarantined), read by
+    an engine's `scan`. LSNs grow with arrival, so only these windows of the landing tier are read."""
+    query = window_lsns_sql(windows)
+    highest: dict[int, int] = {}
+    for uri in (paths.events, paths.quarantine):
+        for partition, lsn in scan(uri, query):
+            highest[int(partition)] = max(highest.get(int(partition), -1), int(lsn))
+    return highest
 
 
 def lsn_frontier(history: Table, window_lsn: dict[int, int]) -> dict[str, int]:

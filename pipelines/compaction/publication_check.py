@@ -13,7 +13,7 @@ from collections import Counter
 from pyiceberg.table import Table
 
 from seqlake.pipelines.landing.tables import LandingPaths
-from seqlake.pipelines.landing.windows import landing_windows
+from seqlake.pipelines.landing.windows import landed_windows
 from seqlake.tableformat.registry import live_runs
 
 
@@ -26,7 +26,7 @@ def publication_findings(history: Table, paths: LandingPaths) -> list[str]:
     for window, count in sorted(holders.items()):
         if count > 1:
             findings.append(f"window {window} is held by {count} live runs (its events count {count} times)")
-    state = landing_windows(paths)
+    state = landed_windows(paths)
     unpublished = [w for w in state.closed() if w not in holders]
     if unpublished:
         shown = ", ".join(str(w) for w in unpublished[:20]) + (" ..." if len(unpublished) > 20 else "")

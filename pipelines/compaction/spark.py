@@ -32,10 +32,11 @@ from seqlake.pipelines.compaction.plan import (
     merge_to_do,
     publish_batch,
     replanning,
+    window_lsns,
 )
 from seqlake.pipelines.compaction.quarantine import split_batch_spark
 from seqlake.pipelines.landing.schema import landing_schema
-from seqlake.pipelines.landing.tables import LandingPaths, delta_exists
+from seqlake.pipelines.landing.tables import LandingPaths, spark_scan
 from seqlake.pipelines.tables import DETAIL, HISTORY
 from seqlake.tableformat.evolution import by_projection, known_field_ids, select_list
 from seqlake.tableformat.forgets import missed_users, read_point, remove_missed
@@ -112,28 +113,6 @@ def window_events(
     return batch_events(spark, config, paths, [window_id], published)
 
 
-def window_lsns(
-    spark: SparkSession, paths: LandingPaths, windows: list[int], landed: DataFrame | None = None
-) -> dict[int, int]:
-    """Per source partition, the highest LSN of the windows' records (landed or quarantined). LSNs
-    grow with arrival, so only these windows' partitions of the landing tier are read (`landed`: the
-    windows' landing rows, when the caller holds them already)."""
-    from pyspark.sql import functions as F
-
-    highest: dict[int, int] = {}
-    for path in (paths.events, paths.quarantine):
-        if path == paths.events and landed is not None:
-            records = landed
-        elif delta_exists(spark, path):
-            records = _of_windows(spark.read.format("delta").load(path), windows)
-        else:
-            continue
-        rows = records.groupBy("source_partition").agg(F.max("lsn").alias("lsn")).collect()
-        for row in rows:
-            highest[row["source_partition"]] = max(highest.get(row["source_partition"], -1), row["lsn"])
-    return highest
-
-
 def compact_window(
     spark: SparkSession,
     config: Config,
@@ -197,7 +176,7 @@ def _compact_batch(
             remove_missed(compaction_quarantine_table(config), point, scope)
         crash_at("after_detail", fail_at)
         event_count = events.count() - split.quarantined
-        own_lsns = window_lsns(spark, paths, todo, landed)
+        own_lsns = window_lsns(spark_scan(spark, {paths.events: landed}), paths, todo)
     finally:
         if split is not None:
             split.release()

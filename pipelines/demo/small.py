@@ -21,7 +21,7 @@ from seqlake.pipelines.demo.report import Report
 from seqlake.pipelines.ingest.duckdb import ingest_source_in_process
 from seqlake.pipelines.ingest.raw_source import create_raw_table, land_raw_records
 from seqlake.pipelines.landing.tables import landing_paths
-from seqlake.pipelines.landing.windows import landing_windows
+from seqlake.pipelines.landing.windows import landed_windows
 from seqlake.tableformat.fsck import fsck_table
 from seqlake.tableformat.reader import HistoryReader
 from seqlake.tableformat.registry import live_runs
@@ -69,7 +69,7 @@ def run_small_demo(config: Config) -> Report:
     ingest["quarantined"] = dict(sorted(ingested.quarantined.items()))
 
     # The stream has ended: every landed window is closed. Published on DuckDB, in-process.
-    state = landing_windows(paths)
+    state = landed_windows(paths)
     todo = {w: state.rows.get(w, 0) for w in state.closed(end_of_stream=True)}
     events = merges = 0
     for batch in plan_batches(todo, config.layout.compaction_batch_rows):

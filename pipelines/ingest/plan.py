@@ -10,13 +10,28 @@ appends a snapshot is in its own module (`seqlake.pipelines.ingest.spark`,
 
 from __future__ import annotations
 
+import logging
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyiceberg.table import Table
+from pyiceberg.table.snapshots import Snapshot
+
 from seqlake.core.config import Config
+from seqlake.core.progress import Progress
 from seqlake.engines.catalog import open_catalog, table_identifier
+from seqlake.pipelines.ingest.parse import parse_batch
 from seqlake.pipelines.tables import HISTORY
 from seqlake.tableformat.registry import published_windows
+from seqlake.tableformat.snapshots import in_commit_order, sequence_number
+
+log = logging.getLogger(__name__)
+
+# Lands one source snapshot with the home windows of the moment: (rows landed, quarantine reasons).
+LandSnapshot = Callable[[Snapshot, dict[int, int]], tuple[int, Counter]]
 
 
 @dataclass
@@ -48,3 +63,54 @@ def home_windows(published: set[int]) -> dict[int, int]:
     for window in sorted(published, reverse=True):
         homes[window] = homes.get(window + 1, window + 1)
     return homes
+
+
+def redirect_published(batch: pa.RecordBatch, homes: dict[int, int]) -> pa.RecordBatch:
+    """`batch` with the window of records in published windows replaced by their home window."""
+    if not homes:
+        return batch
+    position = pc.index_in(batch["window_id"], value_set=pa.array(list(homes), pa.int64()))
+    redirected = pc.take(pa.array(list(homes.values()), pa.int64()), position)
+    window = pc.coalesce(redirected, batch["window_id"])
+    return batch.set_column(batch.schema.get_field_index("window_id"), "window_id", window)
+
+
+def parsed_records(batch: pa.RecordBatch, config: Config, homes: dict[int, int]) -> pa.RecordBatch:
+    """Raw records validated (`parse_batch`: rows carry a `reason` when malformed), each in its home
+    window: what either engine lands and quarantines."""
+    return redirect_published(parse_batch(batch, config), homes)
+
+
+def ingest_snapshots(
+    config: Config,
+    table: Table,
+    done: int,
+    land: LandSnapshot,
+    progress: Progress | None = None,
+    max_snapshots: int | None = None,
+    check: Callable[[], None] | None = None,
+) -> IngestResult:
+    """Ingest every snapshot of the source `table` not ingested yet (its sequence number above `done`,
+    the highest the landing tier records), at most `max_snapshots`, in commit order: `land` lands
+    each with the home windows of the moment (`home_windows`). `check` runs once before the first,
+    when there is one to ingest."""
+    snapshots = in_commit_order(table)
+    pending = [s for s in snapshots if sequence_number(s) > done]
+    result = IngestResult(skipped=len(snapshots) - len(pending))
+    if pending and check is not None:
+        check()
+    todo = pending if max_snapshots is None else pending[: max(max_snapshots, 0)]
+    if progress:
+        progress.set_total(len(todo))
+    for snapshot in todo:
+        version = sequence_number(snapshot)
+        landed, counts = land(snapshot, home_windows(current_published_windows(config)))
+        result.batches += 1
+        result.last_version = version
+        result.landed += landed
+        result.quarantined.update(counts)
+        result.records += landed + sum(counts.values())
+        log.info("source commit %d: %d landed, quarantined %s", version, landed, dict(counts))
+        if progress:
+            progress.add(rows=landed + sum(counts.values()), steps=1, note=f"snapshot {version}")
+    return result

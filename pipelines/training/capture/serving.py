@@ -135,7 +135,7 @@ def serve_and_capture(
         _compact(spark, config, paths, closed, result)
         if progress:
             progress.add(rows=records, steps=1, note=f"{len(requests)} requests captured")
-    _compact(spark, config, paths, closed_windows(spark, paths, end_of_stream=True), result)
+    _compact(spark, config, paths, closed_windows(paths, end_of_stream=True), result)
     rewrite_small_files(spark, config, [*map(training_table_name, profiles), *map(fatrow_table_name, profiles)])
     return result
 
