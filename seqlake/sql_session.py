@@ -19,6 +19,7 @@ import duckdb
 
 from seqlake.core import resources
 from seqlake.core.errors import CorruptFileError, ReadOnlyError, SeqlakeError, SqlError
+from seqlake.core.windows import window_start_sql
 from seqlake.engines.duckdb_session import SESSION_SETTINGS, connect, restrict_access, use_object_storage
 from seqlake.sql_guard import Guard, inside, refused_functions, resolve_local
 
@@ -246,6 +247,8 @@ def define_relations(session: SqlSession, quiet: bool = False) -> None:
         "SET VARIABLE seqlake_tables = CAST(MAP(?, ?) AS MAP(VARCHAR, VARCHAR))", [list(session.tables), formats]
     )
     con.execute("SET VARIABLE window_seconds = ?", [config.layout.window_seconds])
+    start = window_start_sql("window_id", "getvariable('window_seconds')")
+    con.execute(f"CREATE OR REPLACE MACRO window_start(window_id) AS {start}")
     names = list(config.tenants)
     specs = [
         {

@@ -22,6 +22,7 @@ import pytest
 
 from seqlake.core.config import Config, GeneratorSpec
 from seqlake.core.errors import SimulatedCrash
+from seqlake.core.windows import window_ids
 from seqlake.engines.catalog import open_catalog, table_identifier
 from seqlake.engines.duckdb_session import connect as duckdb_connect
 from seqlake.pipelines.compaction.plan import CRASH_POINTS, CompactionResult, history_tables
@@ -33,7 +34,6 @@ from seqlake.pipelines.ingest import spark as ingest_module
 from seqlake.pipelines.ingest.duckdb import ingest_source_in_process
 from seqlake.pipelines.ingest.raw_source import create_raw_table, land_raw_records
 from seqlake.pipelines.ingest.spark import ingest_source
-from seqlake.pipelines.landing.schema import window_ids
 from seqlake.pipelines.landing.tables import LandingPaths
 from seqlake.pipelines.landing.windows import closed_windows
 from seqlake.pipelines.tables import DETAIL, HISTORY

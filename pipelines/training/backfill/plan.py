@@ -41,6 +41,7 @@ from pyiceberg.table import Table
 
 from seqlake.core.config import Config
 from seqlake.core.errors import ForgetCommitted, SchemaError
+from seqlake.core.windows import window_start
 from seqlake.engines.catalog import open_catalog, table_identifier
 from seqlake.engines.duckdb_session import connect, sql_literal
 from seqlake.pipelines.faults import kill_point
@@ -183,7 +184,7 @@ def publication_points(history: Table, window_seconds: int) -> pa.Table:
             continue
         window = int(props["seqlake.window-id"])
         newest_window = window if newest_window is None else max(newest_window, window)
-        at = datetime.fromtimestamp((newest_window + 1) * window_seconds, UTC)
+        at = window_start(newest_window + 1, window_seconds)
         for partition, lsn in json.loads(props["seqlake.frontier"]).items():
             rows["source_partition"].append(int(partition))
             rows["arrival_ts"].append(at)
