@@ -12,10 +12,9 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, TypeVar
 
-import pyarrow as pa
-
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # imported where used: a command's help, which loads this module, loads no engine
     import numpy as np
+    import pyarrow as pa
 
 Integers = TypeVar("Integers", int, "np.ndarray")
 
@@ -41,6 +40,8 @@ def window_start(window_id: int, window_seconds: int) -> datetime:
 
 def window_ids(arrival_ts: pa.Array | pa.ChunkedArray, window_seconds: int) -> pa.Array:
     """`window_of` of an Arrow timestamp column: the window of each arrival (int64)."""
+    import pyarrow as pa
+
     millis = arrival_ts.cast(pa.timestamp("ms", tz="UTC")).cast(pa.int64()).to_numpy(zero_copy_only=False)
     return pa.array(window_of(millis, window_seconds), pa.int64())
 
