@@ -22,13 +22,8 @@ from pyspark.sql import SparkSession
 from seqlake.core.config import Config, GeneratorSpec
 from seqlake.engines.catalog import purge_tables
 from seqlake.pipelines.compaction.duckdb import compact_batch_duckdb, merge_runs_if_needed_duckdb
-from seqlake.pipelines.compaction.spark import (
-    compact_batch,
-    compact_window,
-    history_tables,
-    merge_runs_if_needed,
-    plan_batches,
-)
+from seqlake.pipelines.compaction.plan import history_tables, plan_batches
+from seqlake.pipelines.compaction.spark import compact_batch, compact_window, merge_runs_if_needed
 from seqlake.pipelines.demo.generator import EventGenerator
 from seqlake.pipelines.ingest.parse import parse_batch
 from seqlake.pipelines.landing.schema import landing_schema

@@ -45,8 +45,9 @@ from pyspark.sql import SparkSession
 from benchmarks.synthetic import column_values, pick_groups, synthetic_rows
 from seqlake.core.config import Config, GeneratorSpec
 from seqlake.core.events import RAW_SCHEMA
+from seqlake.core.windows import window_of, window_start_ms
 from seqlake.engines.catalog import open_catalog, table_identifier
-from seqlake.pipelines.demo.generator import USER_ID_BASE, EventGenerator
+from seqlake.pipelines.demo.generator import USER_ID_BASE, EventGenerator, epoch_ms
 from seqlake.pipelines.ingest.spark import ingest_source
 from seqlake.pipelines.landing.schema import landing_schema
 from seqlake.pipelines.landing.tables import LandingPaths
@@ -232,7 +233,7 @@ def synthetic_run(
         config,
         user_id=user,
         feature_group=pick_groups(config, n, rng),
-        event_ts_us=window_id * window_us + rng.integers(0, window_us, n),
+        event_ts_us=window_start_ms(window_id, config.layout.window_seconds) * 1000 + rng.integers(0, window_us, n),
         lsn=window_id * 10 * len(users) * rows_per_user + np.arange(n, dtype=np.int64),  # unique, per window
         source_partition=user % partitions,
         window_id=np.full(n, window_id, np.int64),
@@ -434,7 +435,7 @@ def run_ingest_bench(
     # Prior landing rows: an open window before the batch's, through the real ingest path.
     prior_landing = _generated(config, users, landing_prior, start - window, seed + 1, clean=True)
     # History windows come first, then the open window of the prior landing rows, then the batch's.
-    first_window = int(config.generator.start_ts.timestamp()) // config.layout.window_seconds
+    first_window = window_of(epoch_ms(config.generator.start_ts), config.layout.window_seconds)
     for side in sides:
         say(f"setup {side.name}: {prior_events - landing_prior:,} history + {landing_prior:,} landing events per user")
         catalog = open_catalog(side.config)

@@ -36,6 +36,7 @@ import pyarrow.parquet as pq
 
 from benchmarks.synthetic import history_lengths, increasing_per_user, pick_groups, skewed_values, synthetic_rows
 from seqlake.core.config import Config, load_config
+from seqlake.core.windows import window_of
 from seqlake.tableformat.io import CountingFileSystem, FooterCache, PlainFileSystem, read_footer
 from seqlake.tableformat.layout import DEFAULT_POLICY, LayoutPolicy, parquet_writer_options
 from seqlake.tableformat.reader import read_user_from_file
@@ -137,7 +138,7 @@ def history_rows(config: Config, users: int, heavy_users: int, heavy_rows: int, 
         lsn=lsn,
         min_lsn=lsn - (event_count - 1) * rng.integers(1, 200, n),
         event_count=event_count,
-        window_id=elapsed // (config.layout.window_seconds * 1_000_000),
+        window_id=window_of(elapsed // 1000, config.layout.window_seconds),
         values=lambda name, kind, size, generator: skewed_values(name, kind, size, generator, gen.items),
         rng=rng,
         bucketed=False,

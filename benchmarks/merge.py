@@ -24,7 +24,7 @@ from seqlake.core.config import Config
 from seqlake.engines.catalog import purge_tables
 from seqlake.pipelines.compaction.duckdb import merge_runs_if_needed_duckdb, write_history_run
 from seqlake.pipelines.compaction.merge_policy import policy_of
-from seqlake.pipelines.compaction.spark import history_tables
+from seqlake.pipelines.compaction.plan import history_tables
 from seqlake.pipelines.tables import DETAIL, HISTORY
 from seqlake.tableformat.lookup_index import FileIndex
 from seqlake.tableformat.registry import RunRecord, commit_runs, live_runs

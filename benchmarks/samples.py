@@ -30,7 +30,7 @@ from benchmarks.synthetic import pick_groups, synthetic_rows
 from seqlake.core.config import Config
 from seqlake.engines.duckdb_session import connect, sql_literal
 from seqlake.pipelines.compaction.duckdb import write_history_run
-from seqlake.pipelines.compaction.spark import history_tables
+from seqlake.pipelines.compaction.plan import history_tables
 from seqlake.pipelines.landing.tables import landing_paths
 from seqlake.pipelines.tables import load_existing_table
 from seqlake.pipelines.training.capture.online_view import ViewSnapshot

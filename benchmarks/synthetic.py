@@ -16,6 +16,7 @@ import numpy as np
 import pyarrow as pa
 
 from seqlake.core.config import Config
+from seqlake.core.windows import window_of
 from seqlake.pipelines.demo.generator import group_weights, pareto_lengths
 from seqlake.tableformat.bucketing import bucket_of
 from seqlake.tableformat.schema import history_arrow_schema
@@ -127,7 +128,7 @@ def synthetic_rows(
             (user_id % config.generator.source_partitions) if source_partition is None else source_partition
         ).astype(np.int32),
         "event_count": np.ones(n, np.int32) if event_count is None else event_count.astype(np.int32),
-        "window_id": event_ts_us // (config.layout.window_seconds * 1_000_000) if window_id is None else window_id,
+        "window_id": window_of(event_ts_us // 1000, config.layout.window_seconds) if window_id is None else window_id,
     }
     for name, kind in config.column_types().items():
         owners = [g for g, spec in config.feature_groups.items() if name in spec.columns]

@@ -72,15 +72,16 @@ def compact_windows(
     """Publish the chosen (or every closed) window in batches, merging runs after each; the document
     and the text of what happened."""
     from seqlake.core.progress import Progress
-    from seqlake.pipelines.compaction.publication_check import landing_windows
-    from seqlake.pipelines.compaction.spark import compact_batch, history_tables, merge_runs_if_needed, plan_batches
-    from seqlake.pipelines.compaction.spark import published_windows as published
+    from seqlake.pipelines.compaction.plan import history_tables, plan_batches
+    from seqlake.pipelines.compaction.spark import compact_batch, merge_runs_if_needed
     from seqlake.pipelines.landing.tables import landing_paths
+    from seqlake.pipelines.landing.windows import landed_windows
+    from seqlake.tableformat.registry import published_windows as published
 
     paths = landing_paths(config)
     history, _ = history_tables(config)
     done = published(history)
-    state = landing_windows(paths)  # DuckDB: a refused request costs no JVM start
+    state = landed_windows(paths)  # DuckDB: a refused request costs no JVM start
     if windows:
         check_requested(windows, state, end_of_stream)
     spark = None

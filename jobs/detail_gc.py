@@ -25,7 +25,7 @@ from seqlake.core.output import emit
 )
 @common_options
 def command(retention_windows: int | None) -> None:
-    from seqlake.pipelines.compaction.spark import history_tables
+    from seqlake.pipelines.compaction.plan import history_tables
     from seqlake.pipelines.maintenance.steps import detail_keep_from, drop_detail_windows, user_tables
 
     config = load_cli_config()

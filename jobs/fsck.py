@@ -71,11 +71,11 @@ def window_sources(config: Config, windows: list[int]) -> list[WindowSource]:
 
 
 def _closed_without_end_of_stream(config: Config) -> set[int]:
-    from seqlake.pipelines.compaction.publication_check import landing_windows
     from seqlake.pipelines.landing.tables import landing_paths
+    from seqlake.pipelines.landing.windows import landed_windows
 
     try:
-        return set(landing_windows(landing_paths(config)).closed())
+        return set(landed_windows(landing_paths(config)).closed())
     except Exception:  # no landing tier (or an unreadable one): nothing is closed by a watermark
         return set()
 

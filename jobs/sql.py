@@ -18,6 +18,8 @@ and the variables the SQL files read with getvariable():
   window_seconds       layout.window_seconds
   tenants              MAP tenant -> {feature_groups, columns, max_length} from the configuration
 
+and the macro window_start(window_id): the first instant of a processing window (a TIMESTAMPTZ).
+
 Then every sql/*.sql file runs in name order, so a file may use what an earlier one defines. Loading
 runs only definitions (CREATE, SET, DROP, ALTER); a file's queries run with `--file`. A definition
 that needs a table this warehouse lacks (or an object skipped for that reason) is skipped with a note.

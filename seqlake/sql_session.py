@@ -19,6 +19,7 @@ import duckdb
 
 from seqlake.core import resources
 from seqlake.core.errors import CorruptFileError, ReadOnlyError, SeqlakeError, SqlError
+from seqlake.core.windows import window_start_sql
 from seqlake.engines.duckdb_session import SESSION_SETTINGS, connect, restrict_access, use_object_storage
 from seqlake.sql_guard import Guard, inside, refused_functions, resolve_local
 
@@ -195,7 +196,7 @@ def define_relations(session: SqlSession, quiet: bool = False) -> None:
     """Views and variables for the warehouse's tables (only those that exist)."""
     con, config = session.con, session.config
     from seqlake.engines.catalog import check_warehouse, open_catalog, table_identifier
-    from seqlake.pipelines.landing.tables import landing_paths
+    from seqlake.pipelines.landing.tables import is_delta_table, landing_paths
 
     check_warehouse(config)
 
@@ -212,8 +213,7 @@ def define_relations(session: SqlSession, quiet: bool = False) -> None:
         )
     paths = landing_paths(config)
     for name, location in zip(DELTA_TABLES, (paths.events, paths.quarantine), strict=True):
-        local = _local_path(location)
-        if local is not None and not (local / "_delta_log").is_dir():
+        if _local_path(location) is not None and not is_delta_table(location):
             session.missing[name] = f"no Delta table at {location}"
             continue
         session.tables[name] = WarehouseTable(name, "delta", engine_uri(location))
@@ -247,6 +247,8 @@ def define_relations(session: SqlSession, quiet: bool = False) -> None:
         "SET VARIABLE seqlake_tables = CAST(MAP(?, ?) AS MAP(VARCHAR, VARCHAR))", [list(session.tables), formats]
     )
     con.execute("SET VARIABLE window_seconds = ?", [config.layout.window_seconds])
+    start = window_start_sql("window_id", "getvariable('window_seconds')")
+    con.execute(f"CREATE OR REPLACE MACRO window_start(window_id) AS {start}")
     names = list(config.tenants)
     specs = [
         {

@@ -30,7 +30,7 @@ CREATE OR REPLACE VIEW window_freshness AS
     )
     SELECT
         w.window_id,
-        to_timestamp(w.window_id * getvariable('window_seconds')) AS window_start,
+        window_start(w.window_id) AS window_start,
         coalesce(l.landed_rows, 0) AS landed_rows,
         coalesce(l.landed_events, 0) AS landed_events,
         coalesce(q.quarantined_rows, 0) AS quarantined_rows,

@@ -7,7 +7,7 @@ from __future__ import annotations
 import sys
 
 from seqlake.core.config import load_config
-from seqlake.pipelines.compaction.spark import history_tables
+from seqlake.pipelines.compaction.plan import history_tables
 from seqlake.pipelines.landing.tables import landing_paths
 from seqlake.pipelines.training.capture.online_view import ViewSnapshot
 from seqlake.pipelines.training.capture.pointers import capture_batch, request_table

@@ -8,8 +8,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from seqlake.engines.catalog import spark_name
 from seqlake.jobs.backfill import main as backfill_main
-from seqlake.pipelines.compaction.spark import compact_window, history_tables, spark_name
+from seqlake.pipelines.compaction.plan import history_tables
+from seqlake.pipelines.compaction.spark import compact_window
 from seqlake.pipelines.landing.tables import landing_paths
 from seqlake.pipelines.tables import HISTORY, load_existing_table
 from seqlake.pipelines.training.backfill.plan import write_backfill

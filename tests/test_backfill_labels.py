@@ -32,7 +32,7 @@ def test_lake_backfill_streams_and_writes_label_rows_as_they_are(tmp_path):
     import pyarrow as pa
 
     import seqlake
-    from seqlake.pipelines.compaction.spark import history_tables
+    from seqlake.pipelines.compaction.plan import history_tables
     from seqlake.pipelines.tables import load_existing_table
 
     config = example_config(tmp_path / "warehouse", top_k=10, fragment=2)

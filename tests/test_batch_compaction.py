@@ -5,15 +5,10 @@ from __future__ import annotations
 
 import pytest
 
+from seqlake.core.errors import SimulatedCrash
 from seqlake.pipelines.compaction.duckdb import compact_batch_duckdb, merge_runs_if_needed_duckdb
-from seqlake.pipelines.compaction.spark import (
-    CRASH_POINTS,
-    SimulatedCrash,
-    compact_batch,
-    compact_window,
-    history_tables,
-    plan_batches,
-)
+from seqlake.pipelines.compaction.plan import CRASH_POINTS, history_tables, plan_batches
+from seqlake.pipelines.compaction.spark import compact_batch, compact_window
 from seqlake.tableformat.checksum import table_checksum
 from seqlake.tableformat.registry import live_runs
 from seqlake.tableformat.schema import KEY_COLUMNS

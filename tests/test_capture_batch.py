@@ -11,7 +11,7 @@ import pytest
 
 from benchmarks.samples import HOUR_US, Scale, bench_config, history_rows, publish
 from seqlake.core.config import load_config
-from seqlake.pipelines.compaction.spark import history_tables
+from seqlake.pipelines.compaction.plan import history_tables
 from seqlake.pipelines.landing.tables import landing_paths
 from seqlake.pipelines.training.capture.online_view import ViewSnapshot
 from seqlake.pipelines.training.capture.pointers import (

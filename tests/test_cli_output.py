@@ -167,7 +167,7 @@ def test_log_level_sets_what_seqlake_logs_and_spark_follows(tmp_path):
     assert drop.returncode == 0, drop.stderr
     chatty = seqlake("--log-level", "info", "compact", "--engine", "duckdb", "--end-of-stream", warehouse=warehouse)
     assert chatty.returncode == 0, chatty.stderr
-    assert "INFO seqlake.pipelines.compaction.spark: published run w490994: windows [490994]" in chatty.stderr
+    assert "INFO seqlake.pipelines.compaction.plan: published run w490994: windows [490994]" in chatty.stderr
     probe = (
         "from seqlake.core import logs\n"
         "before = logs.spark_log_level()\n"

@@ -24,8 +24,9 @@ from seqlake.core.payload import INT_RANGES
 from seqlake.engines.catalog import open_catalog, table_identifier
 from seqlake.pipelines.compaction.duckdb import compact_batch_duckdb
 from seqlake.pipelines.compaction.duckdb_aggregate import aggregate_window_local
+from seqlake.pipelines.compaction.plan import history_tables
 from seqlake.pipelines.compaction.quarantine import compaction_quarantine_table
-from seqlake.pipelines.compaction.spark import compact_batch, compact_window, history_tables
+from seqlake.pipelines.compaction.spark import compact_batch, compact_window
 from seqlake.pipelines.ingest.raw_source import create_raw_table, land_raw_records
 from seqlake.pipelines.ingest.spark import ingest_source
 from seqlake.pipelines.landing.tables import LandingPaths
@@ -102,7 +103,7 @@ def landed(spark, lake_config):
     land_raw_records(raw, raw_records().to_batches(), window_seconds=config.layout.window_seconds)
     ingested = ingest_source(spark, config, RAW, paths)
     assert ingested.landed == len(EVENTS) and not ingested.quarantined  # every value fits its column
-    windows = closed_windows(spark, paths, end_of_stream=True)
+    windows = closed_windows(paths, end_of_stream=True)
     assert windows == [W0, W0 + 1]
     return config, paths, windows
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from seqlake.engines.duckdb_session import connect
 from seqlake.pipelines.compaction.duckdb import compact_batch_duckdb, merge_runs_if_needed_duckdb
-from seqlake.pipelines.compaction.publication_check import is_delta_table
-from seqlake.pipelines.compaction.spark import history_tables, published_frontier
-from seqlake.tableformat.registry import FRONTIER_PROPERTY, live_runs, published_windows
+from seqlake.pipelines.compaction.plan import history_tables
+from seqlake.pipelines.landing.tables import is_delta_table
+from seqlake.tableformat.registry import FRONTIER_PROPERTY, live_runs, published_frontier, published_windows
 from tests.test_publication_races import assert_every_valid_event_once, closed_unpublished, deliver, new_lake
 
 

@@ -21,22 +21,19 @@ import pyarrow.compute as pc
 import pytest
 
 from seqlake.core.config import Config, GeneratorSpec
+from seqlake.core.errors import SimulatedCrash
+from seqlake.core.windows import window_ids
 from seqlake.engines.catalog import open_catalog, table_identifier
 from seqlake.engines.duckdb_session import connect as duckdb_connect
-from seqlake.pipelines.compaction.spark import (
-    CRASH_POINTS,
-    CompactionResult,
-    SimulatedCrash,
-    compact_window,
-    history_tables,
-)
+from seqlake.pipelines.compaction.plan import CRASH_POINTS, CompactionResult, history_tables
+from seqlake.pipelines.compaction.spark import compact_window
 from seqlake.pipelines.demo.full import reset_demo_tables
 from seqlake.pipelines.demo.generator import EventGenerator, GeneratorStats
+from seqlake.pipelines.ingest import plan as ingest_plan
 from seqlake.pipelines.ingest import spark as ingest_module
 from seqlake.pipelines.ingest.duckdb import ingest_source_in_process
 from seqlake.pipelines.ingest.raw_source import create_raw_table, land_raw_records
 from seqlake.pipelines.ingest.spark import ingest_source
-from seqlake.pipelines.landing.schema import window_ids
 from seqlake.pipelines.landing.tables import LandingPaths
 from seqlake.pipelines.landing.windows import closed_windows
 from seqlake.pipelines.tables import DETAIL, HISTORY
@@ -194,7 +191,7 @@ def stream(spark, lake_config) -> Stream:
     # The rest arrives, with very late events of window 1, and closes.
     land_raw_records(raw, records.filter(pc.invert(in_first)).to_batches(), window_seconds=seconds)
     ingested.append(ingest_source_in_process(config, RAW, paths))
-    assert closed_windows(spark, paths, end_of_stream=True) == windows
+    assert closed_windows(paths, end_of_stream=True) == windows
     results = [compact_window(spark, config, paths, w) for w in windows[1:]]
     assert all(r.published for r in results)
 
@@ -387,7 +384,7 @@ def test_ingest_replay_lands_nothing_twice(spark, stream, monkeypatch):
     # This second landing tier replays the source while history already holds its windows; rows of
     # published windows would (rightly) be redirected to the next open window. Replay as the first
     # ingest saw the table, so the result can be compared row for row with the reference landing.
-    monkeypatch.setattr(ingest_module, "current_published_windows", lambda config: set())
+    monkeypatch.setattr(ingest_plan, "current_published_windows", lambda config: set())
     with pytest.raises(SimulatedCrash):
         ingest_source(spark, config, RAW, paths)
     assert calls == [paths.quarantine, paths.events, paths.quarantine]

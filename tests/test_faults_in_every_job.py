@@ -28,7 +28,7 @@ from seqlake.core.config import Config, load_config
 from seqlake.engines.catalog import open_catalog
 from seqlake.engines.duckdb_session import connect
 from seqlake.pipelines.compaction.duckdb import compact_batch_duckdb
-from seqlake.pipelines.compaction.spark import history_tables
+from seqlake.pipelines.compaction.plan import history_tables
 from seqlake.pipelines.faults import KILL_AT_ENV
 from seqlake.pipelines.landing.tables import landing_paths
 from seqlake.pipelines.maintenance.steps import maintained_tables, referenced_files, run_maintenance

@@ -24,8 +24,8 @@ from seqlake.core.errors import SeqlakeError, SetupError
 from seqlake.core.events import RAW_SCHEMA
 from seqlake.engines.catalog import open_catalog, table_identifier
 from seqlake.engines.duckdb_session import connect
+from seqlake.pipelines.compaction.plan import history_tables
 from seqlake.pipelines.compaction.quarantine import compaction_quarantine_schema, compaction_quarantine_table
-from seqlake.pipelines.compaction.spark import history_tables
 from seqlake.pipelines.demo.full import RAW_TABLE
 from seqlake.pipelines.faults import KILL_AT_ENV
 from seqlake.pipelines.forget.remove import forget_users, tables_with_users, user_rows

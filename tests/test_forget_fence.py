@@ -24,7 +24,8 @@ import pytest
 
 from seqlake.engines.duckdb_session import connect
 from seqlake.pipelines.compaction.duckdb import compact_batch_duckdb, merge_runs_if_needed_duckdb
-from seqlake.pipelines.compaction.spark import compact_batch, history_tables, merge_runs_if_needed
+from seqlake.pipelines.compaction.plan import history_tables
+from seqlake.pipelines.compaction.spark import compact_batch, merge_runs_if_needed
 from seqlake.pipelines.faults import run_at
 from seqlake.pipelines.forget.leftovers import forgotten_findings
 from seqlake.pipelines.forget.remove import forget_users, tables_with_users

@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 
 from seqlake.engines.catalog import open_catalog, table_identifier
 from seqlake.pipelines.compaction.duckdb import compact_batch_duckdb, merge_runs_if_needed_duckdb
-from seqlake.pipelines.compaction.spark import history_tables
+from seqlake.pipelines.compaction.plan import history_tables
 from seqlake.pipelines.faults import run_at
 from seqlake.pipelines.forget.leftovers import forgotten_findings
 from seqlake.pipelines.forget.remove import forget_users, tables_with_users

@@ -19,7 +19,7 @@ import yaml
 from seqlake.core.config import Config, load_config
 from seqlake.core.payload import named_user_ids, validate_payload
 from seqlake.engines.duckdb_session import connect
-from seqlake.pipelines.compaction.spark import history_tables
+from seqlake.pipelines.compaction.plan import history_tables
 from seqlake.pipelines.demo.generator import EventGenerator
 from seqlake.pipelines.forget.remove import names_users, tables_with_users, user_rows
 from seqlake.pipelines.landing.tables import landing_paths

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from seqlake.engines.catalog import open_catalog, table_identifier
-from seqlake.pipelines.compaction.spark import compact_window, history_tables, published_frontier
+from seqlake.pipelines.compaction.plan import history_tables
+from seqlake.pipelines.compaction.spark import compact_window
 from seqlake.pipelines.demo.full import reset_demo_tables
 from seqlake.pipelines.demo.generator import EventGenerator
 from seqlake.pipelines.ingest.raw_source import create_raw_table, land_raw_records
@@ -14,6 +15,7 @@ from seqlake.pipelines.landing.tables import landing_paths
 from seqlake.pipelines.landing.windows import closed_windows
 from seqlake.pipelines.reads.fresh import fresh_history
 from seqlake.tableformat.reader import HistoryReader, Selection
+from seqlake.tableformat.registry import published_frontier
 from tests.conftest import make_config
 
 pytestmark = pytest.mark.spark
@@ -29,7 +31,7 @@ def test_fresh_read_before_publication_equals_history_after(spark, lake_config):
     land_raw_records(raw, EventGenerator(config).batches(), window_seconds=config.layout.window_seconds)
     paths = landing_paths(config)
     ingest_source(spark, config, "raw_events", paths)
-    windows = closed_windows(spark, paths, end_of_stream=True)
+    windows = closed_windows(paths, end_of_stream=True)
     compact_window(spark, config, paths, windows[0])
 
     history, _ = history_tables(config)

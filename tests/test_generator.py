@@ -14,7 +14,7 @@ import pytest
 from seqlake.core.config import Config, load_config
 from seqlake.core.events import MAX_EVENT_TS_MS, PAYLOAD_KEYS, RAW_SCHEMA
 from seqlake.core.payload import MAX_PAYLOAD_BYTES, unreadable_line_payload, validate_payload
-from seqlake.pipelines.demo.generator import MALFORMED_REASONS, EventGenerator, GeneratorStats, window_of
+from seqlake.pipelines.demo.generator import MALFORMED_REASONS, EventGenerator, GeneratorStats, stream_window
 
 SMALL = {"users": 300, "max_events": 5000, "windows": 6, "heavy_users": 2, "items": 5000}
 
@@ -63,8 +63,8 @@ def measure(table: pa.Table, config: Config) -> Measured:
     late = very_late = 0
     newest: dict[int, int] = defaultdict(lambda: -1)  # latest event time seen per user so far
     for event in events.values():
-        own = int(window_of(event["event_ts"], window_seconds, start))
-        delivered = int(window_of(event["arrival_ts"], window_seconds, start))
+        own = int(stream_window(event["event_ts"], window_seconds, start))
+        delivered = int(stream_window(event["arrival_ts"], window_seconds, start))
         if delivered > own:
             very_late += 1
         elif newest[event["user_id"]] > event["event_ts"]:
@@ -108,7 +108,7 @@ def test_schema_batches_and_lsns(config: Config, small) -> None:
         mask = partitions == p
         assert lsns[mask].tolist() == list(range(mask.sum()))  # no gaps, arrival order
         assert np.all(np.diff(arrivals[mask]) >= 0)
-    windows = window_of(arrivals, config.layout.window_seconds, spec.start_ts)
+    windows = stream_window(arrivals, config.layout.window_seconds, spec.start_ts)
     assert windows.min() == 0 and windows.max() == spec.windows - 1
     # The stream is keyed by user: a user's records all land in user_id % partitions.
     for event in small[2].events.values():

@@ -18,7 +18,7 @@ import yaml
 from seqlake.core.config import load_config
 from seqlake.engines.catalog import open_catalog
 from seqlake.engines.duckdb_session import connect
-from seqlake.pipelines.compaction.spark import history_tables
+from seqlake.pipelines.compaction.plan import history_tables
 from seqlake.pipelines.landing.tables import landing_paths
 from seqlake.tableformat.io import engine_location
 from tests.test_no_event_lost import make_warehouse, seqlake

@@ -359,10 +359,10 @@ def test_whole_pipeline_on_both_samples(lake_config: Config, tmp_path: Path, cap
     from seqlake.engines.catalog import open_catalog, table_identifier
     from seqlake.jobs.import_events import main as import_main
     from seqlake.pipelines.compaction.duckdb import compact_batch_duckdb
-    from seqlake.pipelines.compaction.publication_check import landing_windows
-    from seqlake.pipelines.compaction.spark import history_tables, plan_batches
+    from seqlake.pipelines.compaction.plan import history_tables, plan_batches
     from seqlake.pipelines.ingest.duckdb import ingest_source_in_process
     from seqlake.pipelines.landing.tables import landing_paths
+    from seqlake.pipelines.landing.windows import landed_windows
     from seqlake.tableformat.fsck import fsck_table
 
     # Hourly windows, the samples' natural length: thousands of them, compacted as one backlog.
@@ -404,7 +404,7 @@ def test_whole_pipeline_on_both_samples(lake_config: Config, tmp_path: Path, cap
     ingest_done = time.monotonic()
 
     # 3. close every window: the backlog in batches, as `seqlake compact --end-of-stream` does
-    state = landing_windows(paths)
+    state = landed_windows(paths)
     windows = state.closed(end_of_stream=True)
     window_ms = window_seconds * 1000
     assert windows == sorted({ts // window_ms for _, _, ts in source})

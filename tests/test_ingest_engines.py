@@ -28,16 +28,17 @@ from seqlake.core.errors import SeqlakeError
 from seqlake.engines.catalog import open_catalog, table_identifier
 from seqlake.engines.duckdb_session import connect
 from seqlake.pipelines.compaction.duckdb import compact_batch_duckdb
-from seqlake.pipelines.compaction.publication_check import landing_windows
 from seqlake.pipelines.demo.generator import EventGenerator, GeneratorStats
 from seqlake.pipelines.faults import KILL_AT_ENV
 from seqlake.pipelines.ingest.duckdb import ingest_source_in_process
+from seqlake.pipelines.ingest.plan import ingest_app_id
 from seqlake.pipelines.ingest.raw_source import create_raw_table, land_raw_records
-from seqlake.pipelines.ingest.spark import ingest_app_id, ingest_source
+from seqlake.pipelines.ingest.spark import ingest_source
 from seqlake.pipelines.landing import delta_writer
 from seqlake.pipelines.landing.delta_writer import applied_version
 from seqlake.pipelines.landing.schema import QUARANTINE_SCHEMA, landing_schema, window_ids
 from seqlake.pipelines.landing.tables import LandingPaths, landing_paths
+from seqlake.pipelines.landing.windows import landed_windows
 from seqlake.tableformat.checksum import table_checksum
 from seqlake.tableformat.io import engine_location
 
@@ -85,7 +86,7 @@ def source(lake_config: Config) -> Source:
     # what arrives in it.
     paths = landing_paths(config)
     ingest_source_in_process(config, RAW, paths, max_snapshots=1)
-    first = landing_windows(paths).landed[0]
+    first = landed_windows(paths).landed[0]
     assert compact_batch_duckdb(config, paths, [first]).published
     return Source(config, stats, snapshots, first)
 

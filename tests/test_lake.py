@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 import seqlake
-from seqlake.pipelines.compaction.spark import history_tables
+from seqlake.pipelines.compaction.plan import history_tables
 from seqlake.pipelines.landing.tables import landing_paths
 from seqlake.pipelines.training.capture.online_view import ViewSnapshot
 from seqlake.pipelines.training.capture.pointers import Request, capture_requests

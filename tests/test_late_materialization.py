@@ -17,7 +17,9 @@ import pytest
 import yaml
 
 from seqlake.core.config import DEFAULT_CONFIG_PATH, parse_config
-from seqlake.pipelines.compaction.spark import compact_window, history_tables, spark_name
+from seqlake.engines.catalog import spark_name
+from seqlake.pipelines.compaction.plan import history_tables
+from seqlake.pipelines.compaction.spark import compact_window
 from seqlake.pipelines.demo.full import reset_demo_tables
 from seqlake.pipelines.landing.schema import landing_schema
 from seqlake.pipelines.landing.tables import append_idempotent, landing_paths

@@ -21,7 +21,7 @@ from benchmarks.merge import BASE_WINDOW, publish_window, window_rows
 from seqlake.core.config import Config, load_config
 from seqlake.engines.catalog import open_catalog, table_identifier
 from seqlake.pipelines.compaction.duckdb import merge_runs_if_needed_duckdb
-from seqlake.pipelines.compaction.spark import history_tables
+from seqlake.pipelines.compaction.plan import history_tables
 from seqlake.pipelines.maintenance.steps import (
     detail_keep_from,
     drop_detail_windows,

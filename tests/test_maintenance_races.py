@@ -19,7 +19,7 @@ from benchmarks.merge import BASE_WINDOW, HOUR_US, window_rows
 from seqlake.core.config import Config
 from seqlake.engines.catalog import open_catalog, table_identifier
 from seqlake.pipelines.compaction.duckdb import merge_runs_if_needed_duckdb, write_history_run
-from seqlake.pipelines.compaction.spark import history_tables
+from seqlake.pipelines.compaction.plan import history_tables
 from seqlake.pipelines.landing.tables import landing_paths
 from seqlake.pipelines.maintenance.steps import maintained_tables, referenced_files, run_maintenance
 from seqlake.pipelines.training.capture.online_view import ViewSnapshot

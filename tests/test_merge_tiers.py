@@ -11,7 +11,7 @@ import pyarrow as pa
 from benchmarks.merge import BASE_WINDOW, format_report, publish_window, run_merge_bench, window_rows
 from seqlake.core.config import Config
 from seqlake.pipelines.compaction.duckdb import merge_runs_if_needed_duckdb
-from seqlake.pipelines.compaction.spark import history_tables
+from seqlake.pipelines.compaction.plan import history_tables
 from seqlake.tableformat.checksum import table_checksum
 from seqlake.tableformat.fsck import fsck_table
 from seqlake.tableformat.reader import HistoryReader

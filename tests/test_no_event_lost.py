@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 from seqlake.core.config import DEFAULT_CONFIG_PATH, load_config
-from seqlake.pipelines.compaction.spark import history_tables
+from seqlake.pipelines.compaction.plan import history_tables
 from seqlake.pipelines.faults import KILL_AT_ENV
 from seqlake.tableformat.registry import live_runs
 from seqlake.tableformat.schema import STORAGE_ORDER
@@ -177,7 +177,7 @@ def test_compactions_killed_inside_batches_rerun_to_the_clean_history(tmp_path: 
 def test_racing_compactions_publish_each_window_once(catalog: str, tmp_path: Path, request) -> None:
     # Two writer processes commit through one catalog: the embedded SQLite file, or a shared
     # PostgreSQL database (tests/postgres_server.py), as jobs on a cluster would. In-process jobs: both
-    # engines publish through the same commit (seqlake.pipelines.compaction.spark.publish_batch), whose races on
+    # engines publish through the same commit (seqlake.pipelines.compaction.plan.publish_batch), whose races on
     # Spark tests/test_publication_races.py runs at the worst moments.
     catalog_uri = request.getfixturevalue("postgres_catalog_uri") if catalog == "postgresql" else None
     config = make_warehouse(tmp_path, catalog_uri, max_runs=2)

@@ -167,7 +167,7 @@ def test_limits_land_beyond_them_quarantined_and_every_window_is_published(spark
     assert (in_process.landed, in_process.quarantined) == (ingested.landed, ingested.quarantined)
     assert delta_rows(mine.events).equals(landing) and delta_rows(mine.quarantine).equals(quarantine)
 
-    windows = closed_windows(spark, paths, end_of_stream=True)
+    windows = closed_windows(paths, end_of_stream=True)
     assert windows == [W0, W0 + 1]
     results = [compact_window(spark, config, paths, w) for w in windows]
     assert all(r.published for r in results)

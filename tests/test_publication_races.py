@@ -21,25 +21,21 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from seqlake.core.config import Config, GeneratorSpec
+from seqlake.core.errors import SimulatedCrash
 from seqlake.engines.catalog import open_catalog, table_identifier
 from seqlake.engines.duckdb_session import connect
 from seqlake.pipelines.compaction import spark as compaction
 from seqlake.pipelines.compaction import spark_runs as spark_history
 from seqlake.pipelines.compaction.duckdb import compact_batch_duckdb
-from seqlake.pipelines.compaction.publication_check import landing_windows, publication_findings
-from seqlake.pipelines.compaction.spark import (
-    CRASH_POINTS,
-    SimulatedCrash,
-    compact_batch,
-    compact_window,
-    history_tables,
-    merge_runs_if_needed,
-)
+from seqlake.pipelines.compaction.plan import CRASH_POINTS, history_tables
+from seqlake.pipelines.compaction.publication_check import publication_findings
+from seqlake.pipelines.compaction.spark import compact_batch, compact_window, merge_runs_if_needed
 from seqlake.pipelines.demo.generator import EventGenerator
 from seqlake.pipelines.ingest.duckdb import ingest_source_in_process
 from seqlake.pipelines.ingest.raw_source import create_raw_table, land_raw_records
 from seqlake.pipelines.landing.schema import window_ids
 from seqlake.pipelines.landing.tables import LandingPaths
+from seqlake.pipelines.landing.windows import landed_windows
 from seqlake.tableformat.fsck import fsck_table
 from seqlake.tableformat.registry import live_runs, published_windows
 
@@ -127,7 +123,7 @@ def import_old_events(lake: Lake, rows: int = 12) -> None:
 def closed_unpublished(lake: Lake, end_of_stream: bool = False) -> list[int]:
     history, _ = history_tables(lake.config)
     done = published_windows(history.refresh())
-    return [w for w in landing_windows(lake.paths).closed(end_of_stream) if w not in done]
+    return [w for w in landed_windows(lake.paths).closed(end_of_stream) if w not in done]
 
 
 def compact_all(spark, lake: Lake) -> None:

@@ -21,7 +21,7 @@ import pyarrow.parquet as pq
 import yaml
 
 from seqlake.engines.catalog import open_catalog, table_identifier
-from seqlake.pipelines.compaction.spark import history_tables
+from seqlake.pipelines.compaction.plan import history_tables
 from seqlake.pipelines.demo.generator import EventGenerator
 from seqlake.pipelines.ingest.raw_source import create_raw_table, land_raw_records
 from seqlake.tableformat.checksum import table_checksum

@@ -23,7 +23,7 @@ import yaml
 import seqlake
 from seqlake.core.errors import CorruptFileError, SqlError
 from seqlake.engines.duckdb_session import connect
-from seqlake.pipelines.compaction.spark import history_tables
+from seqlake.pipelines.compaction.plan import history_tables
 from seqlake.sql_session import open_session
 from seqlake.tableformat.cache import CachedHistoryReader
 from seqlake.tableformat.reader import HistoryReader, Selection

@@ -163,11 +163,11 @@ def test_storage_command_creates_lists_and_empties_a_bucket(s3_env: S3Server, tm
 
 def test_in_process_ingest_on_s3_lands_what_it_lands_on_local_disk(s3_env: S3Server, tmp_path: Path) -> None:
     from seqlake.engines.catalog import open_catalog, table_identifier
-    from seqlake.pipelines.compaction.publication_check import landing_windows
     from seqlake.pipelines.demo.generator import EventGenerator
     from seqlake.pipelines.ingest.duckdb import ingest_source_in_process
     from seqlake.pipelines.ingest.raw_source import create_raw_table, land_raw_records
     from seqlake.pipelines.landing.tables import landing_paths
+    from seqlake.pipelines.landing.windows import landed_windows
 
     create_bucket(BUCKET)
     tiny = {"users": 20, "max_events": 200, "windows": 2}
@@ -184,7 +184,7 @@ def test_in_process_ingest_on_s3_lands_what_it_lands_on_local_disk(s3_env: S3Ser
         landed[config.warehouse_uri().split(":")[0]] = (
             result.landed,
             dict(result.quarantined),
-            landing_windows(landing_paths(config)),
+            landed_windows(landing_paths(config)),
         )
     assert landed["s3"] == landed["file"]
     assert sum(landed["s3"][2].rows.values()) == landed["s3"][0] > 0  # DuckDB reads delta-rs's table on S3

@@ -25,7 +25,7 @@ from seqlake.core.config import DEFAULT_CONFIG_PATH, Config, parse_config
 from seqlake.core.errors import SchemaError
 from seqlake.engines.duckdb_session import connect
 from seqlake.pipelines.compaction.duckdb import merge_runs_if_needed_duckdb
-from seqlake.pipelines.compaction.spark import history_tables
+from seqlake.pipelines.compaction.plan import history_tables
 from seqlake.pipelines.maintenance.migrate import migrate, plan_migration
 from seqlake.sql_session import open_session
 from seqlake.tableformat.cache import CachedHistoryReader

@@ -17,7 +17,8 @@ from seqlake.core.config import Config
 from seqlake.core.errors import SchemaError
 from seqlake.engines.catalog import spark_name
 from seqlake.engines.duckdb_session import connect
-from seqlake.pipelines.compaction.spark import history_tables, merge_runs_if_needed
+from seqlake.pipelines.compaction.plan import history_tables
+from seqlake.pipelines.compaction.spark import merge_runs_if_needed
 from seqlake.pipelines.ingest.raw_source import land_raw_records
 from seqlake.pipelines.ingest.spark import ingest_source
 from seqlake.pipelines.landing.schema import LANDING

@@ -27,7 +27,7 @@ from seqlake.core.errors import SetupError
 from seqlake.core.events import RAW_SCHEMA
 from seqlake.engines.catalog import open_catalog, table_identifier
 from seqlake.jobs.sql import main as sql_main
-from seqlake.pipelines.compaction.spark import history_tables
+from seqlake.pipelines.compaction.plan import history_tables
 from seqlake.pipelines.ingest.raw_source import create_raw_table
 from seqlake.pipelines.landing.schema import QUARANTINE_SCHEMA, landing_schema
 from seqlake.pipelines.landing.tables import landing_paths

@@ -22,7 +22,7 @@ import pytest
 
 import seqlake
 from seqlake.engines.duckdb_session import connect
-from seqlake.pipelines.compaction.spark import history_tables
+from seqlake.pipelines.compaction.plan import history_tables
 from seqlake.sql_session import SqlError, open_session
 from tests.test_sql import build_small_warehouse
 from tests.test_verified_reads import damage_offsets

@@ -13,7 +13,7 @@ import yaml
 from seqlake.core.config import DEFAULT_CONFIG_PATH, Config, parse_config
 from seqlake.core.errors import SchemaError
 from seqlake.engines.catalog import purge_tables
-from seqlake.pipelines.compaction.spark import history_tables
+from seqlake.pipelines.compaction.plan import history_tables
 from seqlake.pipelines.tables import HISTORY
 
 

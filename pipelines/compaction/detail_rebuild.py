@@ -16,14 +16,15 @@ from seqlake.core.config import Config
 from seqlake.core.errors import SeqlakeError
 from seqlake.engines.duckdb_session import connect
 from seqlake.pipelines.compaction.duckdb import write_history_run
-from seqlake.pipelines.compaction.quarantine import split_batch_duckdb
-from seqlake.pipelines.compaction.spark import (
+from seqlake.pipelines.compaction.plan import (
     CompactionResult,
     batch_run_id,
     batch_to_publish,
     publish_batch,
     replanning,
+    window_lsns_sql,
 )
+from seqlake.pipelines.compaction.quarantine import split_batch_duckdb
 from seqlake.tableformat.forgets import drop_users, missed_users, read_point
 
 
@@ -45,10 +46,11 @@ def _rebuild(config: Config, windows: list[int]) -> CompactionResult:
     with connect(extensions=()) as con:
         events = drop_users(events, missed_users(history, point, detail.refresh()))  # a forget under way
         rows, kept, quarantined = split_batch_duckdb(con, config, events, todo, point)
+        # The frontier is past these LSNs already (the windows were published): it stays where it is.
+        con.register("_kept", kept)
+        own_lsns = {
+            int(partition): int(lsn) for partition, lsn in con.execute(window_lsns_sql(todo)("_kept")).fetchall()
+        }
     files = write_history_run(history, config, run_id, rows)
-    # The frontier is past these LSNs already (the windows were published): it stays where it is.
-    highest = kept.group_by("source_partition").aggregate([("lsn", "max")])
-    partitions, lsns = highest["source_partition"].to_pylist(), highest["lsn_max"].to_pylist()
-    own_lsns = dict(zip(partitions, lsns, strict=True))
     result = publish_batch(history, todo, files, own_lsns, kept.num_rows, point=point)
     return replace(result, quarantined=quarantined) if result.published else result

@@ -1,11 +1,12 @@
 """Compaction on DuckDB, in-process: the embedded profile's engine, no JVM.
 
-The same steps and the same SQL as the Spark engine (`seqlake.pipelines.compaction.spark`): first arrivals over
-the landing tier (`first_arrivals_sql`), the declared merge operators (`aggregation_sql`), transpiled
-to DuckDB by sqlglot; the rows are cut into buckets with Iceberg's own bucket function and written by
-the same file writer, the detail table is replaced per window, and the run is committed by the same
-`publish_batch`. Both engines publish the same history content. Merges read each bucket's files of
-every run with DuckDB, in key order, and stream them to the writer one bucket at a time.
+The same steps and the same SQL as the Spark engine (`seqlake.pipelines.compaction.spark`): first
+arrivals over the landing tier (`first_arrivals_sql`), the declared merge operators
+(`aggregation_sql`), transpiled to DuckDB by sqlglot; the rows are cut into buckets with Iceberg's own
+bucket function and written by the same file writer, the detail table is replaced per window, and the
+run is committed by the plan's `publish_batch` (`seqlake.pipelines.compaction.plan`). Both engines
+publish the same history content. Merges read each bucket's files of every run with DuckDB, in key
+order, and stream them to the writer one bucket at a time.
 """
 
 from __future__ import annotations
@@ -20,21 +21,21 @@ from pyiceberg.expressions import In
 from seqlake.core.config import Config
 from seqlake.engines.duckdb_session import connect, sql_literal
 from seqlake.pipelines.compaction.aggregation import first_arrivals_sql
-from seqlake.pipelines.compaction.publication_check import is_delta_table
-from seqlake.pipelines.compaction.quarantine import split_batch_duckdb
-from seqlake.pipelines.compaction.spark import (
+from seqlake.pipelines.compaction.plan import (
     CompactionResult,
-    _crash,
     batch_run_id,
     batch_to_publish,
     commit_merge,
+    crash_at,
     merge_to_do,
     publish_batch,
     replanning,
+    window_lsns,
 )
+from seqlake.pipelines.compaction.quarantine import split_batch_duckdb
 from seqlake.pipelines.compaction.window_replace import replace_windows
 from seqlake.pipelines.landing.schema import landing_schema
-from seqlake.pipelines.landing.tables import LandingPaths
+from seqlake.pipelines.landing.tables import LandingPaths, duckdb_scan
 from seqlake.tableformat.bucketing import bucket_of
 from seqlake.tableformat.evolution import by_projection, known_field_ids, select_list
 from seqlake.tableformat.forgets import drop_users, missed_users, read_point
@@ -87,21 +88,6 @@ def batch_events_duckdb(con, config: Config, paths: LandingPaths, windows: list[
     return _as_history(con.execute(sql).to_arrow_table(), landing_schema(config))
 
 
-def _window_lsns(con, paths: LandingPaths, windows: list[int]) -> dict[int, int]:
-    highest: dict[int, int] = {}
-    for uri in (paths.events, paths.quarantine):
-        if not is_delta_table(uri):
-            continue
-        rows = con.execute(
-            f"SELECT source_partition, max(lsn) FROM delta_scan(?) WHERE window_id IN ({_windows_list(windows)}) "
-            "GROUP BY ALL",
-            [_local(uri)],
-        ).fetchall()
-        for partition, lsn in rows:
-            highest[int(partition)] = max(highest.get(int(partition), -1), int(lsn))
-    return highest
-
-
 def _bucket_ordered(rows: pa.Table, bucket_count: int) -> pa.Table:
     """Rows in the writer's order: the bucket of user_id, then the storage order."""
     with_bucket = rows.append_column("_bucket", pa.array(bucket_of(rows["user_id"], bucket_count), pa.int32()))
@@ -144,16 +130,16 @@ def _compact_batch_duckdb(
         # Users of a forget under way (it cleaned detail, not history yet) stay out of the batch.
         events = drop_users(events, missed_users(history, point, detail.refresh()))
         rows, events, quarantined = split_batch_duckdb(con, config, events, todo, point)
-        own_lsns = _window_lsns(con, paths, todo)
-    _crash("before_write", fail_at)
+        own_lsns = window_lsns(duckdb_scan(con), paths, todo)
+    crash_at("before_write", fail_at)
     files = write_history_run(history, config, run_id, rows)
-    _crash("after_write", fail_at)
+    crash_at("after_write", fail_at)
     # Replace the windows' partitions, never append (a re-run replaces the same events).
     # In the table's column order: after a migration, added columns come last there.
     stored = detail.schema().as_arrow()
     detail_rows = events.select(stored.names).cast(stored)
     replace_windows(detail, detail_rows, todo, point, {"seqlake.window-id": str(todo[-1])})
-    _crash("after_detail", fail_at)
+    crash_at("after_detail", fail_at)
     result = publish_batch(history, todo, files, own_lsns, events.num_rows, fail_at=fail_at, point=point)
     return replace(result, quarantined=quarantined) if result.published else result
 

@@ -78,10 +78,10 @@ def reset_demo_tables(config: Config) -> None:
 
 def run_demo(config: Config) -> Report:
     from seqlake.core.progress import Progress
-    from seqlake.engines.catalog import open_catalog, table_identifier
+    from seqlake.engines.catalog import open_catalog, spark_name, table_identifier
     from seqlake.engines.duckdb_session import connect as duckdb_connect
     from seqlake.engines.spark_session import spark_session
-    from seqlake.pipelines.compaction.spark import history_tables, spark_name
+    from seqlake.pipelines.compaction.plan import history_tables
     from seqlake.pipelines.demo.generator import EventGenerator
     from seqlake.pipelines.demo.report import Report
     from seqlake.pipelines.ingest.raw_source import create_raw_table, land_raw_records
@@ -199,7 +199,7 @@ def run_demo(config: Config) -> Report:
 def late_materialization(spark, config: Config, report: Report, served) -> None:
     from seqlake.core.progress import Progress
     from seqlake.engines.catalog import open_catalog, table_identifier
-    from seqlake.pipelines.compaction.spark import history_tables
+    from seqlake.pipelines.compaction.plan import history_tables
     from seqlake.pipelines.training.rebuild.samples import fatrow_match, read_fatrows_pyarrow, write_arrow_samples
     from seqlake.pipelines.training.rebuild.spark import write_spark_samples
     from seqlake.pipelines.training.sequence import tenants

@@ -36,6 +36,7 @@ from seqlake.core.config import ColumnSpec, Config, GeneratorSpec
 from seqlake.core.errors import ConfigError
 from seqlake.core.events import PAYLOAD_KEYS, RAW_SCHEMA
 from seqlake.core.payload import INT_RANGES, MAX_PAYLOAD_BYTES
+from seqlake.core.windows import Integers, window_of, window_start_ms
 
 USER_ID_BASE = 1_000_000
 MALFORMED_REASONS = (
@@ -74,10 +75,10 @@ def epoch_ms(moment: datetime) -> int:
     return (moment - _EPOCH) // timedelta(milliseconds=1)
 
 
-def window_of(ts_ms: int | np.ndarray, window_seconds: int, start: datetime | int) -> np.ndarray:
-    """Processing window index of epoch-ms times; windows are counted from ``start``."""
+def stream_window(ts_ms: int | np.ndarray, window_seconds: int, start: datetime | int) -> np.ndarray:
+    """Processing window index of epoch-ms times, counted from the stream's ``start``."""
     start_ms = epoch_ms(start) if isinstance(start, datetime) else start
-    return (np.asarray(ts_ms, dtype=np.int64) - start_ms) // (window_seconds * 1000)
+    return window_of(np.asarray(ts_ms, dtype=np.int64) - start_ms, window_seconds)
 
 
 def user_id_of(ordinal: int | np.ndarray) -> np.ndarray:
@@ -204,8 +205,12 @@ class EventGenerator:
 
     # -- one window ---------------------------------------------------------------------------
 
+    def _window_start(self, window: Integers) -> Integers:
+        """The first epoch millisecond of the stream's window(s) `window` (counted from its start)."""
+        return self._start_ms + window_start_ms(window, self.config.layout.window_seconds)
+
     def _bounds(self, window: int) -> tuple[int, int]:
-        start = self._start_ms + window * self._window_ms
+        start = self._window_start(window)
         return start, start + self._window_ms
 
     def _next_seq(self, count: int) -> np.ndarray:
@@ -246,7 +251,7 @@ class EventGenerator:
             self._very_late += len(chosen)
             parked = events.take(np.sort(chosen))
             delivery = np.minimum(window + rng.integers(1, 4, len(parked)), self.spec.windows - 1)
-            parked.arrival = self._start_ms + delivery * self._window_ms + rng.integers(0, self._window_ms, len(parked))
+            parked.arrival = self._window_start(delivery) + rng.integers(0, self._window_ms, len(parked))
             for target_window in np.unique(delivery).tolist():
                 pending[target_window].append(parked.take(delivery == target_window))
         events = events.take(~very_late)
@@ -310,7 +315,7 @@ class EventGenerator:
             window,
         )
         same = copies.arrival + (rng.random(len(copies)) * (end - copies.arrival)).astype(np.int64)
-        other = self._start_ms + delivery * self._window_ms
+        other = self._window_start(delivery)
         other = other + rng.integers(0, self._window_ms, len(copies))
         copies.arrival = np.where(later, other, same)
         for target_window in np.unique(delivery[later]).tolist():

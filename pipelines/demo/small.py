@@ -14,14 +14,14 @@ from seqlake.core.config import Config
 from seqlake.core.progress import Progress
 from seqlake.engines.catalog import open_catalog, table_identifier
 from seqlake.pipelines.compaction.duckdb import compact_batch_duckdb, merge_runs_if_needed_duckdb
-from seqlake.pipelines.compaction.publication_check import landing_windows
-from seqlake.pipelines.compaction.spark import history_tables, plan_batches
+from seqlake.pipelines.compaction.plan import history_tables, plan_batches
 from seqlake.pipelines.demo.full import RAW_TABLE, reset_demo_tables
 from seqlake.pipelines.demo.generator import EventGenerator, user_id_of
 from seqlake.pipelines.demo.report import Report
 from seqlake.pipelines.ingest.duckdb import ingest_source_in_process
 from seqlake.pipelines.ingest.raw_source import create_raw_table, land_raw_records
 from seqlake.pipelines.landing.tables import landing_paths
+from seqlake.pipelines.landing.windows import landed_windows
 from seqlake.tableformat.fsck import fsck_table
 from seqlake.tableformat.reader import HistoryReader
 from seqlake.tableformat.registry import live_runs
@@ -69,7 +69,7 @@ def run_small_demo(config: Config) -> Report:
     ingest["quarantined"] = dict(sorted(ingested.quarantined.items()))
 
     # The stream has ended: every landed window is closed. Published on DuckDB, in-process.
-    state = landing_windows(paths)
+    state = landed_windows(paths)
     todo = {w: state.rows.get(w, 0) for w in state.closed(end_of_stream=True)}
     events = merges = 0
     for batch in plan_batches(todo, config.layout.compaction_batch_rows):

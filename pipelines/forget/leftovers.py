@@ -29,9 +29,8 @@ from pyiceberg.table import Table
 from seqlake.core.config import Config
 from seqlake.core.payload import DIGIT_RUN, USER_ID_VALUE
 from seqlake.engines.duckdb_session import connect
-from seqlake.pipelines.compaction.publication_check import is_delta_table
 from seqlake.pipelines.forget import audit as forget_audit
-from seqlake.pipelines.landing.tables import LandingPaths
+from seqlake.pipelines.landing.tables import LandingPaths, is_delta_table
 from seqlake.pipelines.maintenance.steps import user_tables
 from seqlake.tableformat.forgets import forgets_of
 from seqlake.tableformat.fsck import Finding

@@ -51,11 +51,10 @@ from seqlake.core.errors import RunsChanged, SeqlakeError, UsersRemain
 from seqlake.core.payload import DIGIT_RUN, USER_ID_VALUE
 from seqlake.core.progress import Progress
 from seqlake.engines.duckdb_session import connect
-from seqlake.pipelines.compaction.publication_check import is_delta_table
-from seqlake.pipelines.compaction.spark import COMMIT_ATTEMPTS, _crash, delete_files, history_tables
+from seqlake.pipelines.compaction.plan import COMMIT_ATTEMPTS, delete_files, history_tables
 from seqlake.pipelines.faults import kill_point
 from seqlake.pipelines.forget import audit as forget_audit
-from seqlake.pipelines.landing.tables import LandingPaths
+from seqlake.pipelines.landing.tables import LandingPaths, is_delta_table
 from seqlake.pipelines.maintenance.steps import StepReport, user_tables
 from seqlake.pipelines.tables import HISTORY
 from seqlake.tableformat.evolution import known_field_ids, projection
@@ -164,7 +163,7 @@ def forget_history(history: Table, config: Config, users: Sequence[int], fence: 
                     _commit_record(history, updated)
                 report.notes.append("no row left to remove")
                 return report
-            _crash("forget_written", None)
+            kill_point("forget_written")
             commit_file_rewrite(
                 history,
                 runs,
@@ -368,7 +367,7 @@ def forget_users(
             found[report.target] = report
         if progress is not None:
             progress.add(rows=report.removed, steps=1, note=report.target)
-        _crash("forget_committed", None)
+        kill_point("forget_committed")
 
     if landing:
         assert paths is not None  # landing says so

@@ -10,7 +10,6 @@ applied is skipped by the other, and a run killed between the two commits is com
 
 from __future__ import annotations
 
-import logging
 import tempfile
 from collections import Counter
 from collections.abc import Iterator
@@ -27,15 +26,12 @@ from seqlake.core.config import Config
 from seqlake.core.events import RAW_SCHEMA
 from seqlake.core.progress import Progress
 from seqlake.pipelines.faults import kill_point
-from seqlake.pipelines.ingest.parse import parse_batch
-from seqlake.pipelines.ingest.spark import IngestResult, current_published_windows, home_windows, ingest_app_id
+from seqlake.pipelines.ingest.plan import IngestResult, ingest_app_id, ingest_snapshots, parsed_records
 from seqlake.pipelines.landing import delta_writer
 from seqlake.pipelines.landing.schema import QUARANTINE_SCHEMA, landing_schema
 from seqlake.pipelines.landing.tables import LandingPaths
 from seqlake.pipelines.tables import load_existing_table
-from seqlake.tableformat.snapshots import in_commit_order, sequence_number
-
-log = logging.getLogger(__name__)
+from seqlake.tableformat.snapshots import sequence_number
 
 READ_BATCH_ROWS = 32 * 1024  # raw records validated per call (the validator builds Python rows)
 
@@ -65,16 +61,6 @@ def snapshot_records(table: Table, snapshot: Snapshot) -> Iterator[pa.RecordBatc
             yield from pq.ParquetFile(handle).iter_batches(batch_size=READ_BATCH_ROWS, columns=RAW_SCHEMA.names)
 
 
-def redirect_published(batch: pa.RecordBatch, homes: dict[int, int]) -> pa.RecordBatch:
-    """`batch` with the window of records in published windows replaced by their home window."""
-    if not homes:
-        return batch
-    position = pc.index_in(batch["window_id"], value_set=pa.array(list(homes), pa.int64()))
-    redirected = pc.take(pa.array(list(homes.values()), pa.int64()), position)
-    window = pc.coalesce(redirected, batch["window_id"])
-    return batch.set_column(batch.schema.get_field_index("window_id"), "window_id", window)
-
-
 class _Split:
     """Parsed batches split as they stream: valid rows pass on to the landing writer, malformed rows
     are spilled to a local Arrow file (the quarantine is committed first, once the pass is over)."""
@@ -90,7 +76,7 @@ class _Split:
 
     def valid(self, records: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for raw in records:
-            parsed = redirect_published(parse_batch(raw, self.config), self.homes)
+            parsed = parsed_records(raw, self.config, self.homes)
             malformed = pc.is_valid(parsed["reason"])
             if pc.any(malformed).as_py():
                 bad = parsed.filter(malformed)
@@ -110,8 +96,11 @@ class _Split:
             yield from reader
 
 
-def ingest_snapshot(config: Config, table: Table, snapshot: Snapshot, paths: LandingPaths, app_id: str):
-    """Land one source snapshot: (landed, Counter of quarantine reasons)."""
+def ingest_snapshot(
+    config: Config, table: Table, snapshot: Snapshot, paths: LandingPaths, app_id: str, homes: dict[int, int]
+) -> tuple[int, Counter]:
+    """Land one source snapshot, records of published windows in their `homes`: (landed, Counter of
+    quarantine reasons)."""
     version = sequence_number(snapshot)
     events = delta_writer.open_table(paths.events)
     quarantine = delta_writer.open_table(paths.quarantine)
@@ -123,7 +112,6 @@ def ingest_snapshot(config: Config, table: Table, snapshot: Snapshot, paths: Lan
             delta_writer.check_appendable(existing, uri, schema)
     # A run killed after its quarantine commit left this snapshot's malformed rows there already.
     quarantined = delta_writer.transaction_version(quarantine, app_id) >= version
-    homes = home_windows(current_published_windows(config))
     with tempfile.TemporaryDirectory(prefix="seqlake-ingest-") as scratch:
         split = _Split(config, homes, Path(scratch) / "quarantine.arrows", keep_malformed=not quarantined)
         landed = delta_writer.write_files(paths.events, split.landing, split.valid(snapshot_records(table, snapshot)))
@@ -147,25 +135,9 @@ def ingest_source_in_process(
     """Ingest every source snapshot not ingested yet (at most `max_snapshots`), in commit order."""
     table = load_existing_table(config, source)
     app_id = ingest_app_id(config, source)
+
+    def land(snapshot: Snapshot, homes: dict[int, int]) -> tuple[int, Counter]:
+        return ingest_snapshot(config, table, snapshot, paths, app_id, homes)
+
     done = delta_writer.applied_version(paths.events, app_id)
-    snapshots = in_commit_order(table)
-    result = IngestResult()
-    if progress:
-        pending = sum(sequence_number(s) > done for s in snapshots)
-        progress.set_total(pending if max_snapshots is None else min(pending, max_snapshots))
-    for snapshot in snapshots:
-        if sequence_number(snapshot) <= done:
-            result.skipped += 1
-            continue
-        if max_snapshots is not None and result.batches >= max_snapshots:
-            break
-        landed, counts = ingest_snapshot(config, table, snapshot, paths, app_id)
-        result.batches += 1
-        result.landed += landed
-        result.quarantined.update(counts)
-        result.records += landed + sum(counts.values())
-        result.last_version = sequence_number(snapshot)
-        log.info("source commit %d: %d landed, quarantined %s", sequence_number(snapshot), landed, dict(counts))
-        if progress:
-            progress.add(rows=landed + sum(counts.values()), steps=1, note=f"snapshot {sequence_number(snapshot)}")
-    return result
+    return ingest_snapshots(config, table, done, land, progress, max_snapshots)

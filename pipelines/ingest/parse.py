@@ -11,7 +11,8 @@ import pyarrow as pa
 from seqlake.core.config import Config
 from seqlake.core.events import RAW_SCHEMA
 from seqlake.core.payload import validate_payload
-from seqlake.pipelines.landing.schema import parsed_schema, window_ids
+from seqlake.core.windows import window_ids
+from seqlake.pipelines.landing.schema import parsed_schema
 
 
 def parse_batch(batch: pa.RecordBatch, config: Config) -> pa.RecordBatch:

@@ -17,8 +17,8 @@ from pyiceberg.table import Table
 
 from seqlake.core.events import RAW_SCHEMA
 from seqlake.core.progress import Progress
+from seqlake.core.windows import window_ids
 from seqlake.pipelines.faults import kill_point
-from seqlake.pipelines.landing.schema import window_ids
 
 
 @dataclass(frozen=True)
@@ -75,7 +75,7 @@ def land_raw_records(
 
 
 def _window(batch: pa.RecordBatch, window_seconds: int) -> int:
-    return batch.column("arrival_ts")[0].value // (window_seconds * 1000)
+    return int(window_ids(batch.column("arrival_ts").slice(0, 1), window_seconds)[0].as_py())
 
 
 def _split_by_window(batches: Iterable[pa.RecordBatch], window_seconds: int | None) -> Iterable[pa.RecordBatch]:

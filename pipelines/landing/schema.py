@@ -49,12 +49,6 @@ def parsed_schema(config: Config) -> pa.Schema:
     return pa.schema(fields + [pa.field("reason", pa.string()), pa.field("payload", pa.string())])
 
 
-def window_ids(arrival_ts: pa.Array, window_seconds: int) -> pa.Array:
-    """Processing window of each arrival: epoch-aligned windows of `window_seconds`."""
-    millis = arrival_ts.cast(pa.timestamp("ms", tz="UTC")).cast(pa.int64()).to_numpy(zero_copy_only=False)
-    return pa.array(millis // (window_seconds * 1000), pa.int64())
-
-
 def landing_columns(location: str) -> pa.Schema:
     """The landing Delta table's columns, read through DuckDB's delta extension (no JVM)."""
     from seqlake.engines.duckdb_session import connect

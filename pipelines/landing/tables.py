@@ -7,9 +7,19 @@ A replayed source batch is skipped by Delta's idempotent writes (txnAppId + txnV
 from __future__ import annotations
 
 import json
+import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from seqlake.core.config import Config
+from seqlake.engines.duckdb_session import sql_literal
+from seqlake.pipelines.landing.delta_writer import delta_uri, storage_options
+from seqlake.tableformat.io import engine_location
+
+if TYPE_CHECKING:
+    import duckdb
+    from pyspark.sql import DataFrame, SparkSession
 
 
 @dataclass(frozen=True)
@@ -29,10 +39,51 @@ def landing_paths(config: Config) -> LandingPaths:
     return LandingPaths(events=f"{root}/events", quarantine=f"{root}/quarantine")
 
 
-def delta_exists(spark, path: str) -> bool:
-    from delta.tables import DeltaTable
+def is_delta_table(uri: str) -> bool:
+    """Whether a Delta table exists at `uri`: its log holds a commit (or a checkpoint). Read by
+    delta-rs, without a JVM, for every engine; a folder whose `_delta_log` holds no commit yet (a first
+    commit killed half-way) is no table, as for Spark's Delta."""
+    from deltalake import DeltaTable
 
-    return DeltaTable.isDeltaTable(spark, path)
+    return DeltaTable.is_deltatable(delta_uri(uri), storage_options(uri))
+
+
+LandingQuery = Callable[[str], str]  # a relation (a table name or a scan) -> SQL over it
+LandingScan = Callable[[str, LandingQuery], list[tuple]]  # (a Delta table's URI, a query) -> its rows
+
+
+def duckdb_scan(con: duckdb.DuckDBPyConnection) -> LandingScan:
+    """Queries of the landing tier's Delta tables on a DuckDB connection (with the delta extension); a
+    table not created yet holds no rows."""
+
+    def scan(uri: str, query: LandingQuery) -> list[tuple]:
+        if not is_delta_table(uri):
+            return []
+        return con.execute(query(f"delta_scan({sql_literal(engine_location(uri))})")).fetchall()
+
+    return scan
+
+
+def spark_scan(spark: SparkSession, read: dict[str, DataFrame] | None = None) -> LandingScan:
+    """The same queries on Spark; `read`: the rows of some of the tables (by URI) as the caller holds
+    them already, queried instead of the table (they hold every row the query selects)."""
+
+    def scan(uri: str, query: LandingQuery) -> list[tuple]:
+        if read and uri in read:
+            rows = read[uri]
+        elif is_delta_table(uri):
+            rows = spark.read.format("delta").load(uri)
+        else:
+            return []
+        # A name of its own: scans of parallel threads of one session stay apart.
+        view = f"_seqlake_scan_{uuid.uuid4().hex}"
+        rows.createOrReplaceTempView(view)
+        try:
+            return [tuple(row) for row in spark.sql(query(view)).collect()]
+        finally:
+            spark.catalog.dropTempView(view)
+
+    return scan
 
 
 def last_applied_version(spark, path: str, app_id: str) -> int:

@@ -25,11 +25,10 @@ from pyiceberg.table import Table
 from seqlake.core.config import Config
 from seqlake.core.errors import SchemaError
 from seqlake.engines.catalog import open_catalog, table_identifier
-from seqlake.pipelines.compaction.publication_check import is_delta_table
 from seqlake.pipelines.compaction.quarantine import COMPACTION_QUARANTINE, compaction_quarantine_schema
-from seqlake.pipelines.compaction.spark import _crash
+from seqlake.pipelines.faults import kill_point
 from seqlake.pipelines.landing.schema import landing_columns, landing_diff, landing_schema
-from seqlake.pipelines.landing.tables import LandingPaths
+from seqlake.pipelines.landing.tables import LandingPaths, is_delta_table
 from seqlake.pipelines.tables import DETAIL, HISTORY
 from seqlake.pipelines.training.sequence import tenants
 from seqlake.pipelines.training.tables import (
@@ -167,5 +166,5 @@ def migrate(
         else:
             assert plan.expected is not None  # every plan but the landing tier's has its schema
             apply(plan.table, plan.diff, plan.expected)
-        _crash("migrate_committed", None)
+        kill_point("migrate_committed")
     return [p.diff for p in plans]

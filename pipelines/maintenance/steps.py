@@ -36,10 +36,9 @@ from pyiceberg.table import Table
 from seqlake.core.config import Config
 from seqlake.core.progress import Progress
 from seqlake.engines.catalog import open_catalog
-from seqlake.pipelines.compaction.publication_check import is_delta_table
-from seqlake.pipelines.compaction.spark import history_tables
+from seqlake.pipelines.compaction.plan import history_tables
 from seqlake.pipelines.faults import kill_point
-from seqlake.pipelines.landing.tables import LandingPaths
+from seqlake.pipelines.landing.tables import LandingPaths, is_delta_table
 from seqlake.tableformat.evolution import known_field_ids, projection
 from seqlake.tableformat.forgets import forgets_of
 from seqlake.tableformat.io import resolve_uri
@@ -283,7 +282,7 @@ def remove_landing_leftovers(
 ) -> list[StepReport]:
     """Delete the files of each landing folder (events, quarantine) that holds no Delta table, when
     older than `safety`: an ingest killed between writing its files and the commit that would have
-    created the table left them, and the next ingest writes new ones. A folder with a Delta log is
+    created the table left them, and the next ingest writes new ones. A folder with a Delta table is
     left to `vacuum_landing`. A running ingest's files are younger than `safety`, so a first commit
     being made now keeps its files."""
     cutoff = (now or datetime.now(UTC)) - safety
@@ -291,10 +290,10 @@ def remove_landing_leftovers(
     for uri in (paths.events, paths.quarantine):
         report = StepReport("remove-landing-leftovers", uri.rstrip("/").rsplit("/", 1)[-1])
         reports.append(report)
-        fs, root = resolve_uri(uri)
-        if fs.get_file_info(f"{root}/_delta_log").type != pafs.FileType.NotFound:
+        if is_delta_table(uri):
             report.notes.append("a Delta table: left to its VACUUM")
             continue
+        fs, root = resolve_uri(uri)
         listed = fs.get_file_info(pafs.FileSelector(root, recursive=True, allow_not_found=True))
         young = 0
         for info in listed:

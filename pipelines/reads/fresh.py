@@ -11,23 +11,20 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pyarrow as pa
-from pyarrow.fs import FileType
 
 from seqlake.core.config import Config
 from seqlake.engines.duckdb_session import connect
 from seqlake.pipelines.compaction.duckdb_aggregate import aggregate_window_local
-from seqlake.pipelines.compaction.spark import published_frontier
 from seqlake.pipelines.landing.schema import landing_schema
-from seqlake.pipelines.landing.tables import LandingPaths
+from seqlake.pipelines.landing.tables import LandingPaths, is_delta_table
 from seqlake.tableformat.io import engine_location
 from seqlake.tableformat.reader import SEQUENCE_ORDER, HistoryReader, Selection, finish, row_filter
-from seqlake.tableformat.writer import open_output
+from seqlake.tableformat.registry import published_frontier
 
 
 def unpublished_events(config: Config, paths: LandingPaths, user_id: int, above: dict[int, int]) -> pa.Table:
     """The user's landing rows whose LSN is above the frontier of their source partition."""
-    fs, path = open_output(paths.events)
-    if fs.get_file_info(f"{path}/_delta_log").type == FileType.NotFound:
+    if not is_delta_table(paths.events):
         return landing_schema(config).empty_table()  # nothing has landed yet
     bounds = pa.table({"source_partition": list(above), "frontier": list(above.values())})
     with connect(extensions=("delta",)) as con:

@@ -10,7 +10,7 @@ from pyspark.sql import functions as F
 
 from seqlake.core.config import Config
 from seqlake.core.errors import SchemaError
-from seqlake.pipelines.compaction.spark import spark_name
+from seqlake.engines.catalog import spark_name
 from seqlake.pipelines.tables import HISTORY
 from seqlake.tableformat.reader import SEQUENCE_ORDER, Selection
 

@@ -41,10 +41,11 @@ from pyiceberg.table import Table
 
 from seqlake.core.config import Config
 from seqlake.core.errors import ForgetCommitted, SchemaError
+from seqlake.core.windows import window_start
 from seqlake.engines.catalog import open_catalog, table_identifier
 from seqlake.engines.duckdb_session import connect, sql_literal
 from seqlake.pipelines.faults import kill_point
-from seqlake.pipelines.landing.tables import landing_paths
+from seqlake.pipelines.landing.tables import is_delta_table, landing_paths
 from seqlake.pipelines.tables import load_existing_table
 from seqlake.pipelines.training.rebuild.duckdb import Reconstruction
 from seqlake.pipelines.training.rebuild.gather import SequenceRows, bound_lookup, gather_sequences
@@ -52,9 +53,9 @@ from seqlake.pipelines.training.sequence import Tenant, list_schema
 from seqlake.pipelines.training.tables import FRAGMENT, SEQUENCE, create_bucketed_table, training_schema
 from seqlake.tableformat.bucketing import bucket_of
 from seqlake.tableformat.forgets import ATTEMPTS, ForgetsChanged, ReadPoint, drop_users, fenced_transaction, read_point
+from seqlake.tableformat.io import engine_location
 from seqlake.tableformat.schema import TIMESTAMP_US
 from seqlake.tableformat.snapshots import in_commit_order
-from seqlake.tableformat.writer import open_output
 
 AsOf = Literal["event-time", "arrival"]
 AS_OF: tuple[AsOf, ...] = ("event-time", "arrival")
@@ -183,7 +184,7 @@ def publication_points(history: Table, window_seconds: int) -> pa.Table:
             continue
         window = int(props["seqlake.window-id"])
         newest_window = window if newest_window is None else max(newest_window, window)
-        at = datetime.fromtimestamp((newest_window + 1) * window_seconds, UTC)
+        at = window_start(newest_window + 1, window_seconds)
         for partition, lsn in json.loads(props["seqlake.frontier"]).items():
             rows["source_partition"].append(int(partition))
             rows["arrival_ts"].append(at)
@@ -246,11 +247,10 @@ def lake_arrivals_sql(con, config: Config, history: Table) -> str:
     """The arrival points of a lake: its landing records and its publications' frontiers."""
     con.register("_publication_points", publication_points(history, config.layout.window_seconds))
     parts = ["SELECT source_partition, arrival_ts, lsn, window_id FROM _publication_points"]
-    fs, path = open_output(landing_paths(config).events)
-    from pyarrow.fs import FileType
-
-    if fs.get_file_info(f"{path}/_delta_log").type != FileType.NotFound:
-        parts.append(f"SELECT source_partition, arrival_ts, lsn, window_id FROM delta_scan({sql_literal(path)})")
+    events = landing_paths(config).events
+    if is_delta_table(events):
+        scan = f"delta_scan({sql_literal(engine_location(events))})"
+        parts.append(f"SELECT source_partition, arrival_ts, lsn, window_id FROM {scan}")
     return " UNION ALL ".join(parts)
 
 
@@ -265,7 +265,7 @@ def label_source_sql(con, config: Config, labels: str | Path | pa.Table) -> str:
         return "SELECT * FROM _label_arrow"
     text = str(labels)
     path = Path(text)
-    if (path / "_delta_log").is_dir():
+    if path.is_dir() and is_delta_table(str(path.resolve())):
         return f"SELECT * FROM delta_scan({sql_literal(str(path.resolve()))})"
     if path.suffix.lower() in (".csv", ".tsv") or text.lower().endswith(".csv.gz"):
         return f"SELECT * FROM read_csv({sql_literal(text)}, auto_detect = true)"
@@ -328,7 +328,7 @@ class Backfill:
     ) -> None:
         if as_of not in AS_OF:
             raise SchemaError(f"as_of must be one of {', '.join(AS_OF)}, not {as_of!r}")
-        from seqlake.pipelines.compaction.spark import history_tables
+        from seqlake.pipelines.compaction.plan import history_tables
 
         self.config, self.tenant, self.as_of, self.batch_rows = config, tenant, as_of, batch_rows
         self.history, self.detail = history_tables(config)

@@ -19,7 +19,8 @@ from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_type
 
 from seqlake.core.config import Config
-from seqlake.pipelines.compaction.spark import history_tables, spark_name
+from seqlake.engines.catalog import spark_name
+from seqlake.pipelines.compaction.plan import history_tables
 from seqlake.pipelines.tables import load_existing_table
 from seqlake.pipelines.training.backfill.plan import AsOf, Backfill, LeakageReport
 from seqlake.pipelines.training.rebuild.spark import history_frame, open_window_as_of_bounds

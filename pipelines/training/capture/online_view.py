@@ -17,19 +17,18 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 import pyarrow as pa
-from pyarrow.fs import FileType
 from pyiceberg.table import Table
 
 from seqlake.core.config import Config
 from seqlake.engines.duckdb_session import lake_cursor, sql_literal
 from seqlake.pipelines.compaction.aggregation import dedupe_sql, publishable_rows_sql
-from seqlake.pipelines.compaction.spark import published_frontier, published_windows
 from seqlake.pipelines.landing.schema import landing_schema
-from seqlake.pipelines.landing.tables import LandingPaths
+from seqlake.pipelines.landing.tables import LandingPaths, is_delta_table
+from seqlake.pipelines.landing.windows import LandedWindows, window_counts_sql
 from seqlake.tableformat.forgets import read_point
 from seqlake.tableformat.io import engine_location
+from seqlake.tableformat.registry import published_frontier, published_windows
 from seqlake.tableformat.schema import history_arrow_schema
-from seqlake.tableformat.writer import open_output
 
 _ABOVE = "_seqlake_above_frontier"
 
@@ -60,9 +59,8 @@ class ViewSnapshot:
         self.now: datetime | None = now.astimezone(UTC) if now is not None else None
 
     def _load_landing(self, paths: LandingPaths) -> None:
-        fs, path = open_output(paths.events)
         columns = ", ".join(f"e.{c}" for c in landing_schema(self.config).names)
-        if fs.get_file_info(f"{path}/_delta_log").type == FileType.NotFound:
+        if not is_delta_table(paths.events):
             empty = landing_schema(self.config).empty_table()
             self._con.register("_empty", empty)
             self._con.execute(f"CREATE TEMP TABLE {_ABOVE} AS SELECT * FROM _empty")
@@ -78,16 +76,10 @@ class ViewSnapshot:
         )
 
     def closed_windows(self) -> list[int]:
-        """Unpublished windows every source partition has moved past (the watermark), from the view."""
-        rows = self._con.execute(f"SELECT source_partition, max(window_id) FROM {_ABOVE} GROUP BY 1").fetchall()
-        latest = {int(p): int(w) for p, w in rows}
-        if not latest or set(self.frontier) - set(latest):
-            return []  # a partition with nothing above the frontier has not moved past anything yet
-        watermark = min(latest.values())
-        windows = self._con.execute(
-            f"SELECT DISTINCT window_id FROM {_ABOVE} WHERE window_id < ? ORDER BY 1", [watermark]
-        )
-        return [int(w) for (w,) in windows.fetchall()]
+        """Unpublished windows every source partition has moved past (the watermark), from the view.
+        A partition with nothing above the frontier has not moved past anything yet."""
+        counts = self._con.execute(window_counts_sql(_ABOVE)).fetchall()
+        return LandedWindows.of(counts, waiting=self.frontier).closed()
 
     def active_users(self, since: datetime | None) -> list[int]:
         """Users with events that arrived after `since` (all landed users if None), ascending."""

@@ -16,14 +16,11 @@ from pyspark.sql import SparkSession
 
 from seqlake.core.config import Config
 from seqlake.core.progress import Progress
-from seqlake.pipelines.compaction.spark import (
-    compact_window,
-    history_tables,
-    merge_runs_if_needed,
-    published_windows,
-    spark_name,
-)
-from seqlake.pipelines.ingest.spark import IngestResult, ingest_app_id, ingest_source
+from seqlake.engines.catalog import spark_name
+from seqlake.pipelines.compaction.plan import history_tables
+from seqlake.pipelines.compaction.spark import compact_window, merge_runs_if_needed
+from seqlake.pipelines.ingest.plan import IngestResult, ingest_app_id
+from seqlake.pipelines.ingest.spark import ingest_source
 from seqlake.pipelines.landing.tables import LandingPaths, last_applied_version
 from seqlake.pipelines.landing.windows import closed_windows
 from seqlake.pipelines.training.capture.online_view import ViewSnapshot
@@ -39,6 +36,7 @@ from seqlake.pipelines.training.tables import (
     training_table_name,
 )
 from seqlake.tableformat.reader import HistoryReader
+from seqlake.tableformat.registry import published_windows
 
 
 @dataclass
@@ -137,7 +135,7 @@ def serve_and_capture(
         _compact(spark, config, paths, closed, result)
         if progress:
             progress.add(rows=records, steps=1, note=f"{len(requests)} requests captured")
-    _compact(spark, config, paths, closed_windows(spark, paths, end_of_stream=True), result)
+    _compact(spark, config, paths, closed_windows(paths, end_of_stream=True), result)
     rewrite_small_files(spark, config, [*map(training_table_name, profiles), *map(fatrow_table_name, profiles)])
     return result
 

@@ -23,7 +23,7 @@ from pyiceberg.expressions import AlwaysTrue, And, EqualTo
 from seqlake.core.config import Config
 from seqlake.core.errors import ForgetCommitted
 from seqlake.engines.duckdb_session import connect, sql_literal
-from seqlake.pipelines.compaction.spark import history_tables
+from seqlake.pipelines.compaction.plan import history_tables
 from seqlake.pipelines.faults import kill_point
 from seqlake.pipelines.tables import load_existing_table
 from seqlake.pipelines.training.rebuild.bucket_files import BucketFiles

@@ -21,8 +21,9 @@ from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_type
 
 from seqlake.core.config import Config
+from seqlake.engines.catalog import spark_name
 from seqlake.pipelines.compaction.aggregation import aggregation_sql
-from seqlake.pipelines.compaction.spark import history_tables, spark_name
+from seqlake.pipelines.compaction.plan import history_tables
 from seqlake.pipelines.faults import kill_point
 from seqlake.pipelines.tables import DETAIL, HISTORY
 from seqlake.pipelines.training.rebuild.plan import Mode, fragment_columns, reason_sql
