@@ -8,6 +8,7 @@ read shows the rows that window will publish if nothing else arrives.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import replace
 
 import pyarrow as pa
@@ -24,7 +25,7 @@ from seqlake.tableformat.reader import SEQUENCE_ORDER, HistoryReader, Selection,
 from seqlake.tableformat.writer import open_output
 
 
-def unpublished_events(config: Config, paths: LandingPaths, user_id: int, above: dict[int, int]) -> pa.Table:
+def unpublished_events(config: Config, paths: LandingPaths, user_id: int, above: Mapping[int, int]) -> pa.Table:
     """The user's landing rows whose LSN is above the frontier of their source partition."""
     fs, path = open_output(paths.events)
     if fs.get_file_info(f"{path}/_delta_log").type == FileType.NotFound:

@@ -48,8 +48,7 @@ class ViewSnapshot:
         self._load_landing(paths)
         bounds = self._con.execute(f"SELECT source_partition, max(lsn) FROM {_ABOVE} GROUP BY 1").fetchall()
         # The LSN bound: the highest LSN visible per source partition (published or landed).
-        self.lsn_bound = dict(self.frontier)
-        self.lsn_bound.update({int(p): int(lsn) for p, lsn in bounds})
+        self.lsn_bound = self.frontier.advanced({int(p): int(lsn) for p, lsn in bounds})
         above = self._con.execute(f"SELECT max(window_id), max(arrival_ts) FROM {_ABOVE}").fetchone()
         assert above is not None  # an aggregate answers one row
         newest, now = above
