@@ -141,9 +141,12 @@ class Frontier(Mapping[int, int]):
         pairs = []
         for part in text.split(","):
             partition, sep, lsn = part.strip().partition(":")
-            if not sep or not partition.strip().isdigit() or not lsn.strip().isdigit():
+            try:
+                pairs.append((int(partition), int(lsn)))
+            except ValueError:
+                raise ValueError(f"{text!r} is not PARTITION:LSN[,PARTITION:LSN...], e.g. 0:120,1:98") from None
+            if not sep:
                 raise ValueError(f"{text!r} is not PARTITION:LSN[,PARTITION:LSN...], e.g. 0:120,1:98")
-            pairs.append((int(partition), int(lsn)))
         return cls(pairs)
 
     def sql(self, partition: str = "source_partition", lsn: str = "lsn") -> str:

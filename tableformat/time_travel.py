@@ -64,9 +64,9 @@ def snapshot_frontier(table: Table, snapshot_id: int) -> Frontier:
         recorded = _recorded(found)
         if recorded is not None:
             return recorded
-        if found.parent_snapshot_id is None:
+        if _first(found):
             return Frontier()  # the table's first snapshots: nothing published yet
-        found = table.snapshot_by_id(found.parent_snapshot_id)
+        found = table.snapshot_by_id(found.parent_snapshot_id) if found.parent_snapshot_id is not None else None
     raise SchemaError(
         f"{_name(table)}: the publications before snapshot {snapshot_id} have expired, so its frontier is unknown"
     )
@@ -117,10 +117,16 @@ def arrival_frontier(table: Table, at: datetime, window_seconds: int) -> Frontie
     return frontier
 
 
+def _first(snapshot: Snapshot) -> bool:
+    """Whether `snapshot` is the table's first commit (sequence numbers count commits from 1; expiry
+    may drop the parent link of the oldest kept one, never its number)."""
+    return (snapshot.sequence_number or 0) <= 1
+
+
 def _truncated(table: Table) -> bool:
-    """Whether older snapshots of the table have expired (its oldest kept one has a parent)."""
+    """Whether older snapshots of the table have expired."""
     ordered = in_commit_order(table)
-    return bool(ordered) and ordered[0].parent_snapshot_id is not None
+    return bool(ordered) and not _first(ordered[0])
 
 
 def frontier_as_of(table: Table, as_of: AsOf, window_seconds: int) -> Frontier:

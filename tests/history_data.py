@@ -170,3 +170,25 @@ def frontier_sql(frontier) -> tuple[str, list[int]]:
         return "FALSE", []
     terms = " OR ".join("(source_partition = ? AND lsn <= ?)" for _ in frontier)
     return f"({terms})", [value for p, lsn in frontier.items() for value in (p, lsn)]
+
+
+HOUR_US = 3_600_000_000
+TRAVEL_WINDOW = BASE_TS_US // HOUR_US  # BASE's hourly processing window (epoch-aligned, 3600 s windows)
+
+
+def time_travel_history(config: Config, user: int, name: str = "history"):
+    """Two publications of one user's rows from source partitions 0 and 1 (20 rows each, a minute
+    apart): window TRAVEL_WINDOW with LSNs p0 100..109, p1 10..19, then the next window with p0
+    110..119, p1 20..29; then a run committed without a frontier (as a merge or a rewrite is), of
+    another user. Returns the table, the three snapshot ids and the user's rows in sequence order."""
+    table = history_table(config, name)
+    snapshots, parts = [], []
+    for window, first in ((TRAVEL_WINDOW, {0: 100, 1: 10}), (TRAVEL_WINDOW + 1, {0: 110, 1: 20})):
+        rows = two_partition_rows(config, user, 20, first, start_us=window * HOUR_US)
+        publish_run(table, config, rows, f"w{window}")
+        snapshots.append(table.current_snapshot().snapshot_id)
+        parts.append(rows)
+    other = two_partition_rows(config, user + 1, 4, {0: 500, 1: 500}, start_us=(TRAVEL_WINDOW + 5) * HOUR_US)
+    publish_run(table, config, other, "x1", frontier=False)
+    snapshots.append(table.current_snapshot().snapshot_id)
+    return table, snapshots, pa.concat_tables(parts)

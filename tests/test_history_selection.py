@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -257,3 +257,40 @@ def test_a_selection_bound_is_a_frontier_never_one_integer():
     assert Selection(as_of={1: 98, 0: 120}).as_of == Frontier({0: 120, 1: 98})
     with pytest.raises(ValueError, match="must be an integer in"):
         Frontier({0: -1})
+
+
+def test_time_travel_names_the_frontier_of_a_snapshot_or_of_an_arrival_time(tmp_path):
+    from seqlake.tableformat.frontier import Frontier
+    from seqlake.tableformat.time_travel import arrival_frontier, frontier_as_of, snapshot_frontier
+    from tests.history_data import HOUR_US, TRAVEL_WINDOW, time_travel_history
+
+    config = make_config(tmp_path / "wh")
+    table, (first, second, unpublished), _ = time_travel_history(config, 1_000_003)
+    before, after = Frontier({0: 109, 1: 19}), Frontier({0: 119, 1: 29})
+    assert snapshot_frontier(table, first) == before
+    assert snapshot_frontier(table, second) == after
+    # A snapshot that published nothing has the frontier of the publication before it.
+    assert snapshot_frontier(table, unpublished) == after
+    end = datetime.fromtimestamp((TRAVEL_WINDOW + 1) * HOUR_US / 1e6, UTC)  # the first window's end
+    assert arrival_frontier(table, end - timedelta(microseconds=1), 3600) == Frontier()  # nothing published
+    assert arrival_frontier(table, end, 3600) == before
+    assert arrival_frontier(table, end + timedelta(minutes=59), 3600) == before
+    assert arrival_frontier(table, end + timedelta(hours=1), 3600) == after
+    assert frontier_as_of(table, first, 3600) == before
+    assert frontier_as_of(table, end, 3600) == before
+    assert frontier_as_of(table, {1: 7}, 3600) == Frontier({1: 7})
+    with pytest.raises(SchemaError, match="has no snapshot 12345"):
+        frontier_as_of(table, 12345, 3600)
+    with pytest.raises(TypeError, match="takes a Frontier"):
+        frontier_as_of(table, "yesterday", 3600)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="needs a time zone"):
+        frontier_as_of(table, datetime(2026, 1, 5), 3600)
+    # Once the first publication's snapshot expires, what it recorded is unknown: an error, not nothing.
+    table.maintenance.expire_snapshots().by_ids([first]).commit()
+    table.refresh()
+    with pytest.raises(SchemaError, match=f"has no snapshot {first}"):
+        snapshot_frontier(table, first)
+    assert snapshot_frontier(table, second) == after
+    with pytest.raises(SchemaError, match="is recorded any more"):
+        arrival_frontier(table, end, 3600)
+    assert arrival_frontier(table, end + timedelta(hours=1), 3600) == after
