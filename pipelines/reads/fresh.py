@@ -20,6 +20,7 @@ from seqlake.pipelines.compaction.duckdb_aggregate import aggregate_window_local
 from seqlake.pipelines.compaction.spark import published_frontier
 from seqlake.pipelines.landing.schema import landing_schema
 from seqlake.pipelines.landing.tables import LandingPaths
+from seqlake.tableformat.frontier import Frontier
 from seqlake.tableformat.io import engine_location
 from seqlake.tableformat.reader import SEQUENCE_ORDER, HistoryReader, Selection, finish, row_filter
 from seqlake.tableformat.writer import open_output
@@ -30,12 +31,10 @@ def unpublished_events(config: Config, paths: LandingPaths, user_id: int, above:
     fs, path = open_output(paths.events)
     if fs.get_file_info(f"{path}/_delta_log").type == FileType.NotFound:
         return landing_schema(config).empty_table()  # nothing has landed yet
-    bounds = pa.table({"source_partition": list(above), "frontier": list(above.values())})
+    published = Frontier(above).sql("e.source_partition", "e.lsn")
     with connect(extensions=("delta",)) as con:
-        con.register("_frontier", bounds)
         rows = con.execute(
-            "SELECT e.* FROM delta_scan(?) AS e LEFT JOIN _frontier AS f USING (source_partition) "
-            "WHERE e.user_id = ? AND e.lsn > coalesce(f.frontier, -1)",
+            f"SELECT e.* FROM delta_scan(?) AS e WHERE e.user_id = ? AND NOT ({published})",
             [engine_location(paths.events), int(user_id)],
         ).to_arrow_table()
     return rows.select(landing_schema(config).names).cast(landing_schema(config))

@@ -66,13 +66,9 @@ class ViewSnapshot:
             self._con.register("_empty", empty)
             self._con.execute(f"CREATE TEMP TABLE {_ABOVE} AS SELECT * FROM _empty")
             return
-        frontier = pa.table(
-            {"source_partition": pa.array(list(self.frontier), pa.int32()), "frontier": list(self.frontier.values())}
-        )
-        self._con.register("_frontier", frontier)
+        published = self.frontier.sql("e.source_partition", "e.lsn")
         self._con.execute(
-            f"CREATE TEMP TABLE {_ABOVE} AS SELECT {columns} FROM delta_scan(?) AS e "
-            "LEFT JOIN _frontier AS f USING (source_partition) WHERE e.lsn > coalesce(f.frontier, -1)",
+            f"CREATE TEMP TABLE {_ABOVE} AS SELECT {columns} FROM delta_scan(?) AS e WHERE NOT ({published})",
             [engine_location(paths.events)],
         )
 
