@@ -198,19 +198,14 @@ def as_frontier_column(column: pa.Array | pa.ChunkedArray) -> pa.MapArray:
     if array.null_count:
         offsets = array.offsets.to_numpy().astype(np.int64)
         valid = array.is_valid().to_numpy(zero_copy_only=False)
-        spans = np.where(valid, np.diff(offsets), 0).astype(np.int32)
-        first = offsets[:-1]
-        index = np.repeat(first, spans) + _ranks(spans)
-        offsets = np.concatenate([[0], np.cumsum(spans)]).astype(np.int32)
-        keys = array.keys.to_numpy(zero_copy_only=False).astype(np.int64)[index]
-        values = array.items.to_numpy(zero_copy_only=False).astype(np.int64)[index]
-        return _map_array(offsets, keys, values)
+        # Entries of null rows (a null row may still span some) are dropped, by the row each belongs to.
+        positions = np.arange(offsets[0], offsets[-1], dtype=np.int64)
+        kept = positions[valid[np.searchsorted(offsets, positions, "right") - 1]]
+        spans = np.where(valid, np.diff(offsets), 0)
+        keys = array.keys.to_numpy(zero_copy_only=False).astype(np.int64)[kept]
+        values = array.items.to_numpy(zero_copy_only=False).astype(np.int64)[kept]
+        return _map_array(np.concatenate([[0], np.cumsum(spans)]).astype(np.int32), keys, values)
     return array if array.type == FRONTIER_TYPE else array.cast(FRONTIER_TYPE)
-
-
-def _ranks(counts: np.ndarray) -> np.ndarray:
-    starts = np.cumsum(counts) - counts
-    return np.arange(int(counts.sum()), dtype=np.int64) - np.repeat(starts, counts)
 
 
 def frontiers_of(column: pa.Array | pa.ChunkedArray) -> list[Frontier]:

@@ -101,12 +101,20 @@ class IsoTime(click.ParamType):
         if isinstance(value, datetime):
             return value
         try:
-            moment = datetime.fromisoformat(str(value).replace("Z", "+00:00"))
-        except ValueError:
-            self.fail(f"{value!r} is not an ISO 8601 time, e.g. 2026-01-05T10:00:00Z", param, ctx)
-        if moment.tzinfo is None:
-            self.fail(f"{value!r} needs a time zone, e.g. 2026-01-05T10:00:00Z", param, ctx)
-        return moment
+            return parse_time(value, "is not an ISO 8601 time")
+        except ValueError as error:
+            self.fail(str(error), param, ctx)
+
+
+def parse_time(value: Any, otherwise: str) -> datetime:
+    """An ISO 8601 time with a zone; a ValueError saying `'value' otherwise, e.g. ...` when it is none."""
+    try:
+        moment = datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+    except ValueError:
+        raise ValueError(f"{value!r} {otherwise}, e.g. 2026-01-05T10:00:00Z") from None
+    if moment.tzinfo is None:
+        raise ValueError(f"{value!r} needs a time zone, e.g. 2026-01-05T10:00:00Z")
+    return moment
 
 
 class SnapshotOrTime(click.ParamType):
@@ -117,16 +125,12 @@ class SnapshotOrTime(click.ParamType):
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int | datetime:
         if isinstance(value, int | datetime) and not isinstance(value, bool):
             return value
-        text = str(value).strip()
-        if text.isdigit():
-            return IntegerAtLeast(0).convert(text, param, ctx)
+        if str(value).strip().isdigit():
+            return IntegerAtLeast(0).convert(str(value).strip(), param, ctx)
         try:
-            moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
-        except ValueError:
-            self.fail(f"{value!r} is neither a snapshot id nor an ISO 8601 time, e.g. 2026-01-05T10:00:00Z", param, ctx)
-        if moment.tzinfo is None:
-            self.fail(f"{value!r} needs a time zone, e.g. 2026-01-05T10:00:00Z", param, ctx)
-        return moment
+            return parse_time(value, "is neither a snapshot id nor an ISO 8601 time")
+        except ValueError as error:
+            self.fail(str(error), param, ctx)
 
 
 class FrontierText(click.ParamType):
