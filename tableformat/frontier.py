@@ -8,7 +8,8 @@ delivered nothing, so none of its rows is covered (LSNs are >= 0).
 
 Stored in two places, one codec each:
 - a pointer's `lsn_bound` column (training tables, a backfill's label pointers): Arrow / Iceberg
-  `map<int32, int64>` (`FRONTIER_TYPE`; `frontier_column` and `frontiers_of` convert);
+  `map<int32, int64>` (`FRONTIER_TYPE`: `frontier_column` and `repeated_frontier` write it,
+  `frontiers_of` reads it back, `as_frontier_column` takes a map column DuckDB or Spark made);
 - the history table's property and its publications' snapshot summaries, `seqlake.frontier`: a JSON
   object `{"partition": lsn}` (`Frontier.to_json`, `Frontier.from_json`; `published_frontier`).
 

@@ -32,7 +32,7 @@ from seqlake.pipelines.training.tables import (
     sequence_table_schema,
     training_schema,
 )
-from seqlake.tableformat.frontier import Frontier, frontier_column, repeated_frontier
+from seqlake.tableformat.frontier import frontier_column, frontiers_of, repeated_frontier
 from seqlake.tableformat.multi_reader import histories
 from seqlake.tableformat.reader import HistoryReader, Selection
 
@@ -197,12 +197,13 @@ def capture_requests(
     batch = capture_batch(snapshot, reader, tenant, requests, fragment_events, landing)
     model = batch.rows.select(tenant.model_columns).cast(tenant.schema)
     pointers = batch.training.select([n for n in training_schema(tenant).names if n not in REQUEST_COLUMNS])
+    bounds = frontiers_of(pointers["lsn_bound"])
     captures = []
-    for request, start, end, pointer in zip(
-        requests, batch.starts.tolist(), batch.ends.tolist(), pointers.to_pylist(), strict=True
+    for request, start, end, pointer, bound in zip(
+        requests, batch.starts.tolist(), batch.ends.tolist(), pointers.to_pylist(), bounds, strict=True
     ):
         fragment = {k: pointer.pop(k) for k in list(pointer) if k.startswith(FRAGMENT)}
-        pointer["lsn_bound"] = Frontier(pointer["lsn_bound"])
+        pointer["lsn_bound"] = bound
         sequence = model.slice(start, end - start)
         captures.append(
             Capture(
