@@ -14,7 +14,6 @@ in-process ones). Times are wall clock on a possibly shared machine: compare the
 
 from __future__ import annotations
 
-import json
 import shutil
 import tempfile
 import time
@@ -48,8 +47,9 @@ from seqlake.pipelines.training.tables import (
     training_table_name,
 )
 from seqlake.tableformat.bucketing import bucket_of
+from seqlake.tableformat.frontier import FRONTIER_PROPERTY, published_frontier
 from seqlake.tableformat.reader import HistoryReader
-from seqlake.tableformat.registry import RunRecord, commit_runs, live_runs, published_frontier
+from seqlake.tableformat.registry import RunRecord, commit_runs, live_runs
 
 HOUR_US = 3_600_000_000
 LATE_SHARE = 0.02  # of the request day's events: published one to three hours after their event time
@@ -163,12 +163,10 @@ def history_rows(config: Config, scale: Scale, day_start_us: int, seed: int) -> 
 def publish(history, config: Config, rows: pa.Table, run_id: str, windows: list[int], replaces=()) -> None:
     """Write `rows` (bucket-ordered) as one sorted run and commit it with the LSN frontier."""
     files = write_history_run(history, config, run_id, rows)
-    frontier = rows.group_by("source_partition").aggregate([("lsn", "max")])
-    previous = {str(k): v for k, v in published_frontier(history).items()}
-    for partition, lsn in zip(frontier["source_partition"].to_pylist(), frontier["lsn_max"].to_pylist(), strict=True):
-        previous[str(partition)] = max(previous.get(str(partition), -1), lsn)
+    highest = rows.group_by("source_partition").aggregate([("lsn", "max")])
+    own = dict(zip(highest["source_partition"].to_pylist(), highest["lsn_max"].to_pylist(), strict=True))
     record = RunRecord(run_id, "merge" if replaces else "window", windows, len(files), rows.num_rows)
-    properties = {"seqlake.frontier": json.dumps(dict(sorted(previous.items())))}
+    properties = {FRONTIER_PROPERTY: published_frontier(history).advanced(own).to_json()}
     commit_runs(history, [(record, files)], replaces=replaces, snapshot_properties=properties)
     history.refresh()
 

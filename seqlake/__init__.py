@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from seqlake.pipelines.training.capture.pointers import Capture, Request
     from seqlake.pipelines.training.rebuild.samples import ReconstructionResult
     from seqlake.pipelines.training.sequence import Tenant
+    from seqlake.tableformat.frontier import Frontier
     from seqlake.tableformat.reader import Selection
 
 # Public name -> the module that defines it.
@@ -38,6 +39,7 @@ _EXPORTS = {
     "open": "seqlake.lake",
     "Lake": "seqlake.lake",
     "Selection": "seqlake.tableformat.reader",
+    "Frontier": "seqlake.tableformat.frontier",
     "Tenant": "seqlake.pipelines.training.sequence",
     "Request": "seqlake.pipelines.training.capture.pointers",
     "Capture": "seqlake.pipelines.training.capture.pointers",
@@ -58,6 +60,7 @@ __all__ = [
     "Config",
     "ConfigError",
     "CorruptFileError",
+    "Frontier",
     "Lake",
     "ReconstructionResult",
     "Request",

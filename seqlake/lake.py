@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from seqlake.pipelines.training.sequence import Tenant
     from seqlake.sql_session import SqlSession
     from seqlake.tableformat.reader import HistoryReader, Selection
+    from seqlake.tableformat.time_travel import AsOf
 
 HISTORY_TABLE = "history"
 
@@ -91,7 +92,7 @@ class Lake:
         columns: Iterable[str] | None = None,
         start: datetime | None = None,
         end: datetime | None = None,
-        as_of_lsn: int | None = None,
+        as_of: AsOf | None = None,
         top_k: int | None = None,
         newest_first: bool | None = None,
         fresh: bool = False,
@@ -104,17 +105,21 @@ class Lake:
             selection: a `Selection`; the keyword options below override its fields.
             feature_groups, columns: what to read (default: all); selections are pushed down to storage.
             start, end: event-time range, `start` inclusive, `end` exclusive (time-zone aware).
-            as_of_lsn: only rows known at this LSN.
+            as_of: only what was known then (`seqlake.tableformat.time_travel`): a `Frontier`
+                (or a {source partition: LSN} mapping: the rows at or below their partition's LSN),
+                a snapshot id of the table (the frontier it had then), or an arrival time (a
+                time-zone aware datetime: the frontier of the publications current then).
             top_k: only the newest K rows; newest_first: newest row first.
             fresh: add the rows landed since the last publication (`seqlake.pipelines.reads.fresh.fresh_history`),
                 aggregated as their window will publish them.
             table: the history table (default: history).
 
         Raises:
-            SchemaError: an unknown table, feature group or column; SetupError: no warehouse there.
+            SchemaError: an unknown table, feature group, column or snapshot (or one whose frontier
+                has expired); SetupError: no warehouse there.
         """
-        chosen = _selection(selection, feature_groups, columns, start, end, as_of_lsn, top_k, newest_first)
         reader = self._reader(table)
+        chosen = self._selection(reader, selection, feature_groups, columns, start, end, as_of, top_k, newest_first)
         if fresh:
             from seqlake.pipelines.landing.tables import landing_paths
             from seqlake.pipelines.reads.fresh import fresh_history
@@ -131,7 +136,7 @@ class Lake:
         columns: Iterable[str] | None = None,
         start: datetime | None = None,
         end: datetime | None = None,
-        as_of_lsn: int | None = None,
+        as_of: AsOf | None = None,
         top_k: int | None = None,
         newest_first: bool | None = None,
         max_workers: int = 4,
@@ -148,8 +153,9 @@ class Lake:
         """
         from seqlake.tableformat.multi_reader import histories
 
-        chosen = _selection(selection, feature_groups, columns, start, end, as_of_lsn, top_k, newest_first)
-        return histories(self._reader(table), user_ids, chosen, max_workers=max_workers)
+        reader = self._reader(table)
+        chosen = self._selection(reader, selection, feature_groups, columns, start, end, as_of, top_k, newest_first)
+        return histories(reader, user_ids, chosen, max_workers=max_workers)
 
     def sql(self, query: str, *, params: dict[str, object] | None = None) -> pd.DataFrame:
         """Run one read-only DuckDB query over the warehouse, seqlake's views and macros loaded (sql/).
@@ -328,27 +334,30 @@ class Lake:
             self._readers[name] = HistoryReader(self._table(name), footer_cache=self._footers)
         return self._readers[name]
 
+    def _selection(
+        self,
+        reader: HistoryReader,
+        selection: Selection | None,
+        feature_groups: Iterable[str] | None,
+        columns: Iterable[str] | None,
+        start: datetime | None,
+        end: datetime | None,
+        as_of: AsOf | None,
+        top_k: int | None,
+        newest_first: bool | None,
+    ) -> Selection:
+        """`selection` (default: everything) with the options given (not None) in place of its fields;
+        `as_of` resolved to a frontier against the reader's table."""
+        from seqlake.tableformat.reader import Selection
+        from seqlake.tableformat.time_travel import frontier_as_of
 
-def _selection(
-    selection: Selection | None,
-    feature_groups: Iterable[str] | None,
-    columns: Iterable[str] | None,
-    start: datetime | None,
-    end: datetime | None,
-    as_of_lsn: int | None,
-    top_k: int | None,
-    newest_first: bool | None,
-) -> Selection:
-    """`selection` (default: everything) with the options given (not None) in place of its fields."""
-    from seqlake.tableformat.reader import Selection
-
-    given: dict[str, Any] = {
-        "feature_groups": tuple(feature_groups) if feature_groups is not None else None,
-        "columns": tuple(columns) if columns is not None else None,
-        "start": start,
-        "end": end,
-        "as_of_lsn": as_of_lsn,
-        "top_k": top_k,
-        "newest_first": newest_first,
-    }
-    return replace(selection or Selection(), **{k: v for k, v in given.items() if v is not None})
+        given: dict[str, Any] = {
+            "feature_groups": tuple(feature_groups) if feature_groups is not None else None,
+            "columns": tuple(columns) if columns is not None else None,
+            "start": start,
+            "end": end,
+            "as_of": None if as_of is None else frontier_as_of(reader.table, as_of, self.config.layout.window_seconds),
+            "top_k": top_k,
+            "newest_first": newest_first,
+        }
+        return replace(selection or Selection(), **{k: v for k, v in given.items() if v is not None})

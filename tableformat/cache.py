@@ -139,8 +139,8 @@ class CachedHistoryReader(HistoryReader):
         """As `HistoryReader.read_users`, with each user's assembled result kept for its next lookup
         with the same selection in the same snapshot (its columns are slices of the cached chunks)."""
         selection = selection or Selection()
-        bounded = any(v is not None for v in (selection.start, selection.end, selection.as_of_lsn))
-        if not self.keep_results or bounded:  # a time or LSN bound is one request's: rarely asked again
+        bounded = any(v is not None for v in (selection.start, selection.end, selection.as_of))
+        if not self.keep_results or bounded:  # a time range or a frontier is one request's: rarely asked again
             return super().read_users(user_ids, selection, max_workers)
         self.check(selection)
         snapshot = self.lookup_index().key

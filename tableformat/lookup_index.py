@@ -14,7 +14,9 @@ cached or not):
   Files are immutable, so entries carry over to the next snapshot.
 - `Segments`: a user's rows as runs of consecutive rows of one feature group in one row group,
   each already in sequence order (event_ts, lsn); the selection prunes them from the bounds alone,
-  marking those only partly selected.
+  marking those only partly selected. Row groups bound `lsn` over all source partitions, so a
+  frontier keeps a segment whole only when its every partition's bound is above the segment's LSNs:
+  the index knows the table's partitions from its published frontier.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from pyiceberg.transforms import BucketTransform
 from pyiceberg.types import PrimitiveType
 
 from seqlake.tableformat.bucketing import bucket_of
+from seqlake.tableformat.frontier import published_frontier
 from seqlake.tableformat.page_reader import PagedFile
 from seqlake.tableformat.schema import KEY_COLUMNS
 
@@ -296,13 +299,14 @@ class FileEntry:
 # -- selection on segments --------------------------------------------------------------------------
 
 
-def select_segments(segments: Segments, selection) -> Segments:
+def select_segments(segments: Segments, selection, partitions: frozenset[int] | None = None) -> Segments:
     """The segments that may hold selected rows, from their bounds alone; those only partly selected
     are marked (`cut_ts`, `cut_lsn`) for the reader to cut by reading their keys. Top-K keeps the
-    fewest segments that surely hold the newest K selected rows."""
+    fewest segments that surely hold the newest K selected rows. `partitions`: the source partitions
+    the table's rows may belong to (None: unknown, so a frontier cuts every segment it keeps)."""
     if not len(segments):
         return segments
-    if all(v is None for v in (selection.feature_groups, selection.start, selection.end, selection.as_of_lsn)):
+    if all(v is None for v in (selection.feature_groups, selection.start, selection.end, selection.as_of)):
         return segments if selection.top_k is None else segments.take(newest_segments(segments, selection.top_k))
     keep = np.ones(len(segments), bool)
     cut_ts = np.zeros(len(segments), bool)
@@ -317,9 +321,9 @@ def select_segments(segments: Segments, selection) -> Segments:
         end = micros(selection.end)
         keep &= segments.ts_min < end
         cut_ts |= segments.ts_max >= end
-    if selection.as_of_lsn is not None:
-        keep &= segments.lsn_min <= selection.as_of_lsn
-        cut_lsn |= segments.lsn_max > selection.as_of_lsn
+    if selection.as_of is not None:
+        keep &= segments.lsn_min <= selection.as_of.highest()
+        cut_lsn |= segments.lsn_max > selection.as_of.lowest(partitions)
     segments = Segments(**{**segments.__dict__, "cut_ts": cut_ts, "cut_lsn": cut_lsn}).take(keep)
     if selection.top_k is not None:
         segments = segments.take(newest_segments(segments, selection.top_k))
@@ -360,6 +364,8 @@ class LookupIndex:
         meta = table.metadata
         self.key = snapshot_key(table)
         self.files = FileIndex(table) if meta.current_snapshot_id is not None else None
+        # The source partitions of the table's rows: those its frontier names (None if it records none).
+        self.partitions: frozenset[int] | None = frozenset(published_frontier(table)) or None
         self._footer = footer
         live = set(self.files.uris) if self.files is not None else set()
         self._entries = {uri: e for uri, e in (entries or {}).items() if uri in live}
@@ -401,14 +407,14 @@ class LookupIndex:
                 selection.feature_groups,
                 selection.start,
                 selection.end,
-                selection.as_of_lsn,
+                selection.as_of,
                 selection.top_k,
             )
             with self._lock:
                 planned = self._plans.get(key)
             if planned is None:
                 user_entries, user_found = self.user_segments(ids[0], read_groups)
-                planned = (user_entries, select_segments(user_found, selection))
+                planned = (user_entries, select_segments(user_found, selection, self.partitions))
                 with self._lock:
                     if len(self._plans) >= USERS_REMEMBERED:
                         self._plans.pop(next(iter(self._plans)))
@@ -439,7 +445,7 @@ class LookupIndex:
             renumber = np.array(numbers, np.int64)
             if len(segments):
                 segments = Segments(**{**segments.__dict__, "file": renumber[segments.file]})
-            found[user] = select_segments(segments, selection)
+            found[user] = select_segments(segments, selection, self.partitions)
         return entries, found
 
     def derived(self, key: Hashable, build: Callable[[], T]) -> T:

@@ -5,15 +5,16 @@ table snapshot: the manifests give at most one file per sorted run, the footers'
 give the user's segments (runs of one feature group within one row group, already in sequence order),
 and the selection prunes segments by their bounds (feature group, event time, LSN, and for Top-K the
 newest). Only the projected columns are read, plus `event_ts` when a segment is cut by time or
-several segments overlap in time and must be merged, and `lsn` when cut by LSN or to break event-time
-ties in a merge. Rows come back in sequence order, (event_ts, lsn), oldest first unless `newest_first`:
-one segment as stored, segments whose time ranges do not overlap concatenated, others merged.
+several segments overlap in time and must be merged, `lsn` to break event-time ties in a merge, and
+`lsn` with `source_partition` when cut by a frontier (`Selection.as_of`: LSNs count per partition).
+Rows come back in sequence order, (event_ts, lsn), oldest first unless `newest_first`: one segment
+as stored, segments whose time ranges do not overlap concatenated, others merged.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime
@@ -35,6 +36,7 @@ from pyiceberg.table import Table
 
 from seqlake.core.errors import SchemaError
 from seqlake.tableformat.evolution import Projection, UnknownFieldId, known_field_ids, projection
+from seqlake.tableformat.frontier import Frontier
 from seqlake.tableformat.io import (
     FooterCache,
     OpenFiles,
@@ -60,19 +62,31 @@ SEQUENCE_ORDER = ("event_ts", "lsn")
 
 @dataclass(frozen=True)
 class Selection:
-    """What to read of a user's history. Times are event times, `start` inclusive, `end` exclusive."""
+    """What to read of a user's history. Times are event times, `start` inclusive, `end` exclusive.
+
+    `as_of` bounds what was known: only rows the frontier covers, those whose LSN is at most the
+    frontier's bound of their source partition (none of a partition it does not name). A mapping
+    {partition: LSN} is taken as a Frontier; a snapshot id or an arrival time becomes one through
+    `seqlake.tableformat.time_travel.frontier_as_of` (what `Lake.history(as_of=...)` calls)."""
 
     feature_groups: tuple[str, ...] | None = None
     columns: tuple[str, ...] | None = None
     start: datetime | None = None
     end: datetime | None = None
-    as_of_lsn: int | None = None  # rows whose LSN is at most this
+    as_of: Frontier | None = None  # rows the frontier covers
     top_k: int | None = None  # the newest K rows of the selection
     newest_first: bool = False
 
     def __post_init__(self) -> None:
         if self.top_k is not None and self.top_k < 0:
             raise ValueError(f"top_k must be >= 0, got {self.top_k}")
+        if self.as_of is not None and not isinstance(self.as_of, Frontier):
+            if not isinstance(self.as_of, Mapping):
+                raise TypeError(
+                    f"Selection.as_of takes a Frontier ({{source partition: LSN}}), not {self.as_of!r}; "
+                    "a snapshot id or an arrival time goes to Lake.history(as_of=...)"
+                )
+            object.__setattr__(self, "as_of", Frontier(self.as_of))
         for name in ("start", "end"):
             value = getattr(self, name)
             if value is not None and value.tzinfo is None:
@@ -227,8 +241,9 @@ class HistoryReader:
         """The user's selected rows in one data file, in sequence order."""
         selection = selection or Selection()
         user = int(user_id)
-        entry = self.lookup_index().entry(uri)
-        segments = select_segments(entry.segments(0, user, self.read_groups), selection)
+        index = self.lookup_index()
+        entry = index.entry(uri)
+        segments = select_segments(entry.segments(0, user, self.read_groups), selection, index.partitions)
         found = read_segments(
             self.read_groups,
             [entry],
@@ -371,6 +386,7 @@ def plan_reads(
     k = selection.top_k
     groups: list[set[int]] = [set() for _ in entries]
     need_ts, need_lsn = [False] * len(entries), [False] * len(entries)
+    need_partition = [False] * len(entries)  # a cut by a frontier compares (source_partition, lsn)
     users = {}
     for user, s in segments.items():  # a handful of segments per user: plain Python is cheapest
         merge = needs_merge(s)
@@ -397,6 +413,7 @@ def plan_reads(
             groups[position].add(rg)
             need_ts[position] |= merge or cut_ts
             need_lsn[position] |= cut_lsn or lsn_for_ties
+            need_partition[position] |= cut_lsn
         keys = (["event_ts"] if merge else []) + (["lsn"] if lsn_for_ties else [])
         order = np.argsort(s.ts_min, kind="stable").tolist()
         users[user] = (rows, merge, paged, list(dict.fromkeys(wanted + keys)), order, by_pages)
@@ -408,6 +425,7 @@ def plan_reads(
             continue
         chosen = sorted(groups[position])
         keys = (["event_ts"] if need_ts[position] else []) + (["lsn"] if need_lsn[position] else [])
+        keys += ["source_partition"] if need_partition[position] else []
         offsets, offset = {}, 0
         for rg in chosen:
             offsets[rg] = offset
@@ -458,7 +476,7 @@ def file_pool(workers: int) -> ThreadPoolExecutor:
 
 def cut(table: pa.Table, offset: int, length: int, cut_ts: bool, cut_lsn: bool, selection: Selection) -> pa.Table:
     """One segment's selected rows: a slice, narrowed by a binary search on its (sorted) event times,
-    filtered by LSN, and for Top-K its newest K rows."""
+    filtered by the frontier, and for Top-K its newest K rows."""
     rows = table if offset == 0 and length == table.num_rows else table.slice(offset, length)
     if cut_ts:
         ts = timestamps(rows["event_ts"])
@@ -466,7 +484,8 @@ def cut(table: pa.Table, offset: int, length: int, cut_ts: bool, cut_lsn: bool, 
         high = len(ts) if selection.end is None else int(np.searchsorted(ts, micros(selection.end), "left"))
         rows = rows.slice(low, max(0, high - low))
     if cut_lsn:
-        rows = rows.filter(pc.less_equal(rows["lsn"], selection.as_of_lsn))
+        assert selection.as_of is not None  # segments are cut by LSN only under a frontier
+        rows = rows.filter(pa.array(selection.as_of.covered(rows["source_partition"], rows["lsn"])))
     if selection.top_k is not None and rows.num_rows > selection.top_k:
         rows = rows.slice(rows.num_rows - selection.top_k)
     return rows
@@ -552,7 +571,8 @@ def read_user_from_file(
 
 
 def scan_condition(selection: Selection, user_ids: Iterable[int] | None = None) -> BooleanExpression:
-    """The Iceberg filter of a lookup: the users (None: any user) and the selection's time and LSN bounds."""
+    """The Iceberg filter of a lookup: the users (None: any user), the selection's time range and its
+    frontier's highest LSN (files are pruned by LSN bounds; rows are cut by partition later)."""
     condition: BooleanExpression = AlwaysTrue()
     if user_ids is not None:
         condition = In("user_id", {int(u) for u in user_ids})
@@ -560,8 +580,8 @@ def scan_condition(selection: Selection, user_ids: Iterable[int] | None = None) 
         condition = And(condition, GreaterThanOrEqual("event_ts", selection.start.isoformat()))
     if selection.end is not None:
         condition = And(condition, LessThan("event_ts", selection.end.isoformat()))
-    if selection.as_of_lsn is not None:
-        condition = And(condition, LessThanOrEqual("lsn", int(selection.as_of_lsn)))
+    if selection.as_of is not None:
+        condition = And(condition, LessThanOrEqual("lsn", selection.as_of.highest()))
     return condition
 
 
@@ -598,6 +618,6 @@ def row_filter(table: pa.Table, user_id: int, selection: Selection) -> pa.Chunke
         mask = pc.and_(mask, pc.greater_equal(table["event_ts"], pa.scalar(selection.start, table["event_ts"].type)))
     if selection.end is not None:
         mask = pc.and_(mask, pc.less(table["event_ts"], pa.scalar(selection.end, table["event_ts"].type)))
-    if selection.as_of_lsn is not None:
-        mask = pc.and_(mask, pc.less_equal(table["lsn"], selection.as_of_lsn))
+    if selection.as_of is not None:
+        mask = pc.and_(mask, pa.array(selection.as_of.covered(table["source_partition"], table["lsn"])))
     return mask

@@ -41,6 +41,10 @@ from seqlake.tableformat.evolution import (
     with_groups,
 )
 from seqlake.tableformat.forgets import Forgets, ReadPoint, files_holding, guard, missed_users, record_forget
+
+# The frontier is published here, in the runs' commit; its type and codec live in tableformat.frontier.
+from seqlake.tableformat.frontier import FRONTIER_PROPERTY as FRONTIER_PROPERTY
+from seqlake.tableformat.frontier import published_frontier as published_frontier
 from seqlake.tableformat.layout import STATISTICS_COLUMNS
 from seqlake.tableformat.schema import (
     FORMAT_VERSION,
@@ -48,14 +52,12 @@ from seqlake.tableformat.schema import (
     history_partition_spec,
     history_sort_order,
 )
-from seqlake.tableformat.snapshots import sequence_number
 from seqlake.tableformat.spec import HistorySpec
 from seqlake.tableformat.writer import WrittenFile, open_output
 
 log = logging.getLogger(__name__)
 
 RUNS_PROPERTY = "seqlake.runs"
-FRONTIER_PROPERTY = "seqlake.frontier"  # highest published LSN per source partition (JSON object)
 FORMAT_PROPERTY = "seqlake.format-version"
 GROUPS_PROPERTY = "seqlake.feature-groups"
 COMMIT_RETRIES = "commit.retry.num-retries"
@@ -168,18 +170,6 @@ def live_runs(table: Table) -> dict[str, RunRecord]:
 def published_windows(table: Table) -> set[int]:
     """Windows held by a live run of the table's current snapshot."""
     return {w for record in live_runs(table).values() for w in record.windows}
-
-
-def published_frontier(table: Table) -> dict[int, int]:
-    """Highest published LSN per source partition. Tables published before the frontier became a
-    table property keep it in their newest publication's snapshot summary: read there as a fallback."""
-    raw = table.metadata.properties.get(FRONTIER_PROPERTY)
-    if raw is None:
-        for snapshot in sorted(table.snapshots(), key=sequence_number, reverse=True):
-            raw = snapshot.summary.additional_properties.get(FRONTIER_PROPERTY) if snapshot.summary else None
-            if raw:
-                break
-    return {int(k): int(v) for k, v in json.loads(raw or "{}").items()}
 
 
 def data_file_for(table: Table, written: WrittenFile) -> DataFile:

@@ -54,13 +54,48 @@ CASES = {  # name -> (arguments, what the one line says, exit status: 1 a failur
     ),
     "history: an unknown table": (["history", "--table", "nope", "--user", "1"], "does not exist in the catalog", 1),
     "history: LSN beyond int64": (
-        ["history", "--user", "11", "--as-of-lsn", BIG],
-        "--as-of-lsn: must be an integer",
+        ["history", "--user", "11", "--as-of-frontier", f"0:{BIG}"],
+        "--as-of-frontier: a frontier's LSN must be an integer in [0, 9223372036854775807]",
         2,
     ),
     "history: negative LSN": (
-        ["history", "--user", "11", "--as-of-lsn", "-1"],
-        "--as-of-lsn: must be an integer >= 0",
+        ["history", "--user", "11", "--as-of-frontier", "0:-1"],
+        "--as-of-frontier: a frontier's LSN must be an integer in [0,",
+        2,
+    ),
+    "history: a frontier not PARTITION:LSN": (
+        ["history", "--user", "11", "--as-of-frontier", "120"],
+        "is not PARTITION:LSN",
+        2,
+    ),
+    "history: a partition twice": (
+        ["history", "--user", "11", "--as-of-frontier", "0:5,0:6"],
+        "names source partition 0 twice",
+        2,
+    ),
+    "history: as-of neither a snapshot nor a time": (
+        ["history", "--user", "11", "--as-of", "yesterday"],
+        "--as-of: 'yesterday' is neither a snapshot id nor an ISO 8601 time",
+        2,
+    ),
+    "history: as-of time without zone": (
+        ["history", "--user", "11", "--as-of", "2026-01-05T10:00"],
+        "--as-of: '2026-01-05T10:00' needs a time zone",
+        2,
+    ),
+    "history: snapshot id beyond int64": (
+        ["history", "--user", "11", "--as-of", BIG],
+        "--as-of: must be an integer <=",
+        2,
+    ),
+    "history: a snapshot the table does not have": (
+        ["history", "--user", "11", "--as-of", "12345"],
+        "has no snapshot 12345",
+        1,
+    ),
+    "history: as-of and a frontier": (
+        ["history", "--user", "11", "--as-of", "12345", "--as-of-frontier", "0:1"],
+        "give --as-of or --as-of-frontier, not both",
         2,
     ),
     "history: user beyond int64": (["history", "--user", BIG], "--user: must be an integer <=", 2),

@@ -84,3 +84,69 @@ def test_json_rows_are_exact_and_hold_only_the_chosen_columns(warehouse):
     assert {r["user_id"] for r in document["rows"]} == {BIG_USER}
     assert all(r["event_ts"].endswith("Z") for r in document["rows"])
     assert done.stderr == ""
+
+
+TRAVELLER = 1_000_003
+
+
+@pytest.fixture(scope="module")
+def travelled(tmp_path_factory):
+    from tests.history_data import time_travel_history
+
+    root = tmp_path_factory.mktemp("history_as_of") / "warehouse"
+    config = make_config(root)
+    _, snapshots, rows = time_travel_history(config, TRAVELLER)
+    return root, snapshots, rows
+
+
+def as_of(root, *args: str) -> tuple[list[tuple[int, int]], dict]:
+    """(source partition, LSN) of the rows `seqlake history --output json ARGS` shows, and its document."""
+    env = {**os.environ, "SEQLAKE_WAREHOUSE": str(root)}
+    command = [sys.executable, "-m", "seqlake", "history", "--user", str(TRAVELLER), "--output", "json"]
+    done = subprocess.run([*command, "--columns", "source_partition", *args], capture_output=True, text=True, env=env)
+    assert done.returncode == 0, done.stderr
+    document = json.loads(done.stdout)
+    return [(r["source_partition"], r["lsn"]) for r in document["rows"]], document
+
+
+def keys_of(rows: pa.Table, bounds: dict[int, int]) -> list[tuple[int, int]]:
+    """The rows' (partition, LSN) at or below their partition's bound, in sequence order."""
+    keys = zip(rows["source_partition"].to_pylist(), rows["lsn"].to_pylist(), strict=True)
+    return [(p, lsn) for p, lsn in keys if lsn <= bounds.get(p, -1)]
+
+
+def test_as_of_a_snapshot_shows_what_its_publications_had_published(travelled):
+    root, (first, second, unpublished), rows = travelled
+    got, document = as_of(root, "--as-of", str(first))
+    assert got == keys_of(rows, {0: 109, 1: 19}) and len(got) == 20  # the first window's rows
+    assert document["as_of"] == {"0": 109, "1": 19}
+    assert as_of(root, "--as-of", str(second))[0] == keys_of(rows, {0: 119, 1: 29}) and len(rows) == 40
+    # A snapshot that published nothing (another user's run without a frontier): the frontier before it.
+    assert as_of(root, "--as-of", str(unpublished))[1]["as_of"] == {"0": 119, "1": 29}
+    # Text: the frontier the read was bounded by follows the count.
+    env = {**os.environ, "SEQLAKE_WAREHOUSE": str(root)}
+    done = subprocess.run(
+        [sys.executable, "-m", "seqlake", "history", "--user", str(TRAVELLER), "--as-of", str(first)],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    assert done.returncode == 0 and done.stderr.strip() == f"20 rows for user {TRAVELLER} as of frontier 0:109,1:19"
+
+
+def test_as_of_an_arrival_time_shows_the_publications_current_then(travelled):
+    root, _, rows = travelled
+    # The first window ends at 01:00 on 2026-01-05 (hourly windows from BASE), the second at 02:00.
+    nothing, document = as_of(root, "--as-of", "2026-01-05T00:59:59Z")
+    assert nothing == [] and document["as_of"] == {}
+    assert as_of(root, "--as-of", "2026-01-05T01:30:00Z")[0] == keys_of(rows, {0: 109, 1: 19})
+    assert as_of(root, "--as-of", "2026-01-05T02:30:00+01:00")[0] == keys_of(rows, {0: 109, 1: 19})  # 01:30 UTC
+    assert as_of(root, "--as-of", "2026-01-05T02:00:00Z")[0] == keys_of(rows, {0: 119, 1: 29})
+
+
+def test_as_of_a_frontier_bounds_each_partition_by_its_own_lsn(travelled):
+    root, _, rows = travelled
+    got, document = as_of(root, "--as-of-frontier", "0:104,1:24")
+    assert got == keys_of(rows, {0: 104, 1: 24}) and document["as_of"] == {"0": 104, "1": 24}
+    assert {p for p, _ in got} == {0, 1} and len(got) == 5 + 15
+    assert as_of(root, "--as-of-frontier", "1:24")[0] == keys_of(rows, {1: 24})  # partition 0: nothing

@@ -96,6 +96,39 @@ def test_histories_and_fresh_reads(lake, small):
     assert lake.history(11, fresh=True).equals(lake.history(11))
 
 
+def test_history_as_of_a_frontier_a_snapshot_or_an_arrival_time(tmp_path):
+    from datetime import timedelta
+
+    from tests.conftest import make_config
+    from tests.history_data import HOUR_US, TRAVEL_WINDOW, time_travel_history
+
+    config = make_config(tmp_path / "warehouse")
+    user = 1_000_003
+    _, (first, second, _), rows = time_travel_history(config, user)
+    end_of_first = datetime.fromtimestamp((TRAVEL_WINDOW + 1) * HOUR_US / 1e6, UTC)
+
+    def keys(table: pa.Table) -> list[tuple[int, int]]:
+        return list(zip(table["source_partition"].to_pylist(), table["lsn"].to_pylist(), strict=True))
+
+    def under(bounds: dict[int, int]) -> list[tuple[int, int]]:
+        return [(p, lsn) for p, lsn in keys(rows) if lsn <= bounds.get(p, -1)]
+
+    with seqlake.open(config) as lake:
+        columns = ["source_partition", "lsn"]
+        assert keys(lake.history(user, columns=columns, as_of=first)) == under({0: 109, 1: 19})
+        assert keys(lake.history(user, columns=columns, as_of=second)) == under({0: 119, 1: 29}) == keys(rows)
+        later = end_of_first + timedelta(minutes=30)
+        assert keys(lake.history(user, columns=columns, as_of=later)) == under({0: 109, 1: 19})
+        exact = seqlake.Frontier({0: 104, 1: 24})
+        assert keys(lake.history(user, columns=columns, as_of=exact)) == under({0: 104, 1: 24})
+        # The option overrides the selection's frontier; histories take the same.
+        chosen = seqlake.Selection(columns=tuple(columns), as_of=seqlake.Frontier({1: 0}))
+        assert lake.history(user, chosen, as_of={1: 12}).equals(lake.history(user, columns=columns, as_of={1: 12}))
+        assert keys(lake.histories([user], columns=columns, as_of=first)[user]) == under({0: 109, 1: 19})
+        with pytest.raises(seqlake.SchemaError, match="has no snapshot 12345"):
+            lake.history(user, as_of=12345)
+
+
 def test_sql_binds_values_and_stays_read_only(lake):
     counted = lake.sql("SELECT count(*) AS n FROM history WHERE user_id = $uid", params={"uid": 33})
     assert counted["n"].tolist() == [USER_ROWS[33]]

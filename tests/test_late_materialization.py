@@ -42,6 +42,7 @@ from seqlake.pipelines.training.tables import (
     training_schema,
     training_table_name,
 )
+from seqlake.tableformat.frontier import Frontier
 from seqlake.tableformat.reader import HistoryReader
 from seqlake.tableformat.registry import commit_file_rewrite, history_file_uri, live_runs, run_id_of_path
 from seqlake.tableformat.run_writer import write_run
@@ -151,7 +152,7 @@ def test_out_of_order_arrivals_replay_what_inference_saw(spark, lake_config):
         T0 + timedelta(minutes=2),
         T0 + timedelta(minutes=8),
     )
-    assert capture.pointer["lsn_bound"] == [(0, 7)]
+    assert capture.pointer["lsn_bound"] == Frontier({0: 7})
 
     time_only = replay(config, tenant, "time")
     assert sample_minutes(time_only.assembled) == [2, 3, 4, 5, 6, 7, 8]

@@ -21,7 +21,9 @@ from seqlake.tableformat.reader import HistoryReader, Selection
 from tests.conftest import make_config
 from tests.history_data import (
     SMALL_ROW_GROUPS,
+    frontiers,
     history_table,
+    lsn_base,
     publish_run,
     synthetic_history,
 )
@@ -50,11 +52,12 @@ def cached(table):
     return CachedHistoryReader(table, cache=HistoryCache(max_bytes=512 * 1024))
 
 
-# Synthetic LSNs start at user % 1000 * 1e6: a bound inside one user's range cuts that history,
-# keeps the users below and drops the users above.
+# Synthetic LSNs start at user % 1000 * 1e6, and user u's rows are in source partition u % 4: a
+# partition's bound inside one user's range cuts that history, keeps the partition's users below and
+# drops those above; a partition the frontier does not name shows none of its users' rows.
 selections = history_selections(
     columns=st.one_of(st.none(), st.sampled_from([tuple(COLUMNS), ("item_id",), ("feature_group", "lsn", "item_id")])),
-    as_of_lsn=st.builds(lambda u, k: u % 1000 * 1_000_000 + k, st.sampled_from(sorted(USERS)), st.integers(0, 3000)),
+    as_of=frontiers(st.builds(lambda u, k: lsn_base(u) + k, st.sampled_from(sorted(USERS)), st.integers(0, 3000))),
 )
 user_sets = st.lists(st.sampled_from(sorted(USERS) + ABSENT), max_size=14)
 

@@ -88,6 +88,7 @@ def test_spark_reader_applies_the_same_selections(spark, lake_config, data):
     from datetime import timedelta
 
     from seqlake.pipelines.reads.spark import history_df, order_sequence
+    from seqlake.tableformat.frontier import Frontier
     from seqlake.tableformat.reader import Selection
     from tests.history_data import BASE_TS_US
 
@@ -98,7 +99,9 @@ def test_spark_reader_applies_the_same_selections(spark, lake_config, data):
     for selection in (
         Selection(columns=("item_id",), feature_groups=("engagement",), top_k=25),
         Selection(columns=("watch_time_ms", "surface"), start=base + timedelta(hours=5), end=base + timedelta(days=2)),
-        Selection(columns=("item_id",), as_of_lsn=5_000_400, top_k=7),
+        # Users 1_000_005 and 1_000_033 are in source partition 1, 1_000_010 in 2 (LSNs from u % 1000 * 1e6).
+        Selection(columns=("item_id",), as_of=Frontier({1: 5_000_400, 2: 5_000_400}), top_k=7),
+        Selection(columns=("item_id", "lsn"), as_of=Frontier({1: 5_000_400, 2: 10_000_300})),
     ):
         rows = order_sequence(history_df(spark, lake_config, selection, users)).collect()
         for user in users:

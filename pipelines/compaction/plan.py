@@ -33,6 +33,7 @@ from seqlake.pipelines.landing.schema import landing_schema
 from seqlake.pipelines.landing.tables import LandingPaths, LandingQuery, LandingScan
 from seqlake.pipelines.tables import DETAIL, HISTORY
 from seqlake.tableformat.forgets import ReadPoint, inherited
+from seqlake.tableformat.frontier import Frontier
 from seqlake.tableformat.registry import (
     RunRecord,
     RunsChanged,
@@ -201,13 +202,10 @@ def window_lsns(scan: LandingScan, paths: LandingPaths, windows: list[int]) -> d
     return highest
 
 
-def lsn_frontier(history: Table, window_lsn: dict[int, int]) -> dict[str, int]:
+def lsn_frontier(history: Table, window_lsn: dict[int, int]) -> Frontier:
     """The frontier once the windows are published: per source partition, the highest LSN of their
     records or of what was published before."""
-    frontier = published_frontier(history)
-    for partition, lsn in window_lsn.items():
-        frontier[partition] = max(frontier.get(partition, -1), lsn)
-    return {str(k): v for k, v in sorted(frontier.items())}
+    return published_frontier(history).advanced(window_lsn)
 
 
 def publish_batch(
@@ -230,7 +228,7 @@ def publish_batch(
     for _ in range(COMMIT_ATTEMPTS):
         properties = {
             "seqlake.window-id": str(windows[-1]),
-            "seqlake.frontier": json.dumps(lsn_frontier(history, own_lsns)),
+            "seqlake.frontier": lsn_frontier(history, own_lsns).to_json(),
         }
         if len(windows) > 1:
             properties["seqlake.windows"] = json.dumps(windows)

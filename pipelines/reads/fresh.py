@@ -8,6 +8,7 @@ read shows the rows that window will publish if nothing else arrives.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import replace
 
 import pyarrow as pa
@@ -17,21 +18,20 @@ from seqlake.engines.duckdb_session import connect
 from seqlake.pipelines.compaction.duckdb_aggregate import aggregate_window_local
 from seqlake.pipelines.landing.schema import landing_schema
 from seqlake.pipelines.landing.tables import LandingPaths, is_delta_table
+from seqlake.tableformat.frontier import Frontier
 from seqlake.tableformat.io import engine_location
 from seqlake.tableformat.reader import SEQUENCE_ORDER, HistoryReader, Selection, finish, row_filter
 from seqlake.tableformat.registry import published_frontier
 
 
-def unpublished_events(config: Config, paths: LandingPaths, user_id: int, above: dict[int, int]) -> pa.Table:
+def unpublished_events(config: Config, paths: LandingPaths, user_id: int, above: Mapping[int, int]) -> pa.Table:
     """The user's landing rows whose LSN is above the frontier of their source partition."""
     if not is_delta_table(paths.events):
         return landing_schema(config).empty_table()  # nothing has landed yet
-    bounds = pa.table({"source_partition": list(above), "frontier": list(above.values())})
+    published = Frontier(above).sql("e.source_partition", "e.lsn")
     with connect(extensions=("delta",)) as con:
-        con.register("_frontier", bounds)
         rows = con.execute(
-            "SELECT e.* FROM delta_scan(?) AS e LEFT JOIN _frontier AS f USING (source_partition) "
-            "WHERE e.user_id = ? AND e.lsn > coalesce(f.frontier, -1)",
+            f"SELECT e.* FROM delta_scan(?) AS e WHERE e.user_id = ? AND NOT ({published})",
             [engine_location(paths.events), int(user_id)],
         ).to_arrow_table()
     return rows.select(landing_schema(config).names).cast(landing_schema(config))

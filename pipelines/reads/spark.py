@@ -1,5 +1,6 @@
 """The history reader for Spark batch jobs: the same selections as `seqlake.tableformat.reader.Selection`, as
-DataFrame operations that Iceberg pushes down (filters on user_id, feature_group, event_ts, lsn)."""
+DataFrame operations that Iceberg pushes down (filters on user_id, feature_group, event_ts, lsn; a
+frontier as one condition per source partition, `Frontier.sql`)."""
 
 from __future__ import annotations
 
@@ -34,8 +35,8 @@ def history_df(
         df = df.where(F.col("event_ts") >= F.lit(selection.start))
     if selection.end is not None:
         df = df.where(F.col("event_ts") < F.lit(selection.end))
-    if selection.as_of_lsn is not None:
-        df = df.where(F.col("lsn") <= F.lit(int(selection.as_of_lsn)))
+    if selection.as_of is not None:
+        df = df.where(F.expr(selection.as_of.sql("source_partition", "lsn")))
     if selection.top_k is not None:
         newest = Window.partitionBy("user_id").orderBy(*(F.col(c).desc() for c in SEQUENCE_ORDER))
         df = df.withColumn("_rank", F.row_number().over(newest)).where(F.col("_rank") <= selection.top_k)

@@ -23,6 +23,7 @@ from seqlake.engines.catalog import open_catalog, table_identifier
 from seqlake.pipelines.training.sequence import SEQUENCE_PREFIX, Tenant, list_schema
 from seqlake.tableformat.evolution import compare, mismatch_error
 from seqlake.tableformat.forgets import inherited
+from seqlake.tableformat.frontier import FRONTIER_TYPE
 from seqlake.tableformat.schema import FIELD_ID, TIMESTAMP_US, history_partition_spec
 
 FRAGMENT = "recent_"  # prefix of the captured recent fragment's list columns
@@ -46,7 +47,7 @@ POINTER_FIELDS = [
     pa.field("feature_groups", pa.list_(pa.string()), nullable=False),
     pa.field("range_start", TIMESTAMP_US),  # event-time range of the sequence, both ends inclusive
     pa.field("range_end", TIMESTAMP_US),
-    pa.field("lsn_bound", pa.map_(pa.int32(), pa.int64()), nullable=False),  # per source partition
+    pa.field("lsn_bound", FRONTIER_TYPE, nullable=False),  # the frontier at capture (tableformat.frontier)
     pa.field("open_window", pa.int64(), nullable=False),  # newest processing window visible at capture
     pa.field("length", pa.int32(), nullable=False),
     pa.field("top_k", pa.int32(), nullable=False),

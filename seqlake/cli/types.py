@@ -101,17 +101,59 @@ class IsoTime(click.ParamType):
         if isinstance(value, datetime):
             return value
         try:
-            moment = datetime.fromisoformat(str(value).replace("Z", "+00:00"))
-        except ValueError:
-            self.fail(f"{value!r} is not an ISO 8601 time, e.g. 2026-01-05T10:00:00Z", param, ctx)
-        if moment.tzinfo is None:
-            self.fail(f"{value!r} needs a time zone, e.g. 2026-01-05T10:00:00Z", param, ctx)
-        return moment
+            return parse_time(value, "is not an ISO 8601 time")
+        except ValueError as error:
+            self.fail(str(error), param, ctx)
+
+
+def parse_time(value: Any, otherwise: str) -> datetime:
+    """An ISO 8601 time with a zone; a ValueError saying `'value' otherwise, e.g. ...` when it is none."""
+    try:
+        moment = datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+    except ValueError:
+        raise ValueError(f"{value!r} {otherwise}, e.g. 2026-01-05T10:00:00Z") from None
+    if moment.tzinfo is None:
+        raise ValueError(f"{value!r} needs a time zone, e.g. 2026-01-05T10:00:00Z")
+    return moment
+
+
+class SnapshotOrTime(click.ParamType):
+    """A snapshot id (an integer) or an ISO 8601 time with a time zone: an int or a datetime."""
+
+    name = "snapshot|time"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int | datetime:
+        if isinstance(value, int | datetime) and not isinstance(value, bool):
+            return value
+        if str(value).strip().isdigit():
+            return IntegerAtLeast(0).convert(str(value).strip(), param, ctx)
+        try:
+            return parse_time(value, "is neither a snapshot id nor an ISO 8601 time")
+        except ValueError as error:
+            self.fail(str(error), param, ctx)
+
+
+class FrontierText(click.ParamType):
+    """A frontier as `PARTITION:LSN,...` (e.g. `0:120,1:98`): a `seqlake.tableformat.frontier.Frontier`."""
+
+    name = "partition:lsn,..."
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        from seqlake.tableformat.frontier import Frontier  # loaded only when the option is given
+
+        if isinstance(value, Frontier):
+            return value
+        try:
+            return Frontier.parse(str(value))
+        except ValueError as error:
+            self.fail(str(error), param, ctx)
 
 
 COMMA_LIST = CommaList()
 ISO_TIME = IsoTime()
 HOURS = NumberAbove(0, strict=False)
+SNAPSHOT_OR_TIME = SnapshotOrTime()
+FRONTIER = FrontierText()
 
 
 # -- SQL parameters ------------------------------------------------------------------------------

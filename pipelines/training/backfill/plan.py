@@ -27,7 +27,6 @@ fragment, no checksum), read bucket by bucket in batches, one set-based plan per
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -41,21 +40,21 @@ from pyiceberg.table import Table
 
 from seqlake.core.config import Config
 from seqlake.core.errors import ForgetCommitted, SchemaError
-from seqlake.core.windows import window_start
 from seqlake.engines.catalog import open_catalog, table_identifier
 from seqlake.engines.duckdb_session import connect, sql_literal
 from seqlake.pipelines.faults import kill_point
 from seqlake.pipelines.landing.tables import is_delta_table, landing_paths
 from seqlake.pipelines.tables import load_existing_table
 from seqlake.pipelines.training.rebuild.duckdb import Reconstruction
-from seqlake.pipelines.training.rebuild.gather import SequenceRows, bound_lookup, gather_sequences
+from seqlake.pipelines.training.rebuild.gather import SequenceRows, gather_sequences
 from seqlake.pipelines.training.sequence import Tenant, list_schema
 from seqlake.pipelines.training.tables import FRAGMENT, SEQUENCE, create_bucketed_table, training_schema
 from seqlake.tableformat.bucketing import bucket_of
 from seqlake.tableformat.forgets import ATTEMPTS, ForgetsChanged, ReadPoint, drop_users, fenced_transaction, read_point
+from seqlake.tableformat.frontier import as_frontier_column, bound_matrix
 from seqlake.tableformat.io import engine_location
 from seqlake.tableformat.schema import TIMESTAMP_US
-from seqlake.tableformat.snapshots import in_commit_order
+from seqlake.tableformat.time_travel import publication_points
 
 AsOf = Literal["event-time", "arrival"]
 AS_OF: tuple[AsOf, ...] = ("event-time", "arrival")
@@ -63,7 +62,6 @@ EARLIEST = datetime(1, 1, 1, tzinfo=UTC)  # range of an unbounded side (event ti
 LATEST = datetime(9000, 1, 1, tzinfo=UTC)
 ONE_MICROSECOND = timedelta(microseconds=1)
 INTERNAL = ("_row", "_ts", "_bucket")  # columns the job adds to the label rows while it runs
-BOUND_TYPE = pa.map_(pa.int32(), pa.int64())
 
 
 @dataclass
@@ -164,7 +162,7 @@ def _leaked(rows: SequenceRows, pointers: pa.Table) -> np.ndarray:
     owner = np.repeat(np.arange(pointers.num_rows, dtype=np.int64), rows.lengths)
     lsn = rows.rows["lsn"].combine_chunks().fill_null(0).to_numpy(zero_copy_only=False)[rows.take]
     partition = rows.rows["source_partition"].combine_chunks().fill_null(0).to_numpy(zero_copy_only=False)
-    matrix, column = bound_lookup(pointers, partition[rows.take].astype(np.int64))
+    matrix, column = bound_matrix(pointers["lsn_bound"], partition[rows.take].astype(np.int64))
     late = lsn > matrix[owner, column]
     return np.bincount(owner, weights=late, minlength=pointers.num_rows).astype(np.int64)
 
@@ -172,29 +170,17 @@ def _leaked(rows: SequenceRows, pointers: pa.Table) -> np.ndarray:
 # -- frontiers at a time --------------------------------------------------------------------------
 
 
-def publication_points(history: Table, window_seconds: int) -> pa.Table:
-    """The publications' recorded frontiers as arrival points: a frontier counts from the end of the
-    newest window published up to it (every LSN it covers had arrived by then). Snapshot summaries
-    only: expired snapshots take their points with them (the landing tier's arrival times remain)."""
-    rows: dict[str, list] = {"source_partition": [], "arrival_ts": [], "lsn": []}
-    newest_window = None
-    for snapshot in in_commit_order(history):
-        props = snapshot.summary.additional_properties if snapshot.summary else {}
-        if "seqlake.window-id" not in props or "seqlake.frontier" not in props:
-            continue
-        window = int(props["seqlake.window-id"])
-        newest_window = window if newest_window is None else max(newest_window, window)
-        at = window_start(newest_window + 1, window_seconds)
-        for partition, lsn in json.loads(props["seqlake.frontier"]).items():
-            rows["source_partition"].append(int(partition))
-            rows["arrival_ts"].append(at)
-            rows["lsn"].append(int(lsn))
+def publication_table(history: Table, window_seconds: int) -> pa.Table:
+    """The publications' frontiers as arrival points (`seqlake.tableformat.time_travel.publication_points`),
+    one row per (point, source partition), with no landing window."""
+    points = publication_points(history, window_seconds)
+    times = [at for at, frontier in points for _ in frontier]
     return pa.table(
         {
-            "source_partition": pa.array(rows["source_partition"], pa.int32()),
-            "arrival_ts": pa.array(rows["arrival_ts"], TIMESTAMP_US),
-            "lsn": pa.array(rows["lsn"], pa.int64()),
-            "window_id": pa.nulls(len(rows["lsn"]), pa.int64()),
+            "source_partition": pa.array([p for _, frontier in points for p in frontier], pa.int32()),
+            "arrival_ts": pa.array(times, TIMESTAMP_US),
+            "lsn": pa.array([lsn for _, frontier in points for lsn in frontier.values()], pa.int64()),
+            "window_id": pa.nulls(len(times), pa.int64()),
         }
     )
 
@@ -236,16 +222,13 @@ class ArrivalFrontiers:
             "SELECT l._i, m.lsn_bound, coalesce(w.window_id, -1) AS open_window FROM l "
             "LEFT JOIN m USING (_i) LEFT JOIN w USING (_i) ORDER BY l._i"
         ).to_arrow_table()
-        bounds = [dict(b) if b is not None else {} for b in found["lsn_bound"].to_pylist()]
-        return (
-            pa.array([sorted(b.items()) for b in bounds], BOUND_TYPE),
-            found["open_window"].cast(pa.int64()).combine_chunks(),
-        )
+        # A label row before every arrival point has no frontier: the empty one (nothing visible).
+        return as_frontier_column(found["lsn_bound"]), found["open_window"].cast(pa.int64()).combine_chunks()
 
 
 def lake_arrivals_sql(con, config: Config, history: Table) -> str:
     """The arrival points of a lake: its landing records and its publications' frontiers."""
-    con.register("_publication_points", publication_points(history, config.layout.window_seconds))
+    con.register("_publication_points", publication_table(history, config.layout.window_seconds))
     parts = ["SELECT source_partition, arrival_ts, lsn, window_id FROM _publication_points"]
     events = landing_paths(config).events
     if is_delta_table(events):

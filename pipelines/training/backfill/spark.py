@@ -14,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pyarrow as pa
-from pyspark.sql import Column, DataFrame, SparkSession, Window
+from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_type
 
@@ -27,6 +27,7 @@ from seqlake.pipelines.training.rebuild.spark import history_frame, open_window_
 from seqlake.pipelines.training.sequence import ORDER_KEYS, Tenant
 from seqlake.pipelines.training.tables import SEQUENCE, create_bucketed_table, drop_tables
 from seqlake.tableformat.forgets import read_point, remove_missed
+from seqlake.tableformat.frontier import spark_covered
 
 # The pointer table's own columns (underscored: a label table may have a lsn_bound of its own).
 POINTER_COLUMNS = ("_row", "_ts", "_lsn_bound", "_open_window")
@@ -59,10 +60,6 @@ def write_label_pointers(
         job.close()
 
 
-def _bound_of_row() -> Column:
-    return F.coalesce(F.try_element_at(F.col("lsn_bound"), F.col("source_partition")), F.lit(-1))
-
-
 def label_candidates(spark: SparkSession, config: Config, tenant: Tenant, pointers: str, as_of: AsOf) -> DataFrame:
     """The history rows (and, for arrival, the rebuilt open window) each label row may hold, before the
     newest `max_length` are kept: a storage-partitioned join of the label pointers and history."""
@@ -78,7 +75,7 @@ def label_candidates(spark: SparkSession, config: Config, tenant: Tenant, pointe
     columns = ["_row", "lsn_bound", *dict.fromkeys([*tenant.model_columns, *ORDER_KEYS])]
     if as_of == "event-time":
         return joined.where(F.col("event_ts") < F.col("_ts")).select(*columns)
-    visible = joined.where((F.col("window_id") != F.col("open_window")) & (F.col("lsn") <= _bound_of_row()))
+    visible = joined.where((F.col("window_id") != F.col("open_window")) & spark_covered("lsn_bound"))
     rebuilt = open_window_as_of_bounds(spark, config, tenant, keys, "_row")
     rebuilt = rebuilt.join(keys.select("_row", "lsn_bound"), "_row").select(*columns)
     return visible.select(*columns).unionByName(rebuilt)
@@ -106,7 +103,7 @@ def backfill_with_spark(
     for field, name in zip(tenant.schema, seq, strict=True):
         out = out.withColumn(name, F.coalesce(F.col(name), F.array().cast(from_arrow_type(pa.list_(field.type)))))
     late = _newest(label_candidates(spark, config, tenant, pointers, "event-time"), tenant)
-    per_label = late.where(F.col("lsn") > _bound_of_row()).groupBy("_row").count()
+    per_label = late.where(~spark_covered("lsn_bound")).groupBy("_row").count()
     totals = per_label.agg(F.count("*").alias("labels"), F.sum("count").alias("rows")).collect()[0]
     report = LeakageReport(labels.count(), int(totals["labels"] or 0), int(totals["rows"] or 0))
     return out.drop("_row"), report

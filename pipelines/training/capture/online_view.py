@@ -47,8 +47,7 @@ class ViewSnapshot:
         self._load_landing(paths)
         bounds = self._con.execute(f"SELECT source_partition, max(lsn) FROM {_ABOVE} GROUP BY 1").fetchall()
         # The LSN bound: the highest LSN visible per source partition (published or landed).
-        self.lsn_bound = dict(self.frontier)
-        self.lsn_bound.update({int(p): int(lsn) for p, lsn in bounds})
+        self.lsn_bound = self.frontier.advanced({int(p): int(lsn) for p, lsn in bounds})
         above = self._con.execute(f"SELECT max(window_id), max(arrival_ts) FROM {_ABOVE}").fetchone()
         assert above is not None  # an aggregate answers one row
         newest, now = above
@@ -65,13 +64,9 @@ class ViewSnapshot:
             self._con.register("_empty", empty)
             self._con.execute(f"CREATE TEMP TABLE {_ABOVE} AS SELECT * FROM _empty")
             return
-        frontier = pa.table(
-            {"source_partition": pa.array(list(self.frontier), pa.int32()), "frontier": list(self.frontier.values())}
-        )
-        self._con.register("_frontier", frontier)
+        published = self.frontier.sql("e.source_partition", "e.lsn")
         self._con.execute(
-            f"CREATE TEMP TABLE {_ABOVE} AS SELECT {columns} FROM delta_scan(?) AS e "
-            "LEFT JOIN _frontier AS f USING (source_partition) WHERE e.lsn > coalesce(f.frontier, -1)",
+            f"CREATE TEMP TABLE {_ABOVE} AS SELECT {columns} FROM delta_scan(?) AS e WHERE NOT ({published})",
             [engine_location(paths.events)],
         )
 

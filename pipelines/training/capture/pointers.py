@@ -32,6 +32,7 @@ from seqlake.pipelines.training.tables import (
     sequence_table_schema,
     training_schema,
 )
+from seqlake.tableformat.frontier import frontier_column, frontiers_of, repeated_frontier
 from seqlake.tableformat.multi_reader import histories
 from seqlake.tableformat.reader import HistoryReader, Selection
 
@@ -53,7 +54,7 @@ class Request:
 class Capture:
     request: Request
     sequence: pa.Table  # the model input, in order
-    pointer: dict
+    pointer: dict  # the training row's pointer columns; `lsn_bound` a Frontier
     fragment: pa.Table
 
 
@@ -145,10 +146,6 @@ def capture_batch(
         return pc.if_else(pa.array(valid), values, pa.scalar(None, kind)).cast(kind)
 
     schema = training_schema(tenant)
-    bound = sorted(snapshot.lsn_bound.items())
-    bound_offsets = pa.array(np.arange(n + 1, dtype=np.int32) * len(bound))
-    bound_keys = pa.array(np.tile(np.array([k for k, _ in bound], np.int32), n), pa.int32())
-    bound_values = pa.array(np.tile(np.array([v for _, v in bound], np.int64), n), pa.int64())
     groups = pa.array([list(tenant.feature_groups)] * 1, pa.list_(pa.string())).take(pa.array(np.zeros(n, np.int64)))
     columns = {name: requests[name] for name in REQUEST_COLUMNS}
     columns.update(
@@ -156,7 +153,7 @@ def capture_batch(
             "feature_groups": groups,
             "range_start": at_rows("event_ts", first, has_rows, schema.field("range_start").type),
             "range_end": at_rows("event_ts", last, has_rows, schema.field("range_end").type),
-            "lsn_bound": pa.MapArray.from_arrays(bound_offsets, bound_keys, bound_values),
+            "lsn_bound": repeated_frontier(snapshot.lsn_bound, n),
             "open_window": pa.array(np.full(n, snapshot.open_window, np.int64)),
             "length": pa.array(lengths.astype(np.int32)),
             "top_k": pa.array(np.full(n, tenant.max_length, np.int32)),
@@ -200,12 +197,13 @@ def capture_requests(
     batch = capture_batch(snapshot, reader, tenant, requests, fragment_events, landing)
     model = batch.rows.select(tenant.model_columns).cast(tenant.schema)
     pointers = batch.training.select([n for n in training_schema(tenant).names if n not in REQUEST_COLUMNS])
+    bounds = frontiers_of(pointers["lsn_bound"])
     captures = []
-    for request, start, end, pointer in zip(
-        requests, batch.starts.tolist(), batch.ends.tolist(), pointers.to_pylist(), strict=True
+    for request, start, end, pointer, bound in zip(
+        requests, batch.starts.tolist(), batch.ends.tolist(), pointers.to_pylist(), bounds, strict=True
     ):
         fragment = {k: pointer.pop(k) for k in list(pointer) if k.startswith(FRAGMENT)}
-        pointer["lsn_bound"] = sorted(pointer["lsn_bound"])
+        pointer["lsn_bound"] = bound
         sequence = model.slice(start, end - start)
         captures.append(
             Capture(
@@ -224,6 +222,7 @@ def training_rows(captures: list[Capture], tenant: Tenant) -> pa.Table:
     columns: dict = _request_columns(captures)
     for name in (f.name for f in training_schema(tenant) if f.name not in columns and not f.name.startswith(FRAGMENT)):
         columns[name] = [c.pointer[name] for c in captures]
+    columns["lsn_bound"] = frontier_column(columns["lsn_bound"])
     columns.update(lists_of([c.fragment for c in captures], tenant, FRAGMENT))
     return pa.table(columns, schema=training_schema(tenant))
 

@@ -28,8 +28,7 @@ from seqlake.pipelines.compaction.aggregation import aggregation_sql
 from seqlake.pipelines.training.rebuild.plan import Mode
 from seqlake.pipelines.training.sequence import Tenant
 from seqlake.pipelines.training.tables import FRAGMENT
-
-NO_BOUND = np.iinfo(np.int64).min  # a partition missing from a pointer's bound: nothing of it is visible
+from seqlake.tableformat.frontier import bound_matrix
 
 
 @dataclass(frozen=True)
@@ -180,25 +179,6 @@ def _spans(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
     return np.repeat(starts - (np.cumsum(counts) - counts), counts) + np.arange(int(counts.sum()), dtype=np.int64)
 
 
-def bound_lookup(pointers: pa.Table, partitions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The pointers' LSN bounds as a (pointers, partitions + 1) matrix and each given partition's
-    column (the last column, NO_BOUND throughout, for partitions no pointer bounds)."""
-    bounds = pointers["lsn_bound"].combine_chunks()
-    # A map array's keys and items are its whole children; its offsets follow its slice.
-    spans = bounds.offsets.to_numpy().astype(np.int64)
-    keys = bounds.keys.to_numpy(zero_copy_only=False).astype(np.int64)[spans[0] : spans[-1]]
-    values = bounds.items.to_numpy(zero_copy_only=False).astype(np.int64)[spans[0] : spans[-1]]
-    lengths = np.diff(spans)
-    known = np.unique(keys)
-    matrix = np.full((len(bounds), len(known) + 1), NO_BOUND, np.int64)
-    owner = np.repeat(np.arange(len(bounds)), lengths)
-    matrix[owner, np.searchsorted(known, keys)] = values
-    column = np.searchsorted(known, partitions)
-    inside = column < len(known)
-    inside[inside] = known[column[inside]] == partitions[inside]
-    return matrix, np.where(inside, column, len(known))
-
-
 @dataclass(frozen=True)
 class _Pointers:
     user: np.ndarray
@@ -319,7 +299,7 @@ def gather_sequences(
     # many as it holds such rows.
     hidden = None
     if lsn_mode and h.rows.num_rows:
-        matrix, column = bound_lookup(pointers, h.partition)
+        matrix, column = bound_matrix(pointers["lsn_bound"], h.partition)
         window = _numpy(h.rows["window_id"])
         hidden = (h.lsn > matrix.min(axis=0, initial=np.iinfo(np.int64).max)[column]) | np.isin(
             window, np.unique(p.open_window)

@@ -46,6 +46,7 @@ from seqlake.pipelines.training.tables import (
     training_table_name,
 )
 from seqlake.tableformat.forgets import read_point, remove_missed
+from seqlake.tableformat.frontier import spark_covered
 
 RESULT_FIELDS = [
     pa.field("ok", pa.bool_(), nullable=False),
@@ -84,10 +85,6 @@ def with_row_lanes(frame: DataFrame, tenant: Tenant) -> DataFrame:
     laid = hashed.select("*", *(F.expr(p).alias(n) for p, n in zip(pieces, names, strict=True)))
     lanes = laid.select("*", *(F.expr(e).alias(n) for e, n in zip(lanes_of_pieces_sql(names), LANES, strict=True)))
     return lanes.drop(*digests.values(), *names)
-
-
-def _bound_of_row() -> Column:
-    return F.coalesce(F.try_element_at(F.col("lsn_bound"), F.col("source_partition")), F.lit(-1))
 
 
 def _in_range(mode: Mode) -> Column:
@@ -137,7 +134,7 @@ def pointer_history_join(
     joined = pointers.hint("merge").join(history, "user_id")
     visible = _in_range(mode)
     if mode == "lsn":
-        visible &= (F.col("window_id") != F.col("open_window")) & (F.col("lsn") <= _bound_of_row())
+        visible &= (F.col("window_id") != F.col("open_window")) & spark_covered("lsn_bound")
     carried = LANES if lanes else ()
     return joined.where(visible).select(*KEY_COLUMNS, "_history_rows", *candidate_columns(tenant), *carried)
 
