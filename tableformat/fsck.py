@@ -26,11 +26,11 @@ from seqlake.core.progress import Progress
 from seqlake.tableformat.bucketing import bucket_of
 from seqlake.tableformat.checksum import ContentChecksum
 from seqlake.tableformat.footer import FileFacts, layout_digest_of
-from seqlake.tableformat.io import read_footer
+from seqlake.tableformat.io import read_footer, resolve_uri
 from seqlake.tableformat.registry import FORMAT_PROPERTY, GROUPS_PROPERTY, live_runs, run_id_of_path
 from seqlake.tableformat.schema import FORMAT_VERSION, KEY_COLUMNS, STORAGE_ORDER
 from seqlake.tableformat.verified import DAMAGE, describe, open_verified, verified_file
-from seqlake.tableformat.writer import KeyOrder, open_output
+from seqlake.tableformat.writer import KeyOrder
 
 
 @dataclass(frozen=True)
@@ -99,7 +99,7 @@ def check_file(
 
 def _check_file(table: Table, data_file: DataFile, group_order: list[str], full: bool, fail) -> FileFacts:
     path = data_file.file_path
-    fs, local = open_output(path)
+    fs, local = resolve_uri(path)
     info = fs.get_file_info(local)
     if info.type == pa.fs.FileType.NotFound:
         fail("file-exists", "missing: the manifest lists it, the storage does not have it")

@@ -1,5 +1,5 @@
 """Physical layout policy of history files: how rows become row groups and pages, and how columns
-are encoded. SPEC.md explains each choice and the measurement behind it (tests/test_layout_bench.py).
+are encoded. SPEC.md explains each choice and the measurement behind it (tests/benchmarks/test_layout_bench.py).
 """
 
 from __future__ import annotations

@@ -45,6 +45,7 @@ from seqlake.tableformat.forgets import Forgets, ReadPoint, files_holding, guard
 # The frontier is published here, in the runs' commit; its type and codec live in tableformat.frontier.
 from seqlake.tableformat.frontier import FRONTIER_PROPERTY as FRONTIER_PROPERTY
 from seqlake.tableformat.frontier import published_frontier as published_frontier
+from seqlake.tableformat.io import resolve_uri
 from seqlake.tableformat.layout import STATISTICS_COLUMNS
 from seqlake.tableformat.schema import (
     FORMAT_VERSION,
@@ -53,7 +54,7 @@ from seqlake.tableformat.schema import (
     history_sort_order,
 )
 from seqlake.tableformat.spec import HistorySpec
-from seqlake.tableformat.writer import WrittenFile, open_output
+from seqlake.tableformat.writer import WrittenFile
 
 log = logging.getLogger(__name__)
 
@@ -174,7 +175,7 @@ def published_windows(table: Table) -> set[int]:
 
 def data_file_for(table: Table, written: WrittenFile) -> DataFile:
     """An Iceberg DataFile for a written history file, with metrics read from its footer."""
-    fs, path = open_output(written.uri)
+    fs, path = resolve_uri(written.uri)
     with fs.open_input_file(path) as handle:
         metadata = pq.read_metadata(handle)
     schema = table.schema()

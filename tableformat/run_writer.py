@@ -10,8 +10,9 @@ import pyarrow as pa
 
 from seqlake.core.errors import SeqlakeError, UnsortedInputError
 from seqlake.tableformat.bucketing import bucket_of
+from seqlake.tableformat.io import resolve_uri
 from seqlake.tableformat.layout import DEFAULT_POLICY, LayoutPolicy
-from seqlake.tableformat.writer import HistoryFileWriter, WrittenFile, open_output
+from seqlake.tableformat.writer import HistoryFileWriter, WrittenFile
 
 RUN_ID = re.compile(r"^[a-z0-9]{1,40}$")
 
@@ -77,5 +78,5 @@ def write_run(
 
 
 def _delete(uri: str) -> None:
-    fs, path = open_output(uri)
+    fs, path = resolve_uri(uri)
     fs.delete_file(path)

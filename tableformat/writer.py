@@ -15,7 +15,6 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from seqlake.core.errors import SeqlakeError, UnsortedInputError
@@ -32,11 +31,6 @@ class WrittenFile:
     facts: FileFacts
     file_size: int
     row_groups: int
-
-
-def open_output(uri: str) -> tuple[pafs.FileSystem, str]:
-    """Resolve a file URI or local path to (filesystem, path) (`seqlake.tableformat.io.resolve_uri`)."""
-    return resolve_uri(uri)
 
 
 class KeyOrder:
@@ -98,7 +92,7 @@ class HistoryFileWriter:
         self.policy = policy
         self.run_id = run_id
         self.bucket = bucket
-        self._fs, self._path = open_output(uri)
+        self._fs, self._path = resolve_uri(uri)
         self._fs.create_dir(self._path.rsplit("/", 1)[0], recursive=True)
         self._sink = self._fs.open_output_stream(self._path)
         # Page checksums (CRC-32 of every page) let readers refuse a corrupt page instead of decoding it.

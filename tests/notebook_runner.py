@@ -4,7 +4,7 @@
 
 runs every notebook on the configured warehouse (the demo's, or `SEQLAKE_WAREHOUSE`) with the current
 directory as the kernel's, and writes each back with its outputs, so plots show wherever the notebook
-is viewed. The tests execute them too (tests/test_notebooks.py), on a small warehouse of their own.
+is viewed. The tests execute them too (tests/facade/test_notebooks.py), on a small warehouse of their own.
 """
 
 from __future__ import annotations

@@ -4,8 +4,8 @@ The SQL is generated in Spark's dialect from the configuration (feature groups, 
 operators) and transpiled to DuckDB with sqlglot, so both engines run the same definition.
 Identifiers come from the validated configuration only (see seqlake.core.config.Identifier).
 
-Semantics both engines share (tests/test_merge_operators.py and tests/test_aggregation_properties.py
-hold them to it):
+Semantics both engines share (tests/pipelines/compaction/test_merge_operators.py and
+tests/pipelines/compaction/test_aggregation_properties.py hold them to it):
 - `CAST` is ANSI: a value that does not fit the column's type (e.g. a `sum` beyond int32) fails the
   job in both engines instead of becoming NULL or wrapping around. Spark runs ANSI SQL by default
   (`spark.sql.ansi.enabled`, true since Spark 4); sqlglot reads Spark's `CAST` as the legacy lenient

@@ -34,6 +34,7 @@ from seqlake.pipelines.landing.tables import LandingPaths, LandingQuery, Landing
 from seqlake.pipelines.tables import DETAIL, HISTORY
 from seqlake.tableformat.forgets import ReadPoint, inherited
 from seqlake.tableformat.frontier import Frontier
+from seqlake.tableformat.io import resolve_uri
 from seqlake.tableformat.registry import (
     RunRecord,
     RunsChanged,
@@ -46,7 +47,6 @@ from seqlake.tableformat.registry import (
     published_windows,
 )
 from seqlake.tableformat.schema import with_field_ids
-from seqlake.tableformat.writer import open_output
 
 log = logging.getLogger(__name__)
 
@@ -275,6 +275,6 @@ def commit_merge(
 
 def delete_files(uris: list[str]) -> None:
     for uri in uris:
-        fs, path = open_output(uri)
+        fs, path = resolve_uri(uri)
         with suppress(FileNotFoundError):
             fs.delete_file(path)

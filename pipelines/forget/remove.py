@@ -59,7 +59,7 @@ from seqlake.pipelines.maintenance.steps import StepReport, user_tables
 from seqlake.pipelines.tables import HISTORY
 from seqlake.tableformat.evolution import known_field_ids, projection
 from seqlake.tableformat.forgets import Epoch, Forgets, forgets_of, last_sequence_number, record_forget
-from seqlake.tableformat.io import engine_location
+from seqlake.tableformat.io import engine_location, resolve_uri
 from seqlake.tableformat.registry import (
     commit_file_rewrite,
     history_file_uri,
@@ -69,7 +69,6 @@ from seqlake.tableformat.registry import (
 )
 from seqlake.tableformat.run_writer import write_run
 from seqlake.tableformat.schema import history_arrow_schema, history_read_schema
-from seqlake.tableformat.writer import open_output
 
 log = logging.getLogger(__name__)
 
@@ -88,7 +87,7 @@ def _users(users: Sequence[int]) -> list[int]:
 
 
 def _open_parquet(uri: str) -> pq.ParquetFile:
-    fs, path = open_output(uri)
+    fs, path = resolve_uri(uri)
     return pq.ParquetFile(fs.open_input_file(path))
 
 

@@ -2,7 +2,7 @@
 
 The training table and history share bucket(N, user_id), so the join is a storage-partitioned join:
 each task reads one bucket of pointers and the same bucket of history (`pointer_history_join`; the
-plan is checked in tests/test_late_materialization.py). Visibility, the captured range and the
+plan is checked in tests/pipelines/training/test_late_materialization.py). Visibility, the captured range and the
 fragment's first key are filters on the joined rows; the open window's rows are rebuilt from the
 detail table's events up to each bound with the same aggregation SQL as compaction. A window
 function keeps the newest `length - W` candidates, the fragment's rows are exploded from the

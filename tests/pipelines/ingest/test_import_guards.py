@@ -1,0 +1,198 @@
+"""No valid event is dropped unseen at import: events outside the configured event times are counted
+and named and the file is refused unless told; a header line that reads as an event is refused; an
+unreadable line is quarantined as `unreadable_line`, its text kept.
+
+Every case runs the commands a user runs (`seqlake import`, `seqlake ingest`, `seqlake compact` on the
+in-process engines) on a warehouse of its own.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pyarrow.compute as pc
+import yaml
+
+from seqlake.core.config import load_config
+from seqlake.engines.catalog import open_catalog
+from seqlake.engines.duckdb_session import connect
+from seqlake.pipelines.compaction.plan import history_tables
+from seqlake.pipelines.landing.tables import landing_paths
+from seqlake.tableformat.io import engine_location
+from tests.pipelines.compaction.test_no_event_lost import make_warehouse, seqlake
+
+# MovieLens-like ratings (userId,movieId,rating,timestamp in seconds): five from the 1990s, three after.
+NINETIES = [
+    (1, 31, 2.5, datetime(1996, 3, 29, 18, 36, tzinfo=UTC)),
+    (1, 1029, 3.0, datetime(1997, 6, 1, 12, 0, tzinfo=UTC)),
+    (2, 1061, 3.0, datetime(1998, 1, 2, 3, 4, tzinfo=UTC)),
+    (3, 1129, 2.0, datetime(1999, 7, 7, 7, 7, tzinfo=UTC)),
+    (3, 1172, 4.0, datetime(1999, 12, 31, 23, 59, 59, tzinfo=UTC)),
+]
+LATER = [
+    (1, 1263, 2.0, datetime(2000, 1, 1, tzinfo=UTC)),  # the floor itself is inside
+    (2, 1287, 2.0, datetime(2009, 12, 14, 2, 52, tzinfo=UTC)),
+    (4, 1293, 2.0, datetime(2018, 9, 24, 14, 27, tzinfo=UTC)),
+]
+MAPPING = {
+    "format": "csv",
+    "user": "userId",
+    "item": "movieId",
+    "time": "timestamp",
+    "time_unit": "s",
+    "feature_group": "engagement",
+    "columns": {"completion_ratio": {"source": "rating", "scale": 0.2}},
+}
+
+
+def ratings_csv(path: Path, rows, header: bool = True) -> Path:
+    lines = ["userId,movieId,rating,timestamp"] if header else []
+    lines += [f"{user},{movie},{rating},{int(moment.timestamp())}" for user, movie, rating, moment in rows]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def write_mapping(path: Path, **changes) -> Path:
+    path.write_text(yaml.safe_dump({**MAPPING, **changes}, sort_keys=False))
+    return path
+
+
+def write_dat_mapping(path: Path, **changes) -> Path:
+    """The same ratings as `::` lines of user, movie and time."""
+    dat = {"format": "dat", "delimiter": "::", "fields": ["userId", "movieId", "timestamp"], "columns": {}}
+    return write_mapping(path, **dat, **changes)
+
+
+def warehouse(tmp_path: Path, min_event_time: str | None = None) -> Path:
+    config = make_warehouse(tmp_path)
+    if min_event_time is not None:
+        data = yaml.safe_load(config.read_text())
+        data["events"] = {**data["events"], "min_event_time": min_event_time}
+        config.write_text(yaml.safe_dump(data, sort_keys=False))
+    return config
+
+
+def raw_records(config_path: Path) -> int:
+    config = load_config(str(config_path))
+    catalog = open_catalog(config)
+    identifier = f"{config.warehouse.namespace}.raw_events"
+    if not catalog.table_exists(identifier):
+        return 0
+    return catalog.load_table(identifier).scan().to_arrow().num_rows
+
+
+def quarantine(config_path: Path) -> list[tuple[str, str]]:
+    """(reason, payload) of every quarantined record, in order."""
+    paths = landing_paths(load_config(str(config_path)))
+    with connect(extensions=("delta",)) as con:
+        return con.execute(
+            "SELECT reason, payload FROM delta_scan(?) ORDER BY source_partition, lsn",
+            [engine_location(paths.quarantine)],
+        ).fetchall()
+
+
+def error_line(result) -> str:
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    return lines[0]
+
+
+def test_events_before_the_floor_are_refused_counted_and_named_then_imported_when_allowed(tmp_path: Path) -> None:
+    data = ratings_csv(tmp_path / "ratings.csv", NINETIES + LATER)
+    mapping = write_mapping(tmp_path / "movielens.yaml")
+    config = warehouse(tmp_path / "default")
+
+    # Refused by default: one line with how many, their range and the two ways on; nothing imported.
+    refused = seqlake(config, "import", "--mapping", str(mapping), "--input", str(data), expect=1)
+    line = error_line(refused)
+    assert line.startswith("seqlake import: error: ") and str(data) in line
+    assert "5 events outside the configured event times 2000-01-01 00:00:00 .. 2100-01-01 00:00:00 UTC" in line
+    assert "from 1996-03-29 18:36:00 to 1999-12-31 23:59:59 UTC" in line
+    assert "events.min_event_time" in line and "--allow-out-of-range" in line
+    assert raw_records(config) == 0
+
+    # With the flag: imported as it is, the summary naming them, and ingest quarantines exactly them.
+    allowed = seqlake(config, "import", "--mapping", str(mapping), "--input", str(data), "--allow-out-of-range")
+    assert "5 events outside the configured event times, from 1996-03-29 18:36:00 to 1999-12-31 23:59:59" in (
+        allowed.stdout
+    )
+    assert raw_records(config) == 8
+    seqlake(config, "ingest", "--engine", "duckdb")
+    reasons = [reason for reason, _ in quarantine(config)]
+    assert reasons == ["event_ts_out_of_range"] * 5
+    # The JSON document says the same.
+    again = seqlake(
+        config, "import", "--mapping", str(mapping), "--input", str(data), "--allow-out-of-range", "--force",
+        "--output", "json",
+    )  # fmt: skip
+    [file] = json.loads(again.stdout)["files"]
+    assert (file["out_of_range"], file["first_out_of_range"], file["last_out_of_range"]) == (
+        5,
+        "1996-03-29T18:36:00Z",
+        "1999-12-31T23:59:59Z",
+    )
+    assert (file["first_event"], file["last_event"]) == ("2000-01-01T00:00:00Z", "2018-09-24T14:27:00Z")
+
+    # With the floor configured below them: imported without the flag, and every rating reaches history.
+    lower = warehouse(tmp_path / "lower", min_event_time="1995-01-01T00:00:00Z")
+    done = seqlake(lower, "import", "--mapping", str(mapping), "--input", str(data))
+    assert "outside" not in done.stdout
+    seqlake(lower, "ingest", "--engine", "duckdb")
+    assert quarantine(lower) == []
+    seqlake(lower, "compact", "--engine", "duckdb", "--end-of-stream")
+    history, _ = history_tables(load_config(str(lower)))
+    rows = history.scan(selected_fields=("user_id", "event_count")).to_arrow()
+    assert pc.sum(rows["event_count"]).as_py() == 8
+    assert sorted(set(rows["user_id"].to_pylist())) == [1, 2, 3, 4]
+
+
+def test_a_header_line_that_reads_as_an_event_is_refused(tmp_path: Path) -> None:
+    config = warehouse(tmp_path)
+    headerless = ratings_csv(tmp_path / "headerless.csv", LATER, header=False)
+    fields = ["userId", "movieId", "rating", "timestamp"]
+    for header in (True, None):  # stated, or csv's default
+        changes = {"fields": fields} | ({"header": header} if header is not None else {})
+        mapping = write_mapping(tmp_path / f"header-{header}.yaml", **changes)
+        refused = seqlake(config, "import", "--mapping", str(mapping), "--input", str(headerless), expect=1)
+        line = error_line(refused)
+        assert "takes the first line for a header" in line and "'1,1263,2.0,946684800' reads as an event" in line
+        assert "header: false" in line
+    assert raw_records(config) == 0
+    # Said as it is, every line is an event.
+    mapping = write_mapping(tmp_path / "no-header.yaml", fields=fields, header=False)
+    done = seqlake(config, "import", "--mapping", str(mapping), "--input", str(headerless), "--output", "json")
+    assert json.loads(done.stdout)["files"][0]["events"] == len(LATER)
+    # A real header line, renamed by `fields`, is still skipped.
+    named = ratings_csv(tmp_path / "named.csv", LATER)
+    mapping = write_mapping(tmp_path / "renamed.yaml", fields=["u", "m", "r", "t"], user="u", item="m", time="t")
+    mapping.write_text(mapping.read_text().replace("source: rating", "source: r"))
+    done = seqlake(config, "import", "--mapping", str(mapping), "--input", str(named), "--output", "json")
+    assert json.loads(done.stdout)["files"][0]["events"] == len(LATER)
+
+    # The same for a `::` file.
+    dat = tmp_path / "headerless.dat"
+    dat.write_text("".join(f"{u}::{m}::{int(t.timestamp())}\n" for u, m, _, t in LATER))
+    dat_mapping = write_dat_mapping(tmp_path / "dat.yaml", header=True)
+    refused = seqlake(config, "import", "--mapping", str(dat_mapping), "--input", str(dat), expect=1)
+    assert "'1::1263::946684800' reads as an event" in error_line(refused)
+
+
+def test_unreadable_lines_are_quarantined_as_unreadable_line_with_their_text(tmp_path: Path) -> None:
+    config = warehouse(tmp_path)
+    data = ratings_csv(tmp_path / "ratings.csv", LATER)
+    with data.open("a") as handle:
+        handle.write("5,1301\n")  # a field short
+        handle.write("6,1302,4.5,1537799250,extra\n")  # a field too many
+    mapping = write_mapping(tmp_path / "movielens.yaml")
+    dat = tmp_path / "ratings.dat"
+    dat.write_text("7::1303::1537799250\n7::1304\n")
+    dat_mapping = write_dat_mapping(tmp_path / "dat.yaml")
+    done = seqlake(config, "import", "--mapping", str(mapping), "--input", str(data))
+    assert "2 unreadable lines" in done.stdout
+    done = seqlake(config, "import", "--mapping", str(dat_mapping), "--input", str(dat))
+    assert "1 unreadable lines" in done.stdout
+    seqlake(config, "ingest", "--engine", "duckdb")
+    found = sorted((reason, json.loads(payload)["unreadable_line"]) for reason, payload in quarantine(config))
+    assert found == [("unreadable_line", line) for line in ("5,1301", "6,1302,4.5,1537799250,extra", "7::1304")]
