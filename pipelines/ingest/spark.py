@@ -16,7 +16,8 @@ from seqlake.core.config import Config
 from seqlake.core.progress import Progress
 from seqlake.engines.catalog import spark_name
 from seqlake.pipelines.faults import kill_point
-from seqlake.pipelines.ingest.plan import IngestResult, ingest_app_id, ingest_snapshots, parsed_records
+from seqlake.pipelines.ingest.parse import parse_batch
+from seqlake.pipelines.ingest.plan import IngestResult, ingest_app_id, ingest_snapshots, redirect_published
 from seqlake.pipelines.landing.schema import QUARANTINE_SCHEMA, landing_schema, parsed_schema
 from seqlake.pipelines.landing.tables import LandingPaths, append_idempotent, is_delta_table, last_applied_version
 from seqlake.pipelines.tables import load_existing_table
@@ -70,7 +71,7 @@ def ingest_source(
 
         def parse(batches):
             for batch in batches:
-                yield parsed_records(batch, config, homes)
+                yield redirect_published(parse_batch(batch, config), homes)
 
         parsed = reader.load(name).mapInArrow(parse, parsed_spark_schema).persist()
         try:

@@ -1,0 +1,308 @@
+"""Payload validation as SQL, one pass over raw records: the rules of `seqlake.core.payload`, set-based.
+
+`validation_sql` turns raw records (RAW_SCHEMA) into the rows of `parsed_schema`: typed columns for a
+valid payload, else `reason` and the raw `payload`. It has two parts:
+
+- the *facts* of each payload, which only a JSON reader can tell: whether it is strict JSON within the
+  limits, its keys, and each known key's JSON kind (`null`, `string`, `int`, `float`, `bool`, `nested`)
+  and text. The engines' readers differ (DuckDB reads NaN and trailing commas, rejects lone
+  surrogates; Spark's reader takes lone surrogates as `?` and ignores what follows the object), so
+  each engine's facts are written for it, side by side below (`_duckdb_facts`, `_spark_facts`);
+- the *rules* on those facts: every quarantine reason as one CASE in the reference's order, and the
+  typed columns, written once (DuckDB's dialect) and transpiled to Spark with sqlglot.
+
+What both engines' facts share:
+- a payload that spells a surrogate escape (`\\ud800`) is read from a repaired copy: escaped
+  backslashes respelled `\\u005C`, surrogate pairs kept, each lone surrogate `\\uDxyz` turned into
+  `\\uExyz`. A second copy turns it into `\\uFxyz`: a string that differs between the two held a lone
+  surrogate (`invalid_utf8`), and keys are compared as pairs (`duplicate_key`), so no real character
+  is ever mistaken for a repaired one;
+- what JSON forbids but a reader accepts is found on the payload with its strings blanked out, only
+  for payloads that can hold it (a nested value, a literal that is not a plain JSON value, a long
+  run of number characters, a trailing comma or trailing text): NaN and Infinity, trailing commas,
+  numbers longer than `MAX_NUMBER_CHARS`, nesting deeper than `MAX_NESTING_DEPTH` (innermost
+  brackets removed that many times must leave none).
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Literal
+
+import sqlglot
+from sqlglot import exp
+
+from seqlake.core.config import Config
+from seqlake.core.events import PAYLOAD_KEYS
+from seqlake.core.payload import (
+    INT_RANGES,
+    MAX_KEY_UTF16_UNITS,
+    MAX_NESTING_DEPTH,
+    MAX_NUMBER_CHARS,
+    MAX_PAYLOAD_BYTES,
+    UNREADABLE_LINE_KEY,
+)
+from seqlake.pipelines.compaction.aggregation import SPARK_TYPES
+from seqlake.pipelines.landing.schema import landing_schema
+
+Dialect = Literal["duckdb", "spark"]
+
+# The keys whose kind and value the rules read, in this order.
+_FIXED_KEYS = (*PAYLOAD_KEYS, UNREADABLE_LINE_KEY)
+_FLOAT_LIMITS = {"float32": "3.4028234663852886e38", "float64": "1.7976931348623157e308"}
+# The one function the rules call that the engines spell differently (see `_engine_functions`).
+_TIMESTAMP_US = "seqlake_timestamp_us"
+_TIMESTAMP_FUNCTIONS = {"duckdb": "make_timestamptz", "spark": "timestamp_micros"}
+
+# JSON's whitespace, and a string literal (escapes included) as RE2 and Java read it.
+_WS = r"[ \t\n\r]"
+_STRING = r'"(?:[^"\\]|\\.)*"'
+_NUMBER_RUN = f"[-+.0-9eE]{{{MAX_NUMBER_CHARS}}}[-+.0-9eE]"  # a number longer than the limit (RE2: <= 1000)
+
+
+def _keys(config: Config) -> tuple[str, ...]:
+    return (*_FIXED_KEYS, *config.column_types())
+
+
+def _literal(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+def _in(values: list[str] | tuple[str, ...]) -> str:
+    return "(" + ", ".join(_literal(v) for v in values) + ")"
+
+
+def _peeled(brackets: str) -> str:
+    """`brackets` (a string of `[` and `]`) with the innermost pairs removed MAX_NESTING_DEPTH times:
+    empty exactly when they nest at most that deep."""
+    text = brackets
+    for _ in range(MAX_NESTING_DEPTH):
+        text = f"regexp_replace({text}, '\\[\\]', '', 'g')"
+    return text
+
+
+# -- facts: DuckDB ---------------------------------------------------------------------------------
+
+
+def _duckdb_repair(text: str, lone: str) -> str:
+    """`text` (escaped backslashes already respelled) with each lone surrogate escape `\\uDxyz` as
+    `\\u<lone>xyz`, pairs kept; NULL when `text` holds an escape JSON does not have (`\\z`)."""
+    marked = f"regexp_replace({text}, '\\\\u([dD][89a-fA-F][0-9a-fA-F]{{2}})', '\\\\z\\1', 'g')"
+    paired = (
+        f"regexp_replace({marked}, '\\\\z([dD][89abAB][0-9a-fA-F]{{2}})\\\\z([dD][c-fC-F][0-9a-fA-F]{{2}})', "
+        "'\\\\u\\1\\\\u\\2', 'g')"
+    )
+    lone_sql = f"regexp_replace({paired}, '\\\\z[dD]([0-9a-fA-F]{{3}})', '\\\\u{lone}\\1', 'g')"
+    return f"CASE WHEN NOT contains({text}, '\\z') THEN {lone_sql} END"
+
+
+def _duckdb_facts(config: Config, source: str) -> str:
+    keys = _keys(config)
+    paths = "[" + ", ".join(f"'$.{k}'" for k in keys) + "]"
+    groups = config.feature_groups
+    ws_end = f"{_WS}*$"
+    plain_value = "starts_with(v, '\"') OR v IN ('true', 'false', 'null') OR regexp_full_match(v, '-?[0-9][-+.0-9eE]*')"
+    # What DuckDB's reader accepts and JSON does not, or a limit it does not keep, can only be in these.
+    suspect = (
+        f"NOT coalesce(list_bool_and(list_transform(_all, v -> {plain_value})), true)"
+        f" OR regexp_matches(_doc, ',{_WS}*}}{ws_end}')"
+        f" OR (strlen(_doc) > {MAX_NUMBER_CHARS} AND regexp_matches(_doc, '{_NUMBER_RUN}'))"
+        f" OR strlen(_doc) > {MAX_KEY_UTF16_UNITS}"
+    )
+    brackets = "translate(regexp_replace(_blanked, '[^\\[\\]{}]', '', 'g'), '{}', '[]')"
+    # Keys at every level: the string literals followed by a colon (a global match stays aligned on them).
+    written_keys = f"list_filter(regexp_extract_all(_doc, '{_STRING}{_WS}*:?'), k -> ends_with(k, ':'))"
+    key = "json_extract_string(rtrim(k, ': \t\n\r'), '$')"
+    utf16 = f"length({key}) + length(regexp_replace({key}, '[^\\x{{10000}}-\\x{{10FFFF}}]', '', 'g'))"
+    long_key = (
+        f"CASE WHEN strlen(_doc) > {MAX_KEY_UTF16_UNITS}"
+        f" THEN coalesce(list_bool_or(list_transform({written_keys}, k -> {utf16} > {MAX_KEY_UTF16_UNITS})), false)"
+        " ELSE false END"
+    )
+    strict = (
+        "NOT regexp_matches(regexp_replace(_blanked, 'true|false|null', '', 'g'), '[a-df-zA-DF-Z]')"
+        f" AND NOT regexp_matches(_blanked, ',{_WS}*[\\]}}]')"
+        f" AND NOT regexp_matches(_blanked, '{_NUMBER_RUN}')"
+        f" AND {_peeled(brackets)} = ''"
+        f" AND NOT {long_key}"
+    )
+    kinds, values, lone = [], [], []
+    for i, key in enumerate(keys, start=1):
+        x = f"_x[{i}]"
+        kinds.append(
+            f"CASE WHEN {x} IS NULL OR {x} = 'null' THEN 'null' WHEN starts_with({x}, '\"') THEN 'string'"
+            f" WHEN {x} IN ('true', 'false') THEN 'bool'"
+            f" WHEN starts_with({x}, '{{') OR starts_with({x}, '[') THEN 'nested'"
+            f" WHEN regexp_full_match({x}, '-?[0-9]+') THEN 'int' ELSE 'float' END AS _k_{key}"
+        )
+        values.append(f"CASE WHEN starts_with({x}, '\"') THEN _s[{i}] ELSE {x} END AS _v_{key}")
+        lone.append(
+            f"coalesce(_repair AND starts_with({x}, '\"') AND _s[{i}] IS DISTINCT FROM _sf[{i}], false) AS _u_{key}"
+        )
+    allowed = " ".join(
+        f"WHEN {_literal(g)} THEN NOT list_has_all([{', '.join(map(_literal, (*PAYLOAD_KEYS, *spec.columns)))}], _keys)"
+        for g, spec in groups.items()
+    )
+    n = config.layout.window_seconds * 1000
+    return f"""
+    SELECT *, {", ".join(kinds)}, {", ".join(values)}, {", ".join(lone)},
+      coalesce(CASE _s[{keys.index("feature_group") + 1}] {allowed} END, false) AS _unknown_key
+    FROM (
+      SELECT *,
+        CASE WHEN NOT _object THEN false WHEN _blanked IS NULL THEN true ELSE {strict} END AS _syntax,
+        CASE WHEN _repair THEN len(list_distinct(list_zip(_keys, _keys_f))) ELSE len(list_distinct(_keys)) END
+          < len(_keys) AS _dup,
+        len(_keys) AS _nkeys,
+        CASE WHEN _object THEN CAST(json_extract(_doc, {paths}) AS VARCHAR[]) END AS _x,
+        CASE WHEN _object THEN json_extract_string(_doc, {paths}) END AS _s,
+        CASE WHEN _object AND _repair THEN json_extract_string(_doc_f, {paths}) END AS _sf
+      FROM (
+        SELECT *, CASE WHEN _object AND ({suspect}) THEN regexp_replace(_doc, '{_STRING}', '""', 'g') END AS _blanked
+        FROM (
+          SELECT *,
+            CASE WHEN _object THEN json_keys(_doc) END AS _keys,
+            CASE WHEN _object AND _repair THEN json_keys(_doc_f) END AS _keys_f,
+            CASE WHEN _object THEN CAST(json_extract(_doc, '$.*') AS VARCHAR[]) END AS _all
+          FROM (
+            SELECT *, CASE WHEN NOT _oversize AND json_valid(_doc) THEN json_type(_doc) = 'OBJECT' ELSE false END
+              AS _object
+            FROM (
+              SELECT *,
+                CASE WHEN _repair THEN {_duckdb_repair("_respelled", "E")} ELSE payload END AS _doc,
+                CASE WHEN _repair THEN {_duckdb_repair("_respelled", "F")} END AS _doc_f
+              FROM (
+                SELECT source_partition, lsn, arrival_ts, payload,
+                  strlen(payload) > {MAX_PAYLOAD_BYTES} AS _oversize,
+                  contains(payload, '\\ud') OR contains(payload, '\\uD') AS _repair,
+                  CASE WHEN contains(payload, '\\ud') OR contains(payload, '\\uD')
+                    THEN regexp_replace(payload, '\\\\\\\\', '\\\\u005C', 'g') END AS _respelled,
+                  (epoch_ms(arrival_ts) - ((epoch_ms(arrival_ts) % {n}) + {n}) % {n}) // {n} AS _window
+                FROM {source}
+              )
+            )
+          )
+        )
+      )
+    )"""
+
+
+# -- the rules on the facts (DuckDB's dialect; transpiled for Spark) ---------------------------------
+
+
+def _fits(value: str, low: int, high: int) -> str:
+    return f"coalesce(TRY_CAST({value} AS DECIMAL(38, 0)) BETWEEN {low} AND {high}, false)"
+
+
+def _well_typed(column: str, kind: str) -> str:
+    """The present value of `column` has the declared `kind` and fits it."""
+    if kind in INT_RANGES:
+        return f"(_k_{column} = 'int' AND {_fits(f'_v_{column}', *INT_RANGES[kind])})"
+    if kind in _FLOAT_LIMITS:
+        finite = f"coalesce(abs(TRY_CAST(_v_{column} AS DOUBLE)) <= {_FLOAT_LIMITS[kind]}, false)"
+        return f"(_k_{column} IN ('int', 'float') AND {finite})"
+    if kind == "bool":
+        return f"_k_{column} = 'bool'"
+    return f"_k_{column} = 'string'"
+
+
+def _typed(column: str, kind: str) -> str:
+    if kind in _FLOAT_LIMITS:
+        return f"TRY_CAST(TRY_CAST(_v_{column} AS DOUBLE) AS {SPARK_TYPES[kind]})"
+    if kind == "bool":
+        return f"_v_{column} = 'true'"
+    if kind == "string":
+        return f"_v_{column}"
+    return f"TRY_CAST(_v_{column} AS {SPARK_TYPES[kind]})"
+
+
+def _owned_by(config: Config, column: str) -> str:
+    owners = [g for g, spec in config.feature_groups.items() if column in spec.columns]
+    return f"_v_feature_group IN {_in(owners)}"
+
+
+def _reason(config: Config) -> str:
+    types = config.column_types()
+    groups = config.feature_groups
+    events = config.events
+    wrong = " OR ".join(
+        f"({_owned_by(config, c)} AND _k_{c} <> 'null' AND NOT {_well_typed(c, kind)})" for c, kind in types.items()
+    )
+    strings = [c for c, kind in types.items() if kind == "string"]
+    lone = " OR ".join(["_u_event_id", *(f"({_owned_by(config, c)} AND _u_{c})" for c in strings)])
+    too_long = [
+        f"(_v_feature_group = {_literal(g)} AND length(_v_{c}) > {spec.max_length})"
+        for g, group in groups.items()
+        for c, spec in group.columns.items()
+        if spec.max_length is not None
+    ]
+    user_high = INT_RANGES["int64"][1]
+    return f"""CASE
+      WHEN _oversize THEN 'oversize_value'
+      WHEN NOT coalesce(_syntax, false) THEN 'invalid_json'
+      WHEN _dup THEN 'duplicate_key'
+      WHEN _nkeys = 1 AND _k_{UNREADABLE_LINE_KEY} = 'string' THEN 'unreadable_line'
+      WHEN _k_user_id = 'null' THEN 'missing_user_id'
+      WHEN NOT (_k_user_id = 'int' AND {_fits("_v_user_id", 0, user_high)}) THEN 'bad_user_id'
+      WHEN NOT (_k_feature_group = 'string' AND coalesce(_v_feature_group IN {_in(list(groups))}, false))
+        THEN 'unknown_feature_group'
+      WHEN _k_event_ts = 'null' THEN 'missing_event_ts'
+      WHEN _k_event_ts <> 'int' THEN 'wrong_type'
+      WHEN NOT {_fits("_v_event_ts", events.min_event_ms, events.max_event_ms)} THEN 'event_ts_out_of_range'
+      WHEN _k_event_id <> 'string' THEN 'wrong_type'
+      WHEN {wrong or "false"} THEN 'wrong_type'
+      WHEN {lone} THEN 'invalid_utf8'
+      WHEN {" OR ".join(too_long) or "false"} THEN 'oversize_value'
+      WHEN _unknown_key THEN 'unknown_column'
+    END"""
+
+
+_FACTS = "seqlake_payload_facts"  # where each engine's facts query goes into the rules' text
+
+
+def _rules(config: Config) -> str:
+    """The landing columns of valid rows, `reason` and the payload of the others (parsed_schema's order)."""
+    types = config.column_types()
+    valid = "_reason IS NULL"
+    bookkeeping = {
+        "user_id": f"CASE WHEN {valid} THEN TRY_CAST(_v_user_id AS BIGINT) END",
+        "feature_group": f"CASE WHEN {valid} THEN _v_feature_group END",
+        "event_ts": f"CASE WHEN {valid} THEN {_TIMESTAMP_US}(TRY_CAST(_v_event_ts AS BIGINT) * 1000) END",
+        "source_partition": "source_partition",
+        "lsn": "lsn",
+        "arrival_ts": "arrival_ts",
+        "event_id": f"CASE WHEN {valid} THEN _v_event_id END",
+        "window_id": "_window",
+    }
+    columns = {c: f"CASE WHEN {valid} AND _k_{c} <> 'null' THEN {_typed(c, kind)} END" for c, kind in types.items()}
+    outputs = {**bookkeeping, **columns}
+    selected = [f"{outputs[name]} AS {name}" for name in landing_schema(config).names]
+    selected += ["_reason AS reason", "CASE WHEN _reason IS NOT NULL THEN payload END AS payload"]
+    return f"""
+    SELECT {", ".join(selected)}
+    FROM (SELECT *, {_reason(config)} AS _reason FROM {_FACTS})"""
+
+
+def _engine_functions(dialect: Dialect):
+    def rename(node: exp.Expression) -> exp.Expression:
+        if isinstance(node, exp.Anonymous) and node.name.lower() == _TIMESTAMP_US:
+            return exp.Anonymous(this=_TIMESTAMP_FUNCTIONS[dialect], expressions=node.expressions)
+        return node
+
+    return rename
+
+
+@functools.lru_cache(maxsize=16)  # one configuration asks for the same text batch after batch
+def _transpiled(rules: str, dialect: Dialect) -> str:
+    tree = sqlglot.parse_one(rules, read="duckdb").transform(_engine_functions(dialect))
+    return tree.sql(dialect=dialect, pretty=True)
+
+
+def validation_sql(config: Config, source: str, dialect: Dialect) -> str:
+    """Validate every raw record of the relation `source` (RAW_SCHEMA's columns): rows of
+    `parsed_schema(config)`, typed when valid, else with `reason` and `payload`."""
+    facts = _duckdb_facts(config, source) if dialect == "duckdb" else _spark_facts(config, source)
+    return _transpiled(_rules(config), dialect).replace(_FACTS, f"({facts}) AS _facts", 1)
+
+
+def _spark_facts(config: Config, source: str) -> str:
+    raise NotImplementedError("Spark facts")
