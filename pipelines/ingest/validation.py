@@ -96,23 +96,26 @@ def _duckdb_repair(text: str, lone: str) -> str:
     return f"CASE WHEN NOT contains({text}, '\\z') THEN {lone_sql} END"
 
 
+# What DuckDB's reader accepts and JSON does not, and what its limits do not cover, can only be in a
+# payload this matches (a pattern may also match inside a string: the exact checks run then):
+# a second bracket (a nested value), a NaN or Infinity spelled as DuckDB reads them, a comma before a
+# closing bracket.
+_SUSPECT = f"\\{{[^\\[{{]*[\\[{{]|[:,\\[]{_WS}*-?[NnIi][AaNn][NnFf]|,{_WS}*[\\]}}]"
+
+
 def _duckdb_facts(config: Config, source: str) -> str:
     keys = _keys(config)
     paths = "[" + ", ".join(f"'$.{k}'" for k in keys) + "]"
     groups = config.feature_groups
-    ws_end = f"{_WS}*$"
-    plain_value = "starts_with(v, '\"') OR v IN ('true', 'false', 'null') OR regexp_full_match(v, '-?[0-9][-+.0-9eE]*')"
-    # What DuckDB's reader accepts and JSON does not, or a limit it does not keep, can only be in these.
     suspect = (
-        f"NOT coalesce(list_bool_and(list_transform(_all, v -> {plain_value})), true)"
-        f" OR regexp_matches(_doc, ',{_WS}*}}{ws_end}')"
+        f"regexp_matches(_doc, '{_SUSPECT}')"
         f" OR (strlen(_doc) > {MAX_NUMBER_CHARS} AND regexp_matches(_doc, '{_NUMBER_RUN}'))"
         f" OR strlen(_doc) > {MAX_KEY_UTF16_UNITS}"
     )
     brackets = "translate(regexp_replace(_blanked, '[^\\[\\]{}]', '', 'g'), '{}', '[]')"
     # Keys at every level: the string literals followed by a colon (a global match stays aligned on them).
     written_keys = f"list_filter(regexp_extract_all(_doc, '{_STRING}{_WS}*:?'), k -> ends_with(k, ':'))"
-    key = "json_extract_string(rtrim(k, ': \t\n\r'), '$')"
+    key = "json_extract_string(rtrim(k, ':'), '$')"
     utf16 = f"length({key}) + length(regexp_replace({key}, '[^\\x{{10000}}-\\x{{10FFFF}}]', '', 'g'))"
     long_key = (
         f"CASE WHEN strlen(_doc) > {MAX_KEY_UTF16_UNITS}"
@@ -128,17 +131,16 @@ def _duckdb_facts(config: Config, source: str) -> str:
     )
     kinds, values, lone = [], [], []
     for i, key in enumerate(keys, start=1):
-        x = f"_x[{i}]"
+        t, v = f"_t[{i}]", f"_s[{i}]"
+        # DuckDB keeps an integer beyond 64 bits as its text, typed DOUBLE: its digits tell it apart.
         kinds.append(
-            f"CASE WHEN {x} IS NULL OR {x} = 'null' THEN 'null' WHEN starts_with({x}, '\"') THEN 'string'"
-            f" WHEN {x} IN ('true', 'false') THEN 'bool'"
-            f" WHEN starts_with({x}, '{{') OR starts_with({x}, '[') THEN 'nested'"
-            f" WHEN regexp_full_match({x}, '-?[0-9]+') THEN 'int' ELSE 'float' END AS _k_{key}"
+            f"CASE {t} WHEN 'VARCHAR' THEN 'string' WHEN 'UBIGINT' THEN 'int' WHEN 'BIGINT' THEN 'int'"
+            f" WHEN 'BOOLEAN' THEN 'bool' WHEN 'OBJECT' THEN 'nested' WHEN 'ARRAY' THEN 'nested'"
+            f" WHEN 'DOUBLE' THEN CASE WHEN regexp_full_match({v}, '-?[0-9]+') THEN 'int' ELSE 'float' END"
+            f" ELSE 'null' END AS _k_{key}"
         )
-        values.append(f"CASE WHEN starts_with({x}, '\"') THEN _s[{i}] ELSE {x} END AS _v_{key}")
-        lone.append(
-            f"coalesce(_repair AND starts_with({x}, '\"') AND _s[{i}] IS DISTINCT FROM _sf[{i}], false) AS _u_{key}"
-        )
+        values.append(f"{v} AS _v_{key}")
+        lone.append(f"coalesce(_repair AND {t} = 'VARCHAR' AND {v} IS DISTINCT FROM _sf[{i}], false) AS _u_{key}")
     allowed = " ".join(
         f"WHEN {_literal(g)} THEN NOT list_has_all([{', '.join(map(_literal, (*PAYLOAD_KEYS, *spec.columns)))}], _keys)"
         for g, spec in groups.items()
@@ -150,35 +152,32 @@ def _duckdb_facts(config: Config, source: str) -> str:
     FROM (
       SELECT *,
         CASE WHEN NOT _object THEN false WHEN _blanked IS NULL THEN true ELSE {strict} END AS _syntax,
-        CASE WHEN _repair THEN len(list_distinct(list_zip(_keys, _keys_f))) ELSE len(list_distinct(_keys)) END
+        CASE WHEN _repair THEN list_unique(list_zip(_keys, _keys_f)) ELSE list_unique(_keys) END
           < len(_keys) AS _dup,
         len(_keys) AS _nkeys,
-        CASE WHEN _object THEN CAST(json_extract(_doc, {paths}) AS VARCHAR[]) END AS _x,
+        CASE WHEN _object THEN json_type(_doc, {paths}) END AS _t,
         CASE WHEN _object THEN json_extract_string(_doc, {paths}) END AS _s,
         CASE WHEN _object AND _repair THEN json_extract_string(_doc_f, {paths}) END AS _sf
       FROM (
-        SELECT *, CASE WHEN _object AND ({suspect}) THEN regexp_replace(_doc, '{_STRING}', '""', 'g') END AS _blanked
+        SELECT *,
+          CASE WHEN _object THEN json_keys(_doc) END AS _keys,
+          CASE WHEN _object AND _repair THEN json_keys(_doc_f) END AS _keys_f,
+          CASE WHEN _object AND ({suspect}) THEN regexp_replace(_doc, '{_STRING}', '""', 'g') END AS _blanked
         FROM (
-          SELECT *,
-            CASE WHEN _object THEN json_keys(_doc) END AS _keys,
-            CASE WHEN _object AND _repair THEN json_keys(_doc_f) END AS _keys_f,
-            CASE WHEN _object THEN CAST(json_extract(_doc, '$.*') AS VARCHAR[]) END AS _all
+          SELECT *, CASE WHEN NOT _oversize AND json_valid(_doc) THEN json_type(_doc) = 'OBJECT' ELSE false END
+            AS _object
           FROM (
-            SELECT *, CASE WHEN NOT _oversize AND json_valid(_doc) THEN json_type(_doc) = 'OBJECT' ELSE false END
-              AS _object
+            SELECT *,
+              CASE WHEN _repair THEN {_duckdb_repair("_respelled", "E")} ELSE payload END AS _doc,
+              CASE WHEN _repair THEN {_duckdb_repair("_respelled", "F")} END AS _doc_f
             FROM (
-              SELECT *,
-                CASE WHEN _repair THEN {_duckdb_repair("_respelled", "E")} ELSE payload END AS _doc,
-                CASE WHEN _repair THEN {_duckdb_repair("_respelled", "F")} END AS _doc_f
-              FROM (
-                SELECT source_partition, lsn, arrival_ts, payload,
-                  strlen(payload) > {MAX_PAYLOAD_BYTES} AS _oversize,
-                  contains(payload, '\\ud') OR contains(payload, '\\uD') AS _repair,
-                  CASE WHEN contains(payload, '\\ud') OR contains(payload, '\\uD')
-                    THEN regexp_replace(payload, '\\\\\\\\', '\\\\u005C', 'g') END AS _respelled,
-                  (epoch_ms(arrival_ts) - ((epoch_ms(arrival_ts) % {n}) + {n}) % {n}) // {n} AS _window
-                FROM {source}
-              )
+              SELECT source_partition, lsn, arrival_ts, payload,
+                strlen(payload) > {MAX_PAYLOAD_BYTES} AS _oversize,
+                contains(payload, '\\ud') OR contains(payload, '\\uD') AS _repair,
+                CASE WHEN contains(payload, '\\ud') OR contains(payload, '\\uD')
+                  THEN regexp_replace(payload, '\\\\\\\\', '\\\\u005C', 'g') END AS _respelled,
+                (epoch_ms(arrival_ts) - ((epoch_ms(arrival_ts) % {n}) + {n}) % {n}) // {n} AS _window
+              FROM {source}
             )
           )
         )
@@ -190,7 +189,8 @@ def _duckdb_facts(config: Config, source: str) -> str:
 
 
 def _fits(value: str, low: int, high: int) -> str:
-    return f"coalesce(TRY_CAST({value} AS DECIMAL(38, 0)) BETWEEN {low} AND {high}, false)"
+    # HUGEINT: DuckDB reads digits into it fast (into a DECIMAL slowly); Spark gets DECIMAL(38, 0).
+    return f"coalesce(TRY_CAST({value} AS HUGEINT) BETWEEN {low} AND {high}, false)"
 
 
 def _well_typed(column: str, kind: str) -> str:
