@@ -1,13 +1,16 @@
 """Ingest on Spark: consume a raw source table snapshot by snapshot into the landing tier, with quarantine.
 
 Each source snapshot (`seqlake.pipelines.ingest.plan`) is read incrementally with Iceberg's Spark
-reader, validated by `parse_batch` in `mapInArrow`, and appended to the landing and quarantine Delta
-tables with Delta's idempotent writes (txnAppId + txnVersion), quarantine first.
+reader, validated by the set-based SQL of `seqlake.pipelines.ingest.validation` (records of published
+windows joined to their home window), and appended to the landing and quarantine Delta tables with
+Delta's idempotent writes (txnAppId + txnVersion), quarantine first.
 """
 
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 from pyiceberg.table.snapshots import Snapshot
@@ -16,15 +19,57 @@ from seqlake.core.config import Config
 from seqlake.core.progress import Progress
 from seqlake.engines.catalog import spark_name
 from seqlake.pipelines.faults import kill_point
-from seqlake.pipelines.ingest.parse import parse_batch
-from seqlake.pipelines.ingest.plan import IngestResult, ingest_app_id, ingest_snapshots, redirect_published
+from seqlake.pipelines.ingest.plan import IngestResult, ingest_app_id, ingest_snapshots
+from seqlake.pipelines.ingest.validation import validation_sql
 from seqlake.pipelines.landing.schema import QUARANTINE_SCHEMA, landing_schema, parsed_schema
 from seqlake.pipelines.landing.tables import LandingPaths, append_idempotent, is_delta_table, last_applied_version
 from seqlake.pipelines.tables import load_existing_table
 from seqlake.tableformat.snapshots import sequence_number
 
 if TYPE_CHECKING:  # pyspark is imported by the Spark steps only
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrame, SparkSession
+
+RAW_RECORDS_VIEW = "seqlake_raw_records"  # the validation query's source, one snapshot at a time
+# A payload with a key twice is duplicate_key, not invalid JSON: the reader must take it to say so.
+_DUPLICATE_KEYS = "spark.sql.variant.allowDuplicateKeys"
+
+
+@contextmanager
+def duplicate_keys_read(spark: SparkSession) -> Iterator[None]:
+    """While inside, Spark's JSON reader (try_parse_json) reads objects with a key twice."""
+    before = spark.conf.get(_DUPLICATE_KEYS, None)
+    spark.conf.set(_DUPLICATE_KEYS, "true")
+    try:
+        yield
+    finally:
+        if before is None:
+            spark.conf.unset(_DUPLICATE_KEYS)
+        else:
+            spark.conf.set(_DUPLICATE_KEYS, before)
+
+
+def validated_records(spark: SparkSession, config: Config, raw: DataFrame) -> DataFrame:
+    """`raw` records (RAW_SCHEMA's columns) validated: rows of `parsed_schema`, typed or with their
+    reason. Run it, and every action on it, inside `duplicate_keys_read`."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    raw.createOrReplaceTempView(RAW_RECORDS_VIEW)
+    parsed = spark.sql(validation_sql(config, RAW_RECORDS_VIEW, "spark"))
+    return parsed.select([F.col(f.name).cast(f.dataType) for f in from_arrow_schema(parsed_schema(config))])
+
+
+def in_home_windows(spark: SparkSession, parsed: DataFrame, homes: dict[int, int]) -> DataFrame:
+    """`parsed` with the window of records in published windows replaced by their home window
+    (`seqlake.pipelines.ingest.plan.home_windows`), as a broadcast join."""
+    from pyspark.sql import functions as F
+
+    if not homes:
+        return parsed
+    table = spark.createDataFrame(list(homes.items()), "window_id BIGINT, _home BIGINT")
+    joined = parsed.join(F.broadcast(table), "window_id", "left")
+    window = F.coalesce("_home", "window_id").alias("window_id")
+    return joined.select([window if c == "window_id" else F.col(c) for c in parsed.columns])
 
 
 def _check_landing(spark: SparkSession, paths: LandingPaths, config: Config) -> None:
@@ -47,12 +92,10 @@ def ingest_source(
 ) -> IngestResult:
     """Ingest every source snapshot not ingested yet (at most `max_snapshots`), in commit order, on Spark."""
     from pyspark.sql import functions as F
-    from pyspark.sql.pandas.types import from_arrow_schema
 
     table = load_existing_table(config, source)
     name = spark_name(config, source)
     app_id = ingest_app_id(config, source)
-    parsed_spark_schema = from_arrow_schema(parsed_schema(config))
     landing_columns = landing_schema(config).names
 
     def check() -> None:
@@ -69,11 +112,11 @@ def ingest_source(
                 "end-snapshot-id", snapshot.snapshot_id
             )
 
-        def parse(batches):
-            for batch in batches:
-                yield redirect_published(parse_batch(batch, config), homes)
+        with duplicate_keys_read(spark):
+            parsed = in_home_windows(spark, validated_records(spark, config, reader.load(name)), homes).persist()
+            return append_parsed(parsed, version)
 
-        parsed = reader.load(name).mapInArrow(parse, parsed_spark_schema).persist()
+    def append_parsed(parsed: DataFrame, version: int) -> tuple[int, Counter]:
         try:
             counts = Counter({r["reason"]: r["count"] for r in parsed.groupBy("reason").count().collect()})
             valid = parsed.filter(F.col("reason").isNull()).select(*landing_columns)

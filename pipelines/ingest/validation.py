@@ -6,8 +6,9 @@ valid payload, else `reason` and the raw `payload`. It has two parts:
 - the *facts* of each payload, which only a JSON reader can tell: whether it is strict JSON within the
   limits, its keys, and each known key's JSON kind (`null`, `string`, `int`, `float`, `bool`, `nested`)
   and text. The engines' readers differ (DuckDB reads NaN and trailing commas, rejects lone
-  surrogates; Spark's reader takes lone surrogates as `?` and ignores what follows the object), so
-  each engine's facts are written for it, side by side below (`_duckdb_facts`, `_spark_facts`);
+  surrogates; Spark's reader takes lone surrogates as `?`, ignores what follows the object and reads
+  a key twice only when told to, see `seqlake.pipelines.ingest.spark.duplicate_keys_read`), so each
+  engine's facts are written for it, side by side below (`_duckdb_facts`, `_spark_facts`);
 - the *rules* on those facts: every quarantine reason as one CASE in the reference's order, and the
   typed columns, written once (DuckDB's dialect) and transpiled to Spark with sqlglot.
 
@@ -17,11 +18,12 @@ What both engines' facts share:
   `\\uExyz`. A second copy turns it into `\\uFxyz`: a string that differs between the two held a lone
   surrogate (`invalid_utf8`), and keys are compared as pairs (`duplicate_key`), so no real character
   is ever mistaken for a repaired one;
-- what JSON forbids but a reader accepts is found on the payload with its strings blanked out, only
-  for payloads that can hold it (a nested value, a literal that is not a plain JSON value, a long
-  run of number characters, a trailing comma or trailing text): NaN and Infinity, trailing commas,
-  numbers longer than `MAX_NUMBER_CHARS`, nesting deeper than `MAX_NESTING_DEPTH` (innermost
-  brackets removed that many times must leave none).
+- what JSON forbids but a reader accepts, and the limits a reader does not keep, are checked on the
+  payload with its strings blanked out, only for payloads a cheap pattern says can hold them (a
+  second bracket, a NaN or Infinity, a comma before a closing bracket, a long run of number
+  characters): NaN and Infinity, trailing commas, text after the object, numbers longer than
+  `MAX_NUMBER_CHARS`, nesting deeper than `MAX_NESTING_DEPTH` (innermost bracket pairs removed that
+  many times must leave none), keys longer than `MAX_KEY_UTF16_UNITS`.
 """
 
 from __future__ import annotations
@@ -66,6 +68,11 @@ def _keys(config: Config) -> tuple[str, ...]:
 
 def _literal(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
+
+
+def _event_keys(config: Config, group: str) -> str:
+    """The keys a payload of `group` may hold, as SQL string literals."""
+    return ", ".join(map(_literal, (*PAYLOAD_KEYS, *config.feature_groups[group].columns)))
 
 
 def _in(values: list[str] | tuple[str, ...]) -> str:
@@ -141,10 +148,7 @@ def _duckdb_facts(config: Config, source: str) -> str:
         )
         values.append(f"{v} AS _v_{key}")
         lone.append(f"coalesce(_repair AND {t} = 'VARCHAR' AND {v} IS DISTINCT FROM _sf[{i}], false) AS _u_{key}")
-    allowed = " ".join(
-        f"WHEN {_literal(g)} THEN NOT list_has_all([{', '.join(map(_literal, (*PAYLOAD_KEYS, *spec.columns)))}], _keys)"
-        for g, spec in groups.items()
-    )
+    allowed = " ".join(f"WHEN {_literal(g)} THEN NOT list_has_all([{_event_keys(config, g)}], _keys)" for g in groups)
     n = config.layout.window_seconds * 1000
     return f"""
     SELECT *, {", ".join(kinds)}, {", ".join(values)}, {", ".join(lone)},
@@ -178,6 +182,118 @@ def _duckdb_facts(config: Config, source: str) -> str:
                   THEN regexp_replace(payload, '\\\\\\\\', '\\\\u005C', 'g') END AS _respelled,
                 (epoch_ms(arrival_ts) - ((epoch_ms(arrival_ts) % {n}) + {n}) % {n}) // {n} AS _window
               FROM {source}
+            )
+          )
+        )
+      )
+    )"""
+
+
+# -- facts: Spark ----------------------------------------------------------------------------------
+# Spark's reader (Jackson, through try_parse_json) keeps strict JSON and the number, nesting and key
+# limits itself but ignores what follows the first value, and reads a lone surrogate as `?`: the
+# repaired copies and the checks on the blanked text cover both. Its variant keeps `1.0` as a
+# decimal without sign or scale, so a number's text comes from json_tuple (Jackson's own reading).
+
+# A string literal for Java's regular expressions: possessive, so a long string never deepens the stack.
+_JAVA_STRING = r'"[^"\\]*+(?:\\.[^"\\]*+)*+"'
+
+
+def _spark_literal(text: str) -> str:
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+# Java's spelling of the repair (see the module docstring) and of the checks, as Spark literals.
+_J_RESPELL = _spark_literal(r"\\\\"), _spark_literal(r"\\u005C")
+_J_MARK = _spark_literal(r"\\u([dD][89a-fA-F][0-9a-fA-F]{2})"), _spark_literal(r"\\z$1")
+_J_PAIR = (
+    _spark_literal(r"\\z([dD][89abAB][0-9a-fA-F]{2})\\z([dD][c-fC-F][0-9a-fA-F]{2})"),
+    _spark_literal(r"\\u$1\\u$2"),
+)
+_J_LONE = _spark_literal(r"\\z[dD]([0-9a-fA-F]{3})")
+_J_MARKER = _spark_literal(r"\z")
+_J_ESCAPES = _spark_literal(r"\ud"), _spark_literal(r"\uD")
+# A second bracket (nesting or a second value), or a number past the limit: the exact checks run then.
+_J_SUSPECT = _spark_literal(r"\{[^\[{]*[\[{]|[\]}][^\]}]*[\]}]")
+_J_NUMBER_RUN = _spark_literal(_NUMBER_RUN)
+_J_NOT_BRACKET = _spark_literal(r"[^\[\]{}]")
+_J_PAIR_OF_BRACKETS = _spark_literal(r"\[\]")
+_J_OPENS = _spark_literal(f"^{_WS}*\\{{")
+_J_CLOSES = _spark_literal(f"}}{_WS}*$")
+_J_DIGITS = _spark_literal("^-?[0-9]+$")
+
+
+def _spark_repair(text: str, lone: str) -> str:
+    marked = f"regexp_replace({text}, {_J_MARK[0]}, {_J_MARK[1]})"
+    paired = f"regexp_replace({marked}, {_J_PAIR[0]}, {_J_PAIR[1]})"
+    lone_sql = f"regexp_replace({paired}, {_J_LONE}, {_spark_literal(chr(92) * 2 + 'u' + lone + '$1')})"
+    return f"CASE WHEN NOT contains({text}, {_J_MARKER}) THEN {lone_sql} END"
+
+
+def _spark_facts(config: Config, source: str) -> str:
+    keys = _keys(config)
+    groups = config.feature_groups
+    suspect = f"_doc RLIKE {_J_SUSPECT} OR (octet_length(_doc) > {MAX_NUMBER_CHARS} AND _doc RLIKE {_J_NUMBER_RUN})"
+    brackets = f"translate(regexp_replace(_blanked, {_J_NOT_BRACKET}, ''), '{{}}', '[]')"
+    # One object, nested at most MAX_NESTING_DEPTH deep: inside its outer brackets, balanced brackets.
+    peeled = f"substring({brackets}, 2, length({brackets}) - 2)"
+    for _ in range(MAX_NESTING_DEPTH - 1):
+        peeled = f"regexp_replace({peeled}, {_J_PAIR_OF_BRACKETS}, '')"
+    strict = f"NOT _blanked RLIKE {_J_NUMBER_RUN} AND {peeled} = ''"
+    tuple_args = ", ".join(_spark_literal(k) for k in keys)
+    kinds, lone = [], []
+    for key in keys:
+        schema = f"schema_of_variant(variant_get(_parsed, {_spark_literal('$.' + key)}, 'variant'))"
+        kinds.append(
+            f"CASE WHEN NOT _object OR {schema} IS NULL OR {schema} = 'VOID' THEN 'null'"
+            f" WHEN {schema} = 'STRING' THEN 'string' WHEN {schema} = 'BOOLEAN' THEN 'bool'"
+            f" WHEN {schema} LIKE 'OBJECT%' OR {schema} LIKE 'ARRAY%' THEN 'nested'"
+            f" WHEN _j_{key} RLIKE {_J_DIGITS} THEN 'int' ELSE 'float' END AS _k_{key}"
+        )
+        lone.append(f"coalesce(_repair AND _j_{key} IS DISTINCT FROM _f_{key}, false) AS _u_{key}")
+    allowed = " ".join(
+        f"WHEN {_literal(g)} THEN size(array_except(_keys, array({_event_keys(config, g)}))) > 0" for g in groups
+    )
+    n = config.layout.window_seconds * 1000
+    return f"""
+    SELECT *, {", ".join(kinds)}, {", ".join(f"_j_{k} AS _v_{k}" for k in keys)}, {", ".join(lone)},
+      coalesce(CASE _j_feature_group {allowed} END, false) AS _unknown_key
+    FROM (
+      SELECT *, json_tuple(_doc_f, {tuple_args}) AS ({", ".join(f"_f_{k}" for k in keys)})
+      FROM (
+        SELECT *, json_tuple(CASE WHEN _object THEN _doc END, {tuple_args}) AS ({", ".join(f"_j_{k}" for k in keys)})
+        FROM (
+          SELECT *,
+            _object AND regexp_like(_doc, {_J_CLOSES}) AND (_blanked IS NULL OR ({strict})) AS _syntax,
+            CASE WHEN _repair THEN size(array_distinct(arrays_zip(_keys, _keys_f))) ELSE size(array_distinct(_keys)) END
+              < size(_keys) AS _dup,
+            size(_keys) AS _nkeys
+          FROM (
+            SELECT *,
+              CASE WHEN _object THEN json_object_keys(_doc) END AS _keys,
+              CASE WHEN _object AND _repair THEN json_object_keys(_doc_f) END AS _keys_f,
+              CASE WHEN _object AND ({suspect}) THEN regexp_replace(_doc, {_spark_literal(_JAVA_STRING)}, '""') END
+                AS _blanked
+            FROM (
+              SELECT *, coalesce(NOT _oversize AND _parsed IS NOT NULL AND regexp_like(_doc, {_J_OPENS}), false)
+                AS _object
+              FROM (
+                SELECT *, CASE WHEN NOT _oversize THEN try_parse_json(_doc) END AS _parsed
+                FROM (
+                  SELECT *,
+                    CASE WHEN _repair THEN {_spark_repair("_respelled", "E")} ELSE payload END AS _doc,
+                    CASE WHEN _repair THEN {_spark_repair("_respelled", "F")} END AS _doc_f
+                  FROM (
+                    SELECT source_partition, lsn, arrival_ts, payload,
+                      octet_length(payload) > {MAX_PAYLOAD_BYTES} AS _oversize,
+                      contains(payload, {_J_ESCAPES[0]}) OR contains(payload, {_J_ESCAPES[1]}) AS _repair,
+                      CASE WHEN contains(payload, {_J_ESCAPES[0]}) OR contains(payload, {_J_ESCAPES[1]})
+                        THEN regexp_replace(payload, {_J_RESPELL[0]}, {_J_RESPELL[1]}) END AS _respelled,
+                      (unix_millis(arrival_ts) - pmod(unix_millis(arrival_ts), {n})) div {n} AS _window
+                    FROM {source}
+                  )
+                )
+              )
             )
           )
         )
@@ -286,6 +402,8 @@ def _engine_functions(dialect: Dialect):
     def rename(node: exp.Expression) -> exp.Expression:
         if isinstance(node, exp.Anonymous) and node.name.lower() == _TIMESTAMP_US:
             return exp.Anonymous(this=_TIMESTAMP_FUNCTIONS[dialect], expressions=node.expressions)
+        if dialect == "spark" and isinstance(node, exp.DataType) and node.is_type(exp.DataType.Type.INT128):
+            return exp.DataType.build("DECIMAL(38, 0)")
         return node
 
     return rename
@@ -302,7 +420,3 @@ def validation_sql(config: Config, source: str, dialect: Dialect) -> str:
     `parsed_schema(config)`, typed when valid, else with `reason` and `payload`."""
     facts = _duckdb_facts(config, source) if dialect == "duckdb" else _spark_facts(config, source)
     return _transpiled(_rules(config), dialect).replace(_FACTS, f"({facts}) AS _facts", 1)
-
-
-def _spark_facts(config: Config, source: str) -> str:
-    raise NotImplementedError("Spark facts")
