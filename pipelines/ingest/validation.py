@@ -70,6 +70,12 @@ def _literal(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
 
+def _string_keys(config: Config) -> tuple[str, ...]:
+    """The keys whose string value the rules read: its characters, its length, a lone surrogate."""
+    strings = [c for c, kind in config.column_types().items() if kind == "string"]
+    return ("event_id", "feature_group", UNREADABLE_LINE_KEY, *strings)
+
+
 def _event_keys(config: Config, group: str) -> str:
     """The keys a payload of `group` may hold, as SQL string literals."""
     return ", ".join(map(_literal, (*PAYLOAD_KEYS, *config.feature_groups[group].columns)))
@@ -138,37 +144,43 @@ def _duckdb_facts(config: Config, source: str) -> str:
     )
     kinds, values, lone = [], [], []
     for i, key in enumerate(keys, start=1):
-        t, v = f"_t[{i}]", f"_s[{i}]"
-        # DuckDB keeps an integer beyond 64 bits as its text, typed DOUBLE: its digits tell it apart.
+        x = f"_x[{i}]"  # the value as DuckDB writes JSON: its first character tells its kind
+        # DuckDB writes every float with a point or an exponent, and an integer beyond 64 bits as written.
+        number = f"CASE WHEN contains({x}, '.') OR contains({x}, 'e') OR contains({x}, 'E') THEN 'float' ELSE 'int' END"
         kinds.append(
-            f"CASE {t} WHEN 'VARCHAR' THEN 'string' WHEN 'UBIGINT' THEN 'int' WHEN 'BIGINT' THEN 'int'"
-            f" WHEN 'BOOLEAN' THEN 'bool' WHEN 'OBJECT' THEN 'nested' WHEN 'ARRAY' THEN 'nested'"
-            f" WHEN 'DOUBLE' THEN CASE WHEN regexp_full_match({v}, '-?[0-9]+') THEN 'int' ELSE 'float' END"
-            f" ELSE 'null' END AS _k_{key}"
+            f"CASE WHEN {x} IS NULL THEN 'null' ELSE CASE left({x}, 1) WHEN '\"' THEN 'string' WHEN 'n' THEN 'null'"
+            f" WHEN 't' THEN 'bool' WHEN 'f' THEN 'bool' WHEN '{{' THEN 'nested' WHEN '[' THEN 'nested'"
+            f" ELSE {number} END END AS _k_{key}"
         )
-        values.append(f"{v} AS _v_{key}")
-        lone.append(f"coalesce(_repair AND {t} = 'VARCHAR' AND {v} IS DISTINCT FROM _sf[{i}], false) AS _u_{key}")
+        if key not in _string_keys(config):  # a number's or a literal's text; a string here is wrong_type
+            values.append(f"{x} AS _v_{key}")
+            continue
+        # A string written without an escape is its text between the quotes.
+        decoded = (
+            f"CASE WHEN contains({x}, '\\') THEN json_extract_string({x}, '$') ELSE substr({x}, 2, length({x}) - 2) END"
+        )
+        values.append(f"CASE WHEN left({x}, 1) = '\"' THEN {decoded} ELSE {x} END AS _v_{key}")
+        lone.append(f"CASE WHEN _repair THEN coalesce({x} <> _xf[{i}], false) ELSE false END AS _u_{key}")
     allowed = " ".join(f"WHEN {_literal(g)} THEN NOT list_has_all([{_event_keys(config, g)}], _keys)" for g in groups)
     n = config.layout.window_seconds * 1000
     return f"""
     SELECT *, {", ".join(kinds)}, {", ".join(values)}, {", ".join(lone)},
-      coalesce(CASE _s[{keys.index("feature_group") + 1}] {allowed} END, false) AS _unknown_key
+      coalesce(CASE _v_feature_group {allowed} END, false) AS _unknown_key
     FROM (
       SELECT *,
         CASE WHEN NOT _object THEN false WHEN _blanked IS NULL THEN true ELSE {strict} END AS _syntax,
         CASE WHEN _repair THEN list_unique(list_zip(_keys, _keys_f)) ELSE list_unique(_keys) END
           < len(_keys) AS _dup,
         len(_keys) AS _nkeys,
-        CASE WHEN _object THEN json_type(_doc, {paths}) END AS _t,
-        CASE WHEN _object THEN json_extract_string(_doc, {paths}) END AS _s,
-        CASE WHEN _object AND _repair THEN json_extract_string(_doc_f, {paths}) END AS _sf
+        CASE WHEN _object THEN CAST(json_extract(_doc, {paths}) AS VARCHAR[]) END AS _x,
+        CASE WHEN _object AND _repair THEN CAST(json_extract(_doc_f, {paths}) AS VARCHAR[]) END AS _xf
       FROM (
         SELECT *,
           CASE WHEN _object THEN json_keys(_doc) END AS _keys,
           CASE WHEN _object AND _repair THEN json_keys(_doc_f) END AS _keys_f,
           CASE WHEN _object AND ({suspect}) THEN regexp_replace(_doc, '{_STRING}', '""', 'g') END AS _blanked
         FROM (
-          SELECT *, CASE WHEN NOT _oversize AND json_valid(_doc) THEN json_type(_doc) = 'OBJECT' ELSE false END
+          SELECT *, coalesce(NOT _oversize AND json_valid(_doc) AND starts_with(ltrim(_doc, ' \t\n\r'), '{{'), false)
             AS _object
           FROM (
             SELECT *,
@@ -250,7 +262,8 @@ def _spark_facts(config: Config, source: str) -> str:
             f" WHEN {schema} LIKE 'OBJECT%' OR {schema} LIKE 'ARRAY%' THEN 'nested'"
             f" WHEN _j_{key} RLIKE {_J_DIGITS} THEN 'int' ELSE 'float' END AS _k_{key}"
         )
-        lone.append(f"coalesce(_repair AND _j_{key} IS DISTINCT FROM _f_{key}, false) AS _u_{key}")
+        if key in _string_keys(config):
+            lone.append(f"coalesce(_repair AND _j_{key} IS DISTINCT FROM _f_{key}, false) AS _u_{key}")
     allowed = " ".join(
         f"WHEN {_literal(g)} THEN size(array_except(_keys, array({_event_keys(config, g)}))) > 0" for g in groups
     )
