@@ -4,8 +4,9 @@
 valid payload, else `reason` and the raw `payload`. It has two parts:
 
 - the *facts* of each payload, which only a JSON reader can tell: whether it is strict JSON within the
-  limits, its keys, and each known key's JSON kind (`null`, `string`, `int`, `float`, `bool`, `nested`)
-  and text. The engines' readers differ (DuckDB reads NaN and trailing commas, rejects lone
+  limits, its keys, and for each known key its JSON kind (`_k_<key>`: the code of the value's first
+  character as JSON writes it, `_n_<key>`: a number written as an integer) and its text (`_v_<key>`,
+  a string decoded). The engines' readers differ (DuckDB reads NaN and trailing commas, rejects lone
   surrogates; Spark's reader takes lone surrogates as `?`, ignores what follows the object and reads
   a key twice only when told to, see `seqlake.pipelines.ingest.spark.duplicate_keys_read`), so each
   engine's facts are written for it, side by side below (`_duckdb_facts`, `_spark_facts`);
@@ -76,6 +77,11 @@ def _string_keys(config: Config) -> tuple[str, ...]:
     return ("event_id", "feature_group", UNREADABLE_LINE_KEY, *strings)
 
 
+def _integer_keys(config: Config) -> tuple[str, ...]:
+    """The keys whose value the rules need to be written as an integer."""
+    return ("user_id", "event_ts", *(c for c, kind in config.column_types().items() if kind in INT_RANGES))
+
+
 def _event_keys(config: Config, group: str) -> str:
     """The keys a payload of `group` may hold, as SQL string literals."""
     return ", ".join(map(_literal, (*PAYLOAD_KEYS, *config.feature_groups[group].columns)))
@@ -144,14 +150,10 @@ def _duckdb_facts(config: Config, source: str) -> str:
     )
     kinds, values, lone = [], [], []
     for i, key in enumerate(keys, start=1):
-        x = f"_x[{i}]"  # the value as DuckDB writes JSON: its first character tells its kind
-        # DuckDB writes every float with a point or an exponent, and an integer beyond 64 bits as written.
-        number = f"CASE WHEN contains({x}, '.') OR contains({x}, 'e') OR contains({x}, 'E') THEN 'float' ELSE 'int' END"
-        kinds.append(
-            f"CASE WHEN {x} IS NULL THEN 'null' ELSE CASE left({x}, 1) WHEN '\"' THEN 'string' WHEN 'n' THEN 'null'"
-            f" WHEN 't' THEN 'bool' WHEN 'f' THEN 'bool' WHEN '{{' THEN 'nested' WHEN '[' THEN 'nested'"
-            f" ELSE {number} END END AS _k_{key}"
-        )
+        x = f"_x[{i}]"  # the value as DuckDB writes it: JSON text
+        kinds.append(f"ascii({x}) AS _k_{key}")
+        if key in _integer_keys(config):  # DuckDB writes every float with a point or an exponent
+            kinds.append(f"NOT (contains({x}, '.') OR contains({x}, 'e') OR contains({x}, 'E')) AS _n_{key}")
         if key not in _string_keys(config):  # a number's or a literal's text; a string here is wrong_type
             values.append(f"{x} AS _v_{key}")
             continue
@@ -235,6 +237,10 @@ _J_CLOSES = _spark_literal(f"}}{_WS}*$")
 _J_DIGITS = _spark_literal("^-?[0-9]+$")
 
 
+# The first character of a scalar as JSON writes it, by the variant's type of it (any other is a number).
+_VARIANT_FIRST_CHARACTERS = {"STRING": ord('"'), "BOOLEAN": ord("t"), "VOID": ord("n")}
+
+
 def _spark_repair(text: str, lone: str) -> str:
     marked = f"regexp_replace({text}, {_J_MARK[0]}, {_J_MARK[1]})"
     paired = f"regexp_replace({marked}, {_J_PAIR[0]}, {_J_PAIR[1]})"
@@ -256,12 +262,14 @@ def _spark_facts(config: Config, source: str) -> str:
     kinds, lone = [], []
     for key in keys:
         schema = f"schema_of_variant(variant_get(_parsed, {_spark_literal('$.' + key)}, 'variant'))"
+        first = " ".join(f"WHEN {_literal(name)} THEN {code}" for name, code in _VARIANT_FIRST_CHARACTERS.items())
+        nested = f"WHEN {schema} LIKE 'OBJECT%' OR {schema} LIKE 'ARRAY%' THEN {ord('{')}"
         kinds.append(
-            f"CASE WHEN NOT _object OR {schema} IS NULL OR {schema} = 'VOID' THEN 'null'"
-            f" WHEN {schema} = 'STRING' THEN 'string' WHEN {schema} = 'BOOLEAN' THEN 'bool'"
-            f" WHEN {schema} LIKE 'OBJECT%' OR {schema} LIKE 'ARRAY%' THEN 'nested'"
-            f" WHEN _j_{key} RLIKE {_J_DIGITS} THEN 'int' ELSE 'float' END AS _k_{key}"
+            f"CASE WHEN _object AND {schema} IS NOT NULL THEN CASE {schema} {first}"
+            f" ELSE CASE {nested} ELSE {ord('0')} END END END AS _k_{key}"
         )
+        if key in _integer_keys(config):
+            kinds.append(f"_j_{key} RLIKE {_J_DIGITS} AS _n_{key}")
         if key in _string_keys(config):
             lone.append(f"coalesce(_repair AND _j_{key} IS DISTINCT FROM _f_{key}, false) AS _u_{key}")
     allowed = " ".join(
@@ -317,6 +325,22 @@ def _spark_facts(config: Config, source: str) -> str:
 # -- the rules on the facts (DuckDB's dialect; transpiled for Spark) ---------------------------------
 
 
+def _is(key: str, kind: str) -> str:
+    """The value of `key` is of this JSON `kind`: from `_k_<key>`, the code of its first character as
+    JSON writes it (NULL when absent), and `_n_<key>`, whether a number is written as an integer."""
+    code = f"_k_{key}"
+    if kind == "null":
+        return f"coalesce({code}, {ord('n')}) = {ord('n')}"
+    tests = {
+        "string": f"{code} = {ord(chr(34))}",
+        "bool": f"{code} IN ({ord('f')}, {ord('t')})",
+        "number": f"({code} = {ord('-')} OR {code} BETWEEN {ord('0')} AND {ord('9')})",
+    }
+    if kind == "int":
+        return f"coalesce({tests['number']} AND _n_{key}, false)"
+    return f"coalesce({tests[kind]}, false)"
+
+
 def _fits(value: str, low: int, high: int) -> str:
     # HUGEINT: DuckDB reads digits into it fast (into a DECIMAL slowly); Spark gets DECIMAL(38, 0).
     return f"coalesce(TRY_CAST({value} AS HUGEINT) BETWEEN {low} AND {high}, false)"
@@ -325,13 +349,13 @@ def _fits(value: str, low: int, high: int) -> str:
 def _well_typed(column: str, kind: str) -> str:
     """The present value of `column` has the declared `kind` and fits it."""
     if kind in INT_RANGES:
-        return f"(_k_{column} = 'int' AND {_fits(f'_v_{column}', *INT_RANGES[kind])})"
+        return f"({_is(column, 'int')} AND {_fits(f'_v_{column}', *INT_RANGES[kind])})"
     if kind in _FLOAT_LIMITS:
         finite = f"coalesce(abs(TRY_CAST(_v_{column} AS DOUBLE)) <= {_FLOAT_LIMITS[kind]}, false)"
-        return f"(_k_{column} IN ('int', 'float') AND {finite})"
+        return f"({_is(column, 'number')} AND {finite})"
     if kind == "bool":
-        return f"_k_{column} = 'bool'"
-    return f"_k_{column} = 'string'"
+        return _is(column, "bool")
+    return _is(column, "string")
 
 
 def _typed(column: str, kind: str) -> str:
@@ -354,7 +378,7 @@ def _reason(config: Config) -> str:
     groups = config.feature_groups
     events = config.events
     wrong = " OR ".join(
-        f"({_owned_by(config, c)} AND _k_{c} <> 'null' AND NOT {_well_typed(c, kind)})" for c, kind in types.items()
+        f"({_owned_by(config, c)} AND NOT {_is(c, 'null')} AND NOT {_well_typed(c, kind)})" for c, kind in types.items()
     )
     strings = [c for c, kind in types.items() if kind == "string"]
     lone = " OR ".join(["_u_event_id", *(f"({_owned_by(config, c)} AND _u_{c})" for c in strings)])
@@ -369,15 +393,15 @@ def _reason(config: Config) -> str:
       WHEN _oversize THEN 'oversize_value'
       WHEN NOT coalesce(_syntax, false) THEN 'invalid_json'
       WHEN _dup THEN 'duplicate_key'
-      WHEN _nkeys = 1 AND _k_{UNREADABLE_LINE_KEY} = 'string' THEN 'unreadable_line'
-      WHEN _k_user_id = 'null' THEN 'missing_user_id'
-      WHEN NOT (_k_user_id = 'int' AND {_fits("_v_user_id", 0, user_high)}) THEN 'bad_user_id'
-      WHEN NOT (_k_feature_group = 'string' AND coalesce(_v_feature_group IN {_in(list(groups))}, false))
+      WHEN _nkeys = 1 AND {_is(UNREADABLE_LINE_KEY, "string")} THEN 'unreadable_line'
+      WHEN {_is("user_id", "null")} THEN 'missing_user_id'
+      WHEN NOT ({_is("user_id", "int")} AND {_fits("_v_user_id", 0, user_high)}) THEN 'bad_user_id'
+      WHEN NOT ({_is("feature_group", "string")} AND coalesce(_v_feature_group IN {_in(list(groups))}, false))
         THEN 'unknown_feature_group'
-      WHEN _k_event_ts = 'null' THEN 'missing_event_ts'
-      WHEN _k_event_ts <> 'int' THEN 'wrong_type'
+      WHEN {_is("event_ts", "null")} THEN 'missing_event_ts'
+      WHEN NOT {_is("event_ts", "int")} THEN 'wrong_type'
       WHEN NOT {_fits("_v_event_ts", events.min_event_ms, events.max_event_ms)} THEN 'event_ts_out_of_range'
-      WHEN _k_event_id <> 'string' THEN 'wrong_type'
+      WHEN NOT {_is("event_id", "string")} THEN 'wrong_type'
       WHEN {wrong or "false"} THEN 'wrong_type'
       WHEN {lone} THEN 'invalid_utf8'
       WHEN {" OR ".join(too_long) or "false"} THEN 'oversize_value'
@@ -402,7 +426,7 @@ def _rules(config: Config) -> str:
         "event_id": f"CASE WHEN {valid} THEN _v_event_id END",
         "window_id": "_window",
     }
-    columns = {c: f"CASE WHEN {valid} AND _k_{c} <> 'null' THEN {_typed(c, kind)} END" for c, kind in types.items()}
+    columns = {c: f"CASE WHEN {valid} AND NOT {_is(c, 'null')} THEN {_typed(c, kind)} END" for c, kind in types.items()}
     outputs = {**bookkeeping, **columns}
     selected = [f"{outputs[name]} AS {name}" for name in landing_schema(config).names]
     selected += ["_reason AS reason", "CASE WHEN _reason IS NOT NULL THEN payload END AS payload"]
