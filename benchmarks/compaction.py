@@ -74,8 +74,10 @@ def landing_events(config: Config, events: int, max_windows: int, seed: int) -> 
     )
     generator = EventGenerator(config.model_copy(update={"generator": spec}))
     validate = BatchValidator(config)
-    parsed = pa.concat_tables(validate(batch) for batch in generator.batches())
-    validate.close()
+    try:
+        parsed = pa.Table.from_batches(list(validate.stream(generator.batches())), validate.schema)
+    finally:
+        validate.close()
     rows = parsed.filter(pc.is_null(parsed["reason"]))
     first = pc.min(rows["window_id"]).as_py()
     rows = rows.set_column(rows.schema.get_field_index("window_id"), "window_id", pc.subtract(rows["window_id"], first))
