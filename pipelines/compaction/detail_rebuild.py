@@ -18,14 +18,13 @@ from seqlake.engines.duckdb_session import connect
 from seqlake.pipelines.compaction.duckdb import write_history_run
 from seqlake.pipelines.compaction.plan import (
     CompactionResult,
-    batch_run_id,
     batch_to_publish,
     publish_batch,
     replanning,
     window_lsns_sql,
 )
 from seqlake.pipelines.compaction.quarantine import split_batch_duckdb
-from seqlake.tableformat.forgets import drop_users, missed_users, read_point
+from seqlake.tableformat.forgets import drop_users, missed_users
 
 
 def rebuild_from_detail(config: Config, windows: list[int]) -> CompactionResult:
@@ -34,15 +33,14 @@ def rebuild_from_detail(config: Config, windows: list[int]) -> CompactionResult:
 
 
 def _rebuild(config: Config, windows: list[int]) -> CompactionResult:
-    history, detail, _, todo = batch_to_publish(config, windows)
-    if not todo:
-        return CompactionResult(max(windows), batch_run_id(sorted(windows)), published=False)
-    point = read_point(history)  # before the first read: the forgets this rebuild has seen
+    plan = batch_to_publish(config, windows)
+    if isinstance(plan, CompactionResult):
+        return plan  # every window is published already
+    history, detail, todo, point = plan.history, plan.detail, plan.windows, plan.point
     events = detail.scan(row_filter=In("window_id", todo)).to_arrow()
     missing = sorted(set(todo) - set(events["window_id"].unique().to_pylist()))
     if missing:
         raise SeqlakeError(f"window(s) {missing} have no rows in the detail table: nothing to rebuild them from")
-    run_id = batch_run_id(todo)
     with connect(extensions=()) as con:
         events = drop_users(events, missed_users(history, point, detail.refresh()))  # a forget under way
         rows, kept, quarantined = split_batch_duckdb(con, config, events, todo, point)
@@ -51,6 +49,6 @@ def _rebuild(config: Config, windows: list[int]) -> CompactionResult:
         own_lsns = {
             int(partition): int(lsn) for partition, lsn in con.execute(window_lsns_sql(todo)("_kept")).fetchall()
         }
-    files = write_history_run(history, config, run_id, rows)
+    files = write_history_run(history, config, plan.run_id, rows)
     result = publish_batch(history, todo, files, own_lsns, kept.num_rows, point=point)
     return replace(result, quarantined=quarantined) if result.published else result

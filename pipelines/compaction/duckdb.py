@@ -12,7 +12,7 @@ order, and stream them to the writer one bucket at a time.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import replace
 
 import pyarrow as pa
@@ -23,7 +23,6 @@ from seqlake.engines.duckdb_session import connect, sql_literal
 from seqlake.pipelines.compaction.aggregation import first_arrivals_sql
 from seqlake.pipelines.compaction.plan import (
     CompactionResult,
-    batch_run_id,
     batch_to_publish,
     commit_merge,
     crash_at,
@@ -38,7 +37,7 @@ from seqlake.pipelines.landing.schema import landing_schema
 from seqlake.pipelines.landing.tables import LandingPaths, duckdb_scan
 from seqlake.tableformat.bucketing import bucket_of
 from seqlake.tableformat.evolution import by_projection, known_field_ids, select_list
-from seqlake.tableformat.forgets import drop_users, missed_users, read_point
+from seqlake.tableformat.forgets import drop_users, missed_users
 from seqlake.tableformat.io import engine_location
 from seqlake.tableformat.registry import files_of_runs, history_file_uri
 from seqlake.tableformat.run_writer import write_run
@@ -99,9 +98,17 @@ def write_history_run(history, config: Config, run_id: str, rows: pa.Table) -> l
     """Aggregated history rows written as sorted run `run_id` of `history` (files uncommitted)."""
     schema = history_arrow_schema(config, history.schema())
     rows = _bucket_ordered(_as_history(rows, schema), config.layout.bucket_count)
+    return _write_sorted_run(history, config, run_id, rows.to_batches(max_chunksize=BATCH_ROWS), schema)
+
+
+def _write_sorted_run(
+    history, config: Config, run_id: str, batches: Iterable[pa.RecordBatch], schema: pa.Schema
+) -> list:
+    """Batches in the writer's order written as sorted run `run_id` of `history`, under file names
+    of this attempt's own (racing or retried writers of one run never share a file)."""
     attempt = uuid.uuid4().hex[:12]
     return write_run(
-        rows.to_batches(max_chunksize=BATCH_ROWS),
+        batches,
         file_uri=lambda bucket: history_file_uri(history.location(), run_id, bucket, attempt),
         schema=schema,
         run_id=run_id,
@@ -120,19 +127,18 @@ def compact_batch_duckdb(
 def _compact_batch_duckdb(
     config: Config, paths: LandingPaths, windows: list[int], fail_at: str | None
 ) -> CompactionResult:
-    history, detail, published, todo = batch_to_publish(config, windows)
-    if not todo:
-        return CompactionResult(max(windows), batch_run_id(sorted(windows)), published=False)
-    run_id = batch_run_id(todo)
-    point = read_point(history)  # before the first read: the forgets this batch has seen
+    plan = batch_to_publish(config, windows)
+    if isinstance(plan, CompactionResult):
+        return plan  # every window is published already
+    history, detail, todo, point = plan.history, plan.detail, plan.windows, plan.point
     with connect(extensions=("delta",)) as con:
-        events = batch_events_duckdb(con, config, paths, todo, detail, published)
+        events = batch_events_duckdb(con, config, paths, todo, detail, plan.published)
         # Users of a forget under way (it cleaned detail, not history yet) stay out of the batch.
         events = drop_users(events, missed_users(history, point, detail.refresh()))
         rows, events, quarantined = split_batch_duckdb(con, config, events, todo, point)
         own_lsns = window_lsns(duckdb_scan(con), paths, todo)
     crash_at("before_write", fail_at)
-    files = write_history_run(history, config, run_id, rows)
+    files = write_history_run(history, config, plan.run_id, rows)
     crash_at("after_write", fail_at)
     # Replace the windows' partitions, never append (a re-run replaces the same events).
     # In the table's column order: after a migration, added columns come last there.
@@ -162,27 +168,18 @@ def _merged_buckets(con, by_bucket: dict[int, list[str]], names: list[str], hist
 
 def merge_runs_if_needed_duckdb(config: Config) -> str | None:
     """`seqlake.pipelines.compaction.spark.merge_runs_if_needed` on DuckDB, bucket by bucket."""
-    todo = merge_to_do(config)
-    if todo is None:
+    merge = merge_to_do(config)
+    if merge is None:
         return None
-    history, runs, windows, run_id = todo
-    point = read_point(history)
+    history = merge.history
     by_bucket: dict[int, list[str]] = {}
-    for data_file in files_of_runs(history, set(runs)):
+    for data_file in files_of_runs(history, set(merge.runs)):
         by_bucket.setdefault(int(data_file.partition[0]), []).append(data_file.file_path)
     schema = history_arrow_schema(config, history.schema())
-    attempt = uuid.uuid4().hex[:12]
     with connect(extensions=()) as con:
         batches = (
             pa.Table.from_batches([b]).cast(schema).to_batches()[0] if b.num_rows else b
             for b in _merged_buckets(con, by_bucket, schema.names, history)
         )
-        files = write_run(
-            (b for b in batches if b.num_rows),
-            file_uri=lambda bucket: history_file_uri(history.location(), run_id, bucket, attempt),
-            schema=schema,
-            run_id=run_id,
-            bucket_count=config.layout.bucket_count,
-            group_order=list(config.feature_groups),
-        )
-    return commit_merge(history, list(runs), windows, run_id, files, point)
+        files = _write_sorted_run(history, config, merge.run_id, (b for b in batches if b.num_rows), schema)
+    return commit_merge(merge, files)

@@ -32,7 +32,7 @@ from seqlake.pipelines.faults import kill_point
 from seqlake.pipelines.landing.schema import landing_schema
 from seqlake.pipelines.landing.tables import LandingPaths, LandingQuery, LandingScan
 from seqlake.pipelines.tables import DETAIL, HISTORY
-from seqlake.tableformat.forgets import ReadPoint, inherited
+from seqlake.tableformat.forgets import ReadPoint, inherited, read_point
 from seqlake.tableformat.frontier import Frontier
 from seqlake.tableformat.io import resolve_uri
 from seqlake.tableformat.registry import (
@@ -144,18 +144,47 @@ def plan_batches(window_rows: dict[int, int], max_rows: int) -> list[list[int]]:
     return batches
 
 
-def batch_to_publish(config: Config, windows: list[int]) -> tuple[Table, Table, set[int], list[int]]:
-    """(history, detail, published windows, the requested windows not yet published), for either engine."""
+@dataclass(frozen=True)
+class BatchPlan:
+    """A batch either engine publishes: its tables, the windows published before, the requested ones
+    it publishes (ascending), its run id and the forgets seen before its first read."""
+
+    history: Table
+    detail: Table
+    published: set[int]
+    windows: list[int]
+    run_id: str
+    point: ReadPoint
+
+
+def batch_to_publish(config: Config, windows: list[int]) -> BatchPlan | CompactionResult:
+    """The plan of a batch of `windows`, or the no-op result when all of them are published already.
+    Taken before the batch reads anything: its read point is what the commit's forget check uses."""
     if not windows:
         raise SeqlakeError("no windows to compact")
     history, detail = history_tables(config)
     published = published_windows(history)
-    return history, detail, published, sorted(set(windows) - published)
+    todo = sorted(set(windows) - published)
+    if not todo:
+        return CompactionResult(max(windows), batch_run_id(sorted(windows)), published=False)
+    return BatchPlan(history, detail, published, todo, batch_run_id(todo), read_point(history))
 
 
-def merge_to_do(config: Config) -> tuple[Table, dict[str, RunRecord], list[int], str] | None:
-    """(history, the runs to merge, the union of their windows, the merge's run id) when the merge
-    policy (`seqlake.pipelines.compaction.merge_policy`) picks some; None otherwise. Shared by both engines.
+@dataclass(frozen=True)
+class MergePlan:
+    """A merge either engine writes: the history table, the runs it replaces (oldest first), the union
+    of their windows, its run id and the forgets seen before its first read."""
+
+    history: Table
+    runs: dict[str, RunRecord]
+    windows: list[int]
+    run_id: str
+    point: ReadPoint
+
+
+def merge_to_do(config: Config) -> MergePlan | None:
+    """The merge the merge policy (`seqlake.pipelines.compaction.merge_policy`) picks, or None when it
+    picks none. Shared by both engines.
 
     The registry lists runs oldest first and a merged run takes the place of the newest ones it
     replaces (it is registered last), so the list stays in age order."""
@@ -166,7 +195,7 @@ def merge_to_do(config: Config) -> tuple[Table, dict[str, RunRecord], list[int],
         return None
     runs = dict(list(live.items())[len(live) - picked :])
     windows = sorted({w for record in runs.values() for w in record.windows})
-    return history, runs, windows, merge_run_id(windows)
+    return MergePlan(history, runs, windows, merge_run_id(windows), read_point(history))
 
 
 def replanning(name: str, attempt: Callable[[], CompactionResult]) -> CompactionResult:
@@ -254,16 +283,15 @@ def publish_batch(
     return CompactionResult(windows[-1], run_id, True, event_count, row_count, len(files), tuple(windows))
 
 
-def commit_merge(
-    history: Table, replaced: list[str], windows: list[int], run_id: str, files: list, point: ReadPoint
-) -> str | None:
-    """Commit a written merge run (any engine) in place of `replaced`; None, with its files removed,
-    when another job published or merged first, or a forget the merge's read (`point`) did not see
+def commit_merge(merge: MergePlan, files: list) -> str | None:
+    """Commit a written merge run (any engine) in place of the runs it replaces; None, with its files
+    removed, when another job published or merged first, or a forget the merge's read did not see
     committed (the rewrite is stale; the next compaction decides)."""
-    record = RunRecord(run_id, "merge", windows, len(files), sum(f.facts.row_count for f in files))
+    replaced, run_id = list(merge.runs), merge.run_id
+    record = RunRecord(run_id, "merge", merge.windows, len(files), sum(f.facts.row_count for f in files))
     kill_point("merge_written")
     try:
-        commit_runs(history, [(record, files)], replaces=replaced, point=point)
+        commit_runs(merge.history, [(record, files)], replaces=replaced, point=merge.point)
     except (RunsChanged, WindowsAlreadyPublished, ForgetCommitted):
         log.info("merge %s of %s: another job committed first; the next compaction decides", run_id, replaced)
         delete_files([f.uri for f in files])

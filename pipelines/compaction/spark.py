@@ -39,7 +39,7 @@ from seqlake.pipelines.landing.schema import landing_schema
 from seqlake.pipelines.landing.tables import LandingPaths, spark_scan
 from seqlake.pipelines.tables import DETAIL, HISTORY
 from seqlake.tableformat.evolution import by_projection, known_field_ids, select_list
-from seqlake.tableformat.forgets import missed_users, read_point, remove_missed
+from seqlake.tableformat.forgets import missed_users, remove_missed
 from seqlake.tableformat.registry import files_of_runs
 from seqlake.tableformat.schema import history_arrow_schema, history_read_schema
 
@@ -146,15 +146,14 @@ def _compact_batch(
     from seqlake.pipelines.compaction.quarantine import compaction_quarantine_table
     from seqlake.pipelines.compaction.spark_runs import write_run_with_spark
 
-    history, detail, published, todo = batch_to_publish(config, windows)
-    if not todo:
-        return CompactionResult(max(windows), batch_run_id(sorted(windows)), published=False)
-    run_id = batch_run_id(todo)
-    point = read_point(history)  # before the first read: the forgets this batch has seen
+    plan = batch_to_publish(config, windows)
+    if isinstance(plan, CompactionResult):
+        return plan  # every window is published already
+    history, detail, todo, run_id, point = plan.history, plan.detail, plan.windows, plan.run_id, plan.point
 
     # The batch's landing rows are read once: for its events and for its LSN frontier.
     landed = batch_landing(spark, paths, todo).persist()
-    events = batch_events(spark, config, paths, todo, published, landed)
+    events = batch_events(spark, config, paths, todo, plan.published, landed)
     # Users of a forget under way (it cleaned detail, not history yet) stay out of the batch.
     dropping = missed_users(history, point, detail.refresh()).to_pylist()
     events = (events.where(~F.col("user_id").isin(dropping)) if dropping else events).persist()
@@ -192,12 +191,11 @@ def merge_runs_if_needed(spark: SparkSession, config: Config) -> str | None:
     nothing to merge or a concurrent commit changed the runs first (its files are then removed)."""
     from seqlake.pipelines.compaction.spark_runs import write_run_with_spark
 
-    todo = merge_to_do(config)
-    if todo is None:
+    merge = merge_to_do(config)
+    if merge is None:
         return None
-    history, runs, windows, run_id = todo
-    point = read_point(history)
-    paths = [f.file_path for f in files_of_runs(history, set(runs))]
+    history = merge.history
+    paths = [f.file_path for f in files_of_runs(history, set(merge.runs))]
     names = history_arrow_schema(config).names
     target, loose = history_read_schema(history)
     # Spark's vectorized Parquet reader knows no BYTE_STREAM_SPLIT pages (history's float columns,
@@ -217,7 +215,7 @@ def merge_runs_if_needed(spark: SparkSession, config: Config) -> str | None:
             if parts
             else spark.createDataFrame([], spark.table(spark_name(config, HISTORY)).select(*names).schema)
         )
-        files = write_run_with_spark(rows, history, config, run_id)
+        files = write_run_with_spark(rows, history, config, merge.run_id)
     finally:
         spark.conf.set(vectorized, previous)
-    return commit_merge(history, list(runs), windows, run_id, files, point)
+    return commit_merge(merge, files)
