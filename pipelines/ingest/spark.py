@@ -1,9 +1,15 @@
 """Ingest on Spark: consume a raw source table snapshot by snapshot into the landing tier, with quarantine.
 
 Each source snapshot (`seqlake.pipelines.ingest.plan`) is read incrementally with Iceberg's Spark
-reader, validated by the set-based SQL of `seqlake.pipelines.ingest.validation` (records of published
-windows joined to their home window), and appended to the landing and quarantine Delta tables with
-Delta's idempotent writes (txnAppId + txnVersion), quarantine first.
+reader, validated by `parse_batch` in `mapInArrow` (records of published windows moved to their home
+window by `redirect_published`), and appended to the landing and quarantine Delta tables with Delta's
+idempotent writes (txnAppId + txnVersion), quarantine first.
+
+`validated_records` is the same validation as Spark SQL (`seqlake.pipelines.ingest.validation`), exact
+against the reference (tests/pipelines/ingest/test_set_based_validation.py). The engine does not run it
+yet: Spark reads each payload four times (try_parse_json, json_object_keys, json_tuple, variant_get per
+key), and in local[2] it validates about a third as many records per second as `mapInArrow` does
+(`seqlake bench-validate --spark`). It becomes the engine's path once it parses each payload once.
 """
 
 from __future__ import annotations
@@ -19,7 +25,8 @@ from seqlake.core.config import Config
 from seqlake.core.progress import Progress
 from seqlake.engines.catalog import spark_name
 from seqlake.pipelines.faults import kill_point
-from seqlake.pipelines.ingest.plan import IngestResult, ingest_app_id, ingest_snapshots
+from seqlake.pipelines.ingest.parse import parse_batch
+from seqlake.pipelines.ingest.plan import IngestResult, ingest_app_id, ingest_snapshots, redirect_published
 from seqlake.pipelines.ingest.validation import validation_sql
 from seqlake.pipelines.landing.schema import QUARANTINE_SCHEMA, landing_schema, parsed_schema
 from seqlake.pipelines.landing.tables import LandingPaths, append_idempotent, is_delta_table, last_applied_version
@@ -59,19 +66,6 @@ def validated_records(spark: SparkSession, config: Config, raw: DataFrame) -> Da
     return parsed.select([F.col(f.name).cast(f.dataType) for f in from_arrow_schema(parsed_schema(config))])
 
 
-def in_home_windows(spark: SparkSession, parsed: DataFrame, homes: dict[int, int]) -> DataFrame:
-    """`parsed` with the window of records in published windows replaced by their home window
-    (`seqlake.pipelines.ingest.plan.home_windows`), as a broadcast join."""
-    from pyspark.sql import functions as F
-
-    if not homes:
-        return parsed
-    table = spark.createDataFrame(list(homes.items()), "window_id BIGINT, _home BIGINT")
-    joined = parsed.join(F.broadcast(table), "window_id", "left")
-    window = F.coalesce("_home", "window_id").alias("window_id")
-    return joined.select([window if c == "window_id" else F.col(c) for c in parsed.columns])
-
-
 def _check_landing(spark: SparkSession, paths: LandingPaths, config: Config) -> None:
     """The landing tier holds the configured columns (a feature-group column added or widened in the
     configuration is `seqlake migrate`d first), or one line says what differs."""
@@ -92,10 +86,12 @@ def ingest_source(
 ) -> IngestResult:
     """Ingest every source snapshot not ingested yet (at most `max_snapshots`), in commit order, on Spark."""
     from pyspark.sql import functions as F
+    from pyspark.sql.pandas.types import from_arrow_schema
 
     table = load_existing_table(config, source)
     name = spark_name(config, source)
     app_id = ingest_app_id(config, source)
+    parsed_spark_schema = from_arrow_schema(parsed_schema(config))
     landing_columns = landing_schema(config).names
 
     def check() -> None:
@@ -112,11 +108,11 @@ def ingest_source(
                 "end-snapshot-id", snapshot.snapshot_id
             )
 
-        with duplicate_keys_read(spark):
-            parsed = in_home_windows(spark, validated_records(spark, config, reader.load(name)), homes).persist()
-            return append_parsed(parsed, version)
+        def parse(batches):
+            for batch in batches:
+                yield redirect_published(parse_batch(batch, config), homes)
 
-    def append_parsed(parsed: DataFrame, version: int) -> tuple[int, Counter]:
+        parsed = reader.load(name).mapInArrow(parse, parsed_spark_schema).persist()
         try:
             counts = Counter({r["reason"]: r["count"] for r in parsed.groupBy("reason").count().collect()})
             valid = parsed.filter(F.col("reason").isNull()).select(*landing_columns)

@@ -261,7 +261,7 @@ def _spark_facts(config: Config, source: str) -> str:
     tuple_args = ", ".join(_spark_literal(k) for k in keys)
     kinds, lone = [], []
     for key in keys:
-        schema = f"schema_of_variant(variant_get(_parsed, {_spark_literal('$.' + key)}, 'variant'))"
+        schema = f"_s_{key}"
         first = " ".join(f"WHEN {_literal(name)} THEN {code}" for name, code in _VARIANT_FIRST_CHARACTERS.items())
         nested = f"WHEN {schema} LIKE 'OBJECT%' OR {schema} LIKE 'ARRAY%' THEN {ord('{')}"
         kinds.append(
@@ -275,11 +275,17 @@ def _spark_facts(config: Config, source: str) -> str:
     allowed = " ".join(
         f"WHEN {_literal(g)} THEN size(array_except(_keys, array({_event_keys(config, g)}))) > 0" for g in groups
     )
+    # Each key's variant type once: Spark keeps a projection whose costly columns are read more than once.
+    schemas = ", ".join(
+        f"schema_of_variant(variant_get(_parsed, {_spark_literal('$.' + key)}, 'variant')) AS _s_{key}" for key in keys
+    )
     n = config.layout.window_seconds * 1000
     return f"""
     SELECT *, {", ".join(kinds)}, {", ".join(f"_j_{k} AS _v_{k}" for k in keys)}, {", ".join(lone)},
       coalesce(CASE _j_feature_group {allowed} END, false) AS _unknown_key
     FROM (
+      SELECT *, {schemas}
+      FROM (
       SELECT *, json_tuple(_doc_f, {tuple_args}) AS ({", ".join(f"_f_{k}" for k in keys)})
       FROM (
         SELECT *, json_tuple(CASE WHEN _object THEN _doc END, {tuple_args}) AS ({", ".join(f"_j_{k}" for k in keys)})
@@ -318,6 +324,7 @@ def _spark_facts(config: Config, source: str) -> str:
             )
           )
         )
+      )
       )
     )"""
 
