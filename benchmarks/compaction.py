@@ -25,7 +25,7 @@ from seqlake.pipelines.compaction.duckdb import compact_batch_duckdb, merge_runs
 from seqlake.pipelines.compaction.plan import history_tables, plan_batches
 from seqlake.pipelines.compaction.spark import compact_batch, compact_window, merge_runs_if_needed
 from seqlake.pipelines.demo.generator import EventGenerator
-from seqlake.pipelines.ingest.parse import parse_batch
+from seqlake.pipelines.ingest.duckdb import BatchValidator
 from seqlake.pipelines.landing.schema import landing_schema
 from seqlake.pipelines.landing.tables import LandingPaths
 from seqlake.pipelines.tables import DETAIL, HISTORY
@@ -73,7 +73,11 @@ def landing_events(config: Config, events: int, max_windows: int, seed: int) -> 
         }
     )
     generator = EventGenerator(config.model_copy(update={"generator": spec}))
-    parsed = pa.Table.from_batches([parse_batch(batch, config) for batch in generator.batches()])
+    validate = BatchValidator(config)
+    try:
+        parsed = pa.Table.from_batches(list(validate.stream(generator.batches())), validate.schema)
+    finally:
+        validate.close()
     rows = parsed.filter(pc.is_null(parsed["reason"]))
     first = pc.min(rows["window_id"]).as_py()
     rows = rows.set_column(rows.schema.get_field_index("window_id"), "window_id", pc.subtract(rows["window_id"], first))

@@ -21,4 +21,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "measure point lookups against RocksDB, DuckDB and Arrow IPC (ratios)",
     ),
     "bench-samples": ("benchmarks.commands.samples", "measure training samples from pointers against fat-row reads"),
+    "bench-validate": (
+        "benchmarks.commands.validate",
+        "measure payload validation record by record against the set-based SQL (records/s)",
+    ),
 }

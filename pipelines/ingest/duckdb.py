@@ -1,8 +1,9 @@
 """Ingest in-process (`seqlake ingest --engine duckdb`): the Spark job's steps without a JVM.
 
 Each source snapshot is one batch, as on Spark: the data files it added are read with pyarrow, batch by
-batch (bounded memory), validated by `parse_batch` (the reference validator both engines call), records
-of published windows are redirected to their home window, and the valid and malformed rows are appended
+batch (bounded memory), each batch validated by one DuckDB query (`validation_sql`, the set-based rules
+both engines run), records of published windows are redirected to their home window
+(`redirect_published`), and the valid and malformed rows are appended
 to the same Delta tables with delta-rs, quarantine first, each commit recording the snapshot's
 sequence number as its Delta txn version. Both engines read that record, so a snapshot either one has
 applied is skipped by the other, and a run killed between the two commits is completed by the next.
@@ -13,6 +14,7 @@ from __future__ import annotations
 import tempfile
 from collections import Counter
 from collections.abc import Iterator
+from itertools import chain
 from pathlib import Path
 
 import pyarrow as pa
@@ -25,15 +27,18 @@ from pyiceberg.table.snapshots import Operation, Snapshot
 from seqlake.core.config import Config
 from seqlake.core.events import RAW_SCHEMA
 from seqlake.core.progress import Progress
+from seqlake.engines.duckdb_session import connect
 from seqlake.pipelines.faults import kill_point
-from seqlake.pipelines.ingest.plan import IngestResult, ingest_app_id, ingest_snapshots, parsed_records
+from seqlake.pipelines.ingest.plan import IngestResult, ingest_app_id, ingest_snapshots, redirect_published
+from seqlake.pipelines.ingest.validation import validation_sql
 from seqlake.pipelines.landing import delta_writer
-from seqlake.pipelines.landing.schema import QUARANTINE_SCHEMA, landing_schema
+from seqlake.pipelines.landing.schema import QUARANTINE_SCHEMA, landing_schema, parsed_schema
 from seqlake.pipelines.landing.tables import LandingPaths
 from seqlake.pipelines.tables import load_existing_table
 from seqlake.tableformat.snapshots import sequence_number
 
-READ_BATCH_ROWS = 32 * 1024  # raw records validated per call (the validator builds Python rows)
+READ_BATCH_ROWS = 128 * 1024  # raw records validated per query: memory stays bounded by a batch
+_RAW_RECORDS = "raw_records"  # the name each batch goes by in the validation query
 
 
 def added_data_files(table: Table, snapshot: Snapshot) -> list[str]:
@@ -61,12 +66,43 @@ def snapshot_records(table: Table, snapshot: Snapshot) -> Iterator[pa.RecordBatc
             yield from pq.ParquetFile(handle).iter_batches(batch_size=READ_BATCH_ROWS, columns=RAW_SCHEMA.names)
 
 
+class BatchValidator:
+    """Validates streams of raw record batches (RAW_SCHEMA) with `validation_sql` on an in-process
+    DuckDB connection: one query per stream, read and answered batch by batch (bounded memory), in
+    the stream's order. Each answer batch holds rows of `parsed_schema`, typed or with their reason."""
+
+    def __init__(self, config: Config) -> None:
+        self.schema = parsed_schema(config)
+        self._sql = validation_sql(config, _RAW_RECORDS, "duckdb")
+        self._con = connect(extensions=())
+
+    def stream(self, records: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        first = next(records, None)
+        if first is None:
+            return
+        # The files' own types (Iceberg keeps microseconds): the query reads RAW_SCHEMA's columns by name.
+        self._con.register(_RAW_RECORDS, pa.RecordBatchReader.from_batches(first.schema, chain([first], records)))
+        try:
+            for batch in self._con.execute(self._sql).to_arrow_reader(READ_BATCH_ROWS):
+                yield batch.cast(self.schema)
+        finally:
+            self._con.unregister(_RAW_RECORDS)
+
+    def __call__(self, batch: pa.RecordBatch) -> pa.Table:
+        """One batch's rows."""
+        return pa.Table.from_batches(list(self.stream(iter([batch]))), self.schema)
+
+    def close(self) -> None:
+        self._con.close()
+
+
 class _Split:
     """Parsed batches split as they stream: valid rows pass on to the landing writer, malformed rows
     are spilled to a local Arrow file (the quarantine is committed first, once the pass is over)."""
 
     def __init__(self, config: Config, homes: dict[int, int], spill: Path, keep_malformed: bool = True) -> None:
-        self.config, self.homes, self.keep_malformed = config, homes, keep_malformed
+        self.homes, self.keep_malformed = homes, keep_malformed
+        self.validate = BatchValidator(config)
         self.landing = landing_schema(config)
         self.quarantine = QUARANTINE_SCHEMA
         self.reasons: Counter = Counter()
@@ -75,8 +111,8 @@ class _Split:
         self._spill = pa.ipc.new_stream(str(spill), self._spilled)
 
     def valid(self, records: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        for raw in records:
-            parsed = parsed_records(raw, self.config, self.homes)
+        for validated in self.validate.stream(records):
+            parsed = redirect_published(validated, self.homes)
             malformed = pc.is_valid(parsed["reason"])
             if pc.any(malformed).as_py():
                 bad = parsed.filter(malformed)
@@ -89,6 +125,7 @@ class _Split:
 
     def close(self) -> None:
         self._spill.close()  # closing twice is harmless
+        self.validate.close()
 
     def malformed(self) -> Iterator[pa.RecordBatch]:
         self.close()

@@ -1,7 +1,7 @@
-"""Parse raw source records into typed landing rows or quarantine rows, one Arrow batch at a time.
+"""The reference validation of a batch of raw records, record by record (`validate_payload`).
 
-The validation is `seqlake.core.payload.validate_payload`, the reference semantics: every ingest path
-(Spark's mapInArrow, local runs) calls this module, so they cannot disagree.
+Ingest runs the set-based `seqlake.pipelines.ingest.validation` instead; this is what its tests and the
+ingest benchmark compare it with: the same rows of `parsed_schema`, built one Python row at a time.
 """
 
 from __future__ import annotations

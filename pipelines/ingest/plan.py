@@ -14,6 +14,7 @@ import logging
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -23,7 +24,6 @@ from pyiceberg.table.snapshots import Snapshot
 from seqlake.core.config import Config
 from seqlake.core.progress import Progress
 from seqlake.engines.catalog import open_catalog, table_identifier
-from seqlake.pipelines.ingest.parse import parse_batch
 from seqlake.pipelines.tables import HISTORY
 from seqlake.tableformat.registry import published_windows
 from seqlake.tableformat.snapshots import in_commit_order, sequence_number
@@ -65,20 +65,18 @@ def home_windows(published: set[int]) -> dict[int, int]:
     return homes
 
 
-def redirect_published(batch: pa.RecordBatch, homes: dict[int, int]) -> pa.RecordBatch:
-    """`batch` with the window of records in published windows replaced by their home window."""
+Parsed = TypeVar("Parsed", pa.RecordBatch, pa.Table)
+
+
+def redirect_published(batch: Parsed, homes: dict[int, int]) -> Parsed:
+    """`batch` (validated rows) with the window of records in published windows replaced by their home
+    window. Spark's engine does the same as a join (`seqlake.pipelines.ingest.spark`)."""
     if not homes:
         return batch
     position = pc.index_in(batch["window_id"], value_set=pa.array(list(homes), pa.int64()))
     redirected = pc.take(pa.array(list(homes.values()), pa.int64()), position)
     window = pc.coalesce(redirected, batch["window_id"])
     return batch.set_column(batch.schema.get_field_index("window_id"), "window_id", window)
-
-
-def parsed_records(batch: pa.RecordBatch, config: Config, homes: dict[int, int]) -> pa.RecordBatch:
-    """Raw records validated (`parse_batch`: rows carry a `reason` when malformed), each in its home
-    window: what either engine lands and quarantines."""
-    return redirect_published(parse_batch(batch, config), homes)
 
 
 def ingest_snapshots(

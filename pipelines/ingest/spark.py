@@ -1,13 +1,22 @@
 """Ingest on Spark: consume a raw source table snapshot by snapshot into the landing tier, with quarantine.
 
 Each source snapshot (`seqlake.pipelines.ingest.plan`) is read incrementally with Iceberg's Spark
-reader, validated by `parse_batch` in `mapInArrow`, and appended to the landing and quarantine Delta
-tables with Delta's idempotent writes (txnAppId + txnVersion), quarantine first.
+reader, validated by `parse_batch` in `mapInArrow` (records of published windows moved to their home
+window by `redirect_published`), and appended to the landing and quarantine Delta tables with Delta's
+idempotent writes (txnAppId + txnVersion), quarantine first.
+
+`validated_records` is the same validation as Spark SQL (`seqlake.pipelines.ingest.validation`), exact
+against the reference (tests/pipelines/ingest/test_set_based_validation.py). The engine does not run it
+yet: Spark reads each payload four times (try_parse_json, json_object_keys, json_tuple, variant_get per
+key), and in local[2] it validates about a third as many records per second as `mapInArrow` does
+(`seqlake bench-validate --spark`). It becomes the engine's path once it parses each payload once.
 """
 
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 from pyiceberg.table.snapshots import Snapshot
@@ -16,14 +25,45 @@ from seqlake.core.config import Config
 from seqlake.core.progress import Progress
 from seqlake.engines.catalog import spark_name
 from seqlake.pipelines.faults import kill_point
-from seqlake.pipelines.ingest.plan import IngestResult, ingest_app_id, ingest_snapshots, parsed_records
+from seqlake.pipelines.ingest.parse import parse_batch
+from seqlake.pipelines.ingest.plan import IngestResult, ingest_app_id, ingest_snapshots, redirect_published
+from seqlake.pipelines.ingest.validation import validation_sql
 from seqlake.pipelines.landing.schema import QUARANTINE_SCHEMA, landing_schema, parsed_schema
 from seqlake.pipelines.landing.tables import LandingPaths, append_idempotent, is_delta_table, last_applied_version
 from seqlake.pipelines.tables import load_existing_table
 from seqlake.tableformat.snapshots import sequence_number
 
 if TYPE_CHECKING:  # pyspark is imported by the Spark steps only
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrame, SparkSession
+
+RAW_RECORDS_VIEW = "seqlake_raw_records"  # the validation query's source, one snapshot at a time
+# A payload with a key twice is duplicate_key, not invalid JSON: the reader must take it to say so.
+_DUPLICATE_KEYS = "spark.sql.variant.allowDuplicateKeys"
+
+
+@contextmanager
+def duplicate_keys_read(spark: SparkSession) -> Iterator[None]:
+    """While inside, Spark's JSON reader (try_parse_json) reads objects with a key twice."""
+    before = spark.conf.get(_DUPLICATE_KEYS, None)
+    spark.conf.set(_DUPLICATE_KEYS, "true")
+    try:
+        yield
+    finally:
+        if before is None:
+            spark.conf.unset(_DUPLICATE_KEYS)
+        else:
+            spark.conf.set(_DUPLICATE_KEYS, before)
+
+
+def validated_records(spark: SparkSession, config: Config, raw: DataFrame) -> DataFrame:
+    """`raw` records (RAW_SCHEMA's columns) validated: rows of `parsed_schema`, typed or with their
+    reason. Run it, and every action on it, inside `duplicate_keys_read`."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    raw.createOrReplaceTempView(RAW_RECORDS_VIEW)
+    parsed = spark.sql(validation_sql(config, RAW_RECORDS_VIEW, "spark"))
+    return parsed.select([F.col(f.name).cast(f.dataType) for f in from_arrow_schema(parsed_schema(config))])
 
 
 def _check_landing(spark: SparkSession, paths: LandingPaths, config: Config) -> None:
@@ -70,7 +110,7 @@ def ingest_source(
 
         def parse(batches):
             for batch in batches:
-                yield parsed_records(batch, config, homes)
+                yield redirect_published(parse_batch(batch, config), homes)
 
         parsed = reader.load(name).mapInArrow(parse, parsed_spark_schema).persist()
         try:

@@ -17,6 +17,17 @@ the one its sender meant. An event time must lie within ``events.min_event_time`
 ``events.max_event_time`` of the configuration (``event_ts_out_of_range``). A line an import could not
 read (a CSV line with the wrong number of fields) arrives as ``{"unreadable_line": <its text>}``
 (`unreadable_line_payload`) and is quarantined as ``unreadable_line``, its text kept.
+
+What a payload must be before it is read at all, rules that hold alike for this function and the set-based
+validation both ingest engines run (`seqlake.pipelines.ingest.validation`), where parsers would otherwise
+differ (Python's recursion and integer-digit limits, Jackson's limits on Spark):
+
+- a payload larger than ``MAX_PAYLOAD_BYTES`` (UTF-8) is ``oversize_value`` before it is parsed;
+- ``invalid_json``: anything RFC 8259 forbids (NaN, Infinity, trailing commas, a second value after
+  the object), a top level that is not an object, nesting deeper than ``MAX_NESTING_DEPTH`` levels
+  (the payload object is level 1), a number written with more than ``MAX_NUMBER_CHARS`` characters
+  (its sign included), and an object key (at any level) longer than ``MAX_KEY_UTF16_UNITS`` UTF-16
+  code units.
 """
 
 from __future__ import annotations
@@ -46,6 +57,10 @@ REASONS = (
 
 # A payload larger than this (UTF-8 bytes) is rejected as oversize_value, whatever its columns.
 MAX_PAYLOAD_BYTES = 64 * 1024
+# Limits of what is read as JSON at all (see the module docstring); beyond them a payload is invalid_json.
+MAX_NESTING_DEPTH = 64
+MAX_NUMBER_CHARS = 1000
+MAX_KEY_UTF16_UNITS = 50_000  # Jackson's limit on a name (Spark's parser); no column name comes near it
 
 INT_RANGES: dict[str, tuple[int, int]] = {
     "int8": (-(2**7), 2**7 - 1),
@@ -69,9 +84,40 @@ class _DuplicateKeys(dict):
     """A JSON object in which some key appeared more than once (the later value kept)."""
 
 
+def _utf16_units(text: str) -> int:
+    return len(text) + sum(1 for c in text if ord(c) > 0xFFFF)
+
+
 def _object(pairs: list[tuple[str, Any]]) -> dict:
+    if any(len(key) > MAX_KEY_UTF16_UNITS // 2 and _utf16_units(key) > MAX_KEY_UTF16_UNITS for key, _ in pairs):
+        raise ValueError("object key too long")
     found = dict(pairs)
     return found if len(found) == len(pairs) else _DuplicateKeys(found)
+
+
+def _number(parse: Any) -> Any:
+    def read(text: str) -> Any:
+        if len(text) > MAX_NUMBER_CHARS:
+            raise ValueError("number too long")
+        return parse(text)
+
+    return read
+
+
+_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"')
+
+
+def _nesting_depth(text: str) -> int:
+    """Levels of objects and arrays in JSON `text` (``{}`` is 1), every value counted, a key's
+    repeated values too."""
+    depth = level = 0
+    for char in _STRING.sub("", text):
+        if char in "[{":
+            level += 1
+            depth = max(depth, level)
+        elif char in "]}":
+            level -= 1
+    return depth
 
 
 # Which users a raw payload names, as far as one can be read from it (quarantined payloads: `seqlake
@@ -97,7 +143,9 @@ def named_user_ids(payload: str) -> set[int]:
 
 
 # One decoder for every payload (json.loads with options builds a new one per call).
-_DECODER = json.JSONDecoder(object_pairs_hook=_object, parse_constant=_reject_constant)
+_DECODER = json.JSONDecoder(
+    object_pairs_hook=_object, parse_constant=_reject_constant, parse_int=_number(int), parse_float=_number(float)
+)
 
 
 def unreadable_line_payload(text: str) -> str:
@@ -144,11 +192,15 @@ def validate_payload(payload: str, config: Config) -> tuple[dict | None, str | N
     The event dict has ``event_id``, ``user_id``, ``feature_group``, ``event_ts`` (epoch ms) and
     every column of the feature group (None when absent).
     """
+    if len(payload) > MAX_PAYLOAD_BYTES // 4 and len(payload.encode("utf-8")) > MAX_PAYLOAD_BYTES:
+        return None, "oversize_value"
     try:
         data = _DECODER.decode(payload)
-    except (ValueError, RecursionError):
+    except (ValueError, RecursionError):  # RecursionError: nested far beyond MAX_NESTING_DEPTH
         return None, "invalid_json"
     if not isinstance(data, dict):
+        return None, "invalid_json"
+    if payload.count("[") + payload.count("{") > MAX_NESTING_DEPTH and _nesting_depth(payload) > MAX_NESTING_DEPTH:
         return None, "invalid_json"
     if isinstance(data, _DuplicateKeys):
         return None, "duplicate_key"
@@ -193,8 +245,6 @@ def validate_payload(payload: str, config: Config) -> tuple[dict | None, str | N
     if not all(_utf8(v) for v in event.values() if isinstance(v, str)):
         return None, "invalid_utf8"
 
-    if len(payload) > MAX_PAYLOAD_BYTES // 4 and len(payload.encode("utf-8")) > MAX_PAYLOAD_BYTES:
-        return None, "oversize_value"
     for name, spec in columns.items():
         value = event[name]
         if spec.max_length is not None and value is not None and len(value) > spec.max_length:

@@ -16,6 +16,7 @@ import os
 import subprocess
 import sys
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,7 +24,7 @@ import pyarrow as pa
 import pytest
 import yaml
 
-from seqlake.core.config import Config
+from seqlake.core.config import Config, load_config
 from seqlake.core.errors import SeqlakeError
 from seqlake.core.windows import window_ids
 from seqlake.engines.catalog import open_catalog, table_identifier
@@ -31,6 +32,8 @@ from seqlake.engines.duckdb_session import connect
 from seqlake.pipelines.compaction.duckdb import compact_batch_duckdb
 from seqlake.pipelines.demo.generator import EventGenerator, GeneratorStats
 from seqlake.pipelines.faults import KILL_AT_ENV
+from seqlake.pipelines.importers import import_file
+from seqlake.pipelines.importers.mapping import load_mapping
 from seqlake.pipelines.ingest.duckdb import ingest_source_in_process
 from seqlake.pipelines.ingest.plan import ingest_app_id
 from seqlake.pipelines.ingest.raw_source import create_raw_table, land_raw_records
@@ -42,6 +45,8 @@ from seqlake.pipelines.landing.tables import LandingPaths, landing_paths
 from seqlake.pipelines.landing.windows import landed_windows
 from seqlake.tableformat.checksum import table_checksum
 from seqlake.tableformat.io import engine_location
+from tests.paths import REPO_ROOT
+from tests.pipelines.ingest.test_importers import MOVIES, OTTO
 
 RAW = "raw_events"
 GENERATOR = {
@@ -327,3 +332,34 @@ def test_a_base_install_ingests_in_process_without_pyspark(lake_config: Config, 
     assert document["engine"] == "duckdb" and document["batches"] == snapshots
     assert document["landed"] == stats.events + stats.duplicates
     assert document["quarantined"] == dict(sorted(stats.malformed.items()))
+
+
+def demo_records(config: Config) -> Iterator[pa.RecordBatch]:
+    """The stream `seqlake demo` generates (the shipped configuration's generator) over its first two
+    windows, without its two users of 10^5 events: every kind of record it makes, malformed ones
+    included, in 58K records."""
+    demo = load_config(REPO_ROOT / "conf" / "seqlake.yaml").generator
+    return EventGenerator(config, demo.model_copy(update={"windows": 2, "heavy_users": 0})).batches()
+
+
+def sample_records(config: Config, rows: int = 2_000) -> Iterator[pa.RecordBatch]:
+    """The first `rows` events of each shipped sample, imported by its shipped mapping, one source
+    partition each (MovieTweetings' events span years: each of their windows is a landing partition)."""
+    for partition, (sample, path) in enumerate((("otto", OTTO), ("movietweetings", MOVIES))):
+        mapping = load_mapping(REPO_ROOT / "conf" / "mappings" / f"{sample}.yaml")
+        records = import_file(path, mapping, config, rows, first_partition=partition, allow_out_of_range=True)
+        yield next(iter(records))
+
+
+@pytest.mark.spark
+def test_both_engines_land_the_same_rows_on_the_demo_and_the_shipped_samples(spark, lake_config: Config) -> None:
+    # One raw table, one snapshot per data set: each engine ingests both in one run.
+    config = source_config(lake_config, "engines_on_real_data")
+    raw = create_raw_table(open_catalog(config), table_identifier(config, RAW), replace=True)
+    for records in (demo_records, sample_records):
+        land_raw_records(raw, records(config))
+    in_process, on_spark = tier(config, "in_process"), tier(config, "spark")
+    landed = ingest_source_in_process(config, RAW, in_process)
+    assert landed.batches == 2 and landed.landed > 2_862 and sum(landed.quarantined.values()) > 0
+    assert ingest_source(spark, config, RAW, on_spark).landed == landed.landed
+    assert content(config, on_spark) == content(config, in_process)
