@@ -199,6 +199,7 @@ CASES = {  # name -> (arguments, what the one line says, exit status: 1 a failur
     "bench-peers: unknown scale": (["bench-peers", "--scale", "huge"], "--scale: 'huge' is not one of", 2),
     "bench-samples: seed beyond int64": (["bench-samples", "--seed", BIG], "--seed: must be an integer", 2),
     "bench-samples: unknown scale": (["bench-samples", "--scale", "huge"], "--scale: 'huge' is not one of", 2),
+    "bench-validate: no records": (["bench-validate", "--records", "0"], "--records: must be an integer >= 1", 2),
     "unknown command": (["frobnicate"], "unknown command 'frobnicate'", 2),
     "config: true as an integer": (
         ["history", "--user", "1", "--config", "{bad:layout.bucket_count=true}"],
