@@ -212,6 +212,9 @@ def run_case(spark, lake_config, case: Case, forget: bool) -> tuple[Lake, list[i
 
 
 _clean: dict[str, dict[str, str]] = {}
+# Both engines' batches publish the same content from the same plan
+# (tests/pipelines/compaction/test_batch_compaction.py): Spark's case is held to DuckDB's run without the forget.
+SAME_CONTENT_AS = {"spark batch": "duckdb batch"}
 
 
 @pytest.mark.parametrize("name", list(CASES))
@@ -220,7 +223,7 @@ def test_a_forget_inside_a_writers_gap_stays_forgotten_and_leaves_every_other_ro
     lake, users = run_case(spark, lake_config, case, forget=True)
     held = rows_of(lake, users)
     assert held == dict.fromkeys(held, 0), held
-    base_key = name.split("@")[0]
+    base_key = SAME_CONTENT_AS.get(name.split("@")[0], name.split("@")[0])
     if base_key not in _clean:
         clean, _ = run_case(spark, lake_config, case, forget=False)
         # The run without the forget held the users: the check above could fail.
