@@ -16,7 +16,7 @@ from benchmarks.commands.common import finish, json_file_option, seed_option, st
 from seqlake.cli import job_main, script_main
 from seqlake.cli.options import common_options, load_cli_config
 
-SCALES = ("medium", "small")  # benchmarks.samples.SCALES
+SCALES = ("medium", "small", "tiny")  # benchmarks.samples.SCALES
 
 
 @click.command("bench-samples", help=__doc__)
@@ -25,7 +25,8 @@ SCALES = ("medium", "small")  # benchmarks.samples.SCALES
     type=click.Choice(SCALES),
     default="small",
     show_default=True,
-    help="small: a minute-long check; medium: about 300 users, histories of 10^3 to 2*10^4 events.",
+    help="tiny: the smallest check of every answer; small: a minute-long check; medium: about 300 users, "
+    "histories of 10^3 to 2*10^4 events.",
 )
 @seed_option(1)
 @json_file_option

@@ -1,4 +1,4 @@
-"""`seqlake bench-samples --scale small`: the answers are checked against each other (every sample
+"""`seqlake bench-samples --scale tiny`: the answers are checked against each other (every sample
 equal to its fat row, Spark's samples equal to the in-process ones, no checksum failure, the
 time-only replay visibly wrong); timings are printed, never asserted."""
 
@@ -21,7 +21,7 @@ def test_small_bench_answers_agree(tmp_path, measurement):
     out = tmp_path / "bench.json"
     # Its own process: the bench starts (and stops) a Spark session bound to its own warehouse.
     run = subprocess.run(
-        [sys.executable, "-m", "benchmarks.commands.samples", "--scale", "small", "--json", str(out)],
+        [sys.executable, "-m", "benchmarks.commands.samples", "--scale", "tiny", "--json", str(out)],
         cwd=ROOT,
         capture_output=True,
         text=True,

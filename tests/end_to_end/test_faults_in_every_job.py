@@ -170,8 +170,14 @@ def run(warehouse: Warehouse, job: str, expect: int = 0, kill_at: str | None = N
     seqlake(config, *(a.replace("{root}", str(warehouse.root)) for a in JOBS[job]), expect=expect, env_extra=env)
 
 
+# Jobs whose fault-free run leaves what another job's does: compaction on either engine leaves the same
+# rows in every table, so Spark's killed run is held to DuckDB's clean one (one Spark process fewer).
+SAME_CONTENT_AS = {"compact and merge on spark": "compact and merge"}
+
+
 def clean_contents(warehouse: Warehouse, job: str) -> dict[str, str]:
     """What the job leaves when nothing kills it (once per job)."""
+    job = SAME_CONTENT_AS.get(job, job)
     if job not in warehouse.clean:
         warehouse.reset()
         run(warehouse, job)

@@ -116,14 +116,26 @@ def run_pipeline(config: Path, env: dict[str, str] | None = None, cluster: Spark
     return output
 
 
+def tiny(config: Config) -> Config:
+    """`config` with what write_config sets: the tiny generator and one capture per window."""
+    # Validated again, as a configuration file is (model_copy would skip the validators).
+    generator = type(config.generator).model_validate({**config.generator.model_dump(), **TINY_GENERATOR})
+    training = type(config.training).model_validate({**config.training.model_dump(), "captures_per_window": 1})
+    return config.model_copy(update={"generator": generator, "training": training})
+
+
 @pytest.fixture(scope="module")
-def embedded_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, str], float]:
-    """The embedded run's table contents and seconds."""
-    folder = tmp_path_factory.mktemp("embedded")
-    config = write_config(folder, str(folder / "warehouse"), None)
+def embedded_run(spark, lake_config: Config) -> tuple[dict[str, str], float]:
+    """The embedded run's table contents and seconds: the demo in this process, on the shared local
+    Spark session and its warehouse (a local folder, SQLite), in a namespace of its own; no second JVM."""
+    from seqlake.pipelines.demo.full import run_demo
+
+    warehouse = lake_config.warehouse.model_copy(update={"namespace": "embedded_run"})
+    config = tiny(lake_config.model_copy(update={"warehouse": warehouse}))
     started = time.monotonic()
-    run_pipeline(config)
-    return pipeline_contents(config), time.monotonic() - started
+    run_demo(config)
+    names = ["history", *(f"samples_{tenant}" for tenant in config.tenants)]
+    return {name: content_digest(config, name) for name in names}, time.monotonic() - started
 
 
 # Submitted to a cluster: object storage, the shared catalog and remote executors at once (the "s3"

@@ -70,7 +70,12 @@ def test_a_batch_publishes_what_window_by_window_publishes(spark, lake_config, o
     assert_every_valid_event_once(lake)
 
 
-@pytest.mark.parametrize("point", CRASH_POINTS)
+# Spark's batch passes its own points (seqlake.pipelines.compaction.spark: before the write, after it,
+# after the detail); after_commit is the shared commit's (plan.publish_batch), crashed on DuckDB below.
+SPARK_POINTS = [point for point in CRASH_POINTS if point != "after_commit"]
+
+
+@pytest.mark.parametrize("point", SPARK_POINTS)
 def test_a_batch_killed_anywhere_reruns_to_the_same_content(spark, lake_config, one_by_one, point) -> None:
     lake = new_lake(lake_config, max_runs=100, seed=SEED, **SHAPE)
     deliver(lake, len(lake.chunks))

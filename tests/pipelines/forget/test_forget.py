@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 from datetime import UTC, datetime, timedelta
@@ -19,6 +20,7 @@ import pytest
 import yaml
 
 import seqlake
+from seqlake.cli import main as cli_main
 from seqlake.core.config import DEFAULT_CONFIG_PATH, load_config
 from seqlake.core.errors import SeqlakeError, SetupError
 from seqlake.core.events import RAW_SCHEMA
@@ -218,57 +220,77 @@ def test_forget_removes_the_users_everywhere_even_when_killed_then_maintain_remo
     fsck_table(history_tables(config)[0])
 
 
-def test_after_forget_and_the_documented_maintain_no_parquet_file_on_disk_holds_the_users(tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def small_demo(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """`seqlake demo --small` on the packaged configuration, run once for the module: its configuration
+    file and a pristine copy of its warehouse."""
+    root = tmp_path_factory.mktemp("small_demo")
+    config = root / "seqlake.yaml"
+    packaged = yaml.safe_load(DEFAULT_CONFIG_PATH.read_text())  # the small demo's own data, as a user runs it
+    packaged["warehouse"] = {**packaged["warehouse"], "path": str(root / "warehouse")}
+    config.write_text(yaml.safe_dump(packaged, sort_keys=False))
+    assert cli_main(["demo", "--config", str(config), "--small"]) == 0
+    shutil.copytree(root / "warehouse", root / "pristine", symlinks=True)
+    return config, root / "pristine"
+
+
+@pytest.fixture
+def demo_config(small_demo: tuple[Path, Path]) -> Path:
+    """The small demo's configuration, its warehouse as the demo left it (copied back at the same path:
+    the catalog holds absolute locations)."""
+    config, pristine = small_demo
+    warehouse = config.parent / "warehouse"
+    shutil.rmtree(warehouse)
+    shutil.copytree(pristine, warehouse, symlinks=True)
+    return config
+
+
+def seqlake_process(config: Path, *args: str) -> str:
+    """A seqlake command in its own process (one that starts Spark, bound to this warehouse); stdout."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SEQLAKE_")}
+    done = subprocess.run(
+        [sys.executable, "-m", "seqlake.cli", args[0], "--config", str(config), *args[1:]],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    assert done.returncode == 0, f"seqlake {' '.join(args)}: {done.stderr}"
+    return done.stdout
+
+
+def test_after_forget_and_the_documented_maintain_no_parquet_file_on_disk_holds_the_users(demo_config: Path) -> None:
     """The commands a user runs on the small demo's warehouse: every Parquet file left under it (Iceberg
     data folders and the landing tier's Delta tables, live or not) is read; none holds a row of the
     forgotten user. The raw source table, a message log's stand-in, forgets by its own retention."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SEQLAKE_")}
-
-    def run(*args: str) -> str:
-        done = subprocess.run(
-            [sys.executable, "-m", "seqlake.cli", *args], capture_output=True, text=True, env=env, cwd=tmp_path
-        )
-        assert done.returncode == 0, f"seqlake {' '.join(args)}: {done.stderr}"
-        return done.stdout
-
-    run("demo", "--small")
-    warehouse = tmp_path / "warehouse"
+    warehouse = demo_config.parent / "warehouse"
     user = [1_000_000]
     raw = ("raw_events",)
     on_disk = users_on_disk([warehouse], user, leaving_out=raw)
     assert on_disk and any("landing" in path for path in on_disk)  # the test could fail
     assert users_on_disk([warehouse / "seqlake" / raw[0]], user)  # the log keeps them, and the scan sees them
-    run("forget", "--user", str(user[0]))
+    seqlake_process(demo_config, "forget", "--user", str(user[0]))
     assert users_on_disk([warehouse], user, leaving_out=raw)  # old snapshots still reference the files
     hours = ("--snapshot-retention-hours", "--orphan-safety-hours", "--landing-retention-hours")
-    run("maintain", *(arg for option in hours for arg in (option, "0")))
+    seqlake_process(demo_config, "maintain", *(arg for option in hours for arg in (option, "0")))
     assert users_on_disk([warehouse], user, leaving_out=raw) == {}
-    checked = run("fsck")
+    checked = seqlake_process(demo_config, "fsck")
     assert "OK" in checked
 
 
-def test_fsck_reports_rows_a_forget_left_with_the_command_that_removes_them(tmp_path: Path) -> None:
+def test_fsck_reports_rows_a_forget_left_with_the_command_that_removes_them(demo_config: Path, capsys) -> None:
     """A forget that leaves the landing tier (`--skip-landing`), then a rebuild of history from the
     landing tier, brings the user's old events back: fsck names each table holding them and the
     command that removes them; run, fsck is clean. Events of the user that arrive after the forget are
     new data, and fsck leaves them alone."""
-    config = tmp_path / "seqlake.yaml"
-    packaged = yaml.safe_load(DEFAULT_CONFIG_PATH.read_text())  # the small demo's own data, as a user runs it
-    packaged["warehouse"] = {**packaged["warehouse"], "path": str(tmp_path / "warehouse")}
-    config.write_text(yaml.safe_dump(packaged, sort_keys=False))
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SEQLAKE_")}
+    config = demo_config
 
     def run(*args: str, expect: int = 0) -> subprocess.CompletedProcess:
-        done = subprocess.run(
-            [sys.executable, "-m", "seqlake.cli", args[0], "--config", str(config), *args[1:]],
-            capture_output=True,
-            text=True,
-            env=env,
-        )
-        assert done.returncode == expect, f"seqlake {' '.join(args)}: {done.stderr}"
-        return done
+        """In this process: none of these commands starts Spark."""
+        status = cli_main([args[0], "--config", str(config), *args[1:]])
+        printed = capsys.readouterr()
+        assert status == expect, f"seqlake {' '.join(args)}: {printed.err}"
+        return subprocess.CompletedProcess(args, status, printed.out, printed.err)
 
-    run("demo", "--small")
     user = 1_000_000
     run("forget", "--skip-landing", "--user", str(user))
 
@@ -286,7 +308,7 @@ def test_fsck_reports_rows_a_forget_left_with_the_command_that_removes_them(tmp_
     assert tables <= {"seqlake.history", "seqlake.history_detail", "landing/events", "landing/quarantine"}
     command = broken[0].split("remove them: ")[1]
     assert command == f"seqlake forget --config {config} --user {user}"
-    run(*command.split()[1:])
+    seqlake_process(config, *command.split()[1:])  # the landing tier too: on Spark
     assert "OK" in run("fsck").stdout
     assert user_rows(history_tables(load_config(str(config)))[0], [user]) == 0
 

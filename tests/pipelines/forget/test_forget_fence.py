@@ -1,6 +1,6 @@
 """A forget that commits inside another job's gap, between the job's read and its commit, on every
 writer that reads and then commits: compaction batches (both engines, at each point of the gap),
-merges (both engines), samples (both engines), a capture step and a backfill. The job
+merges (their commit is shared: on DuckDB), samples (both engines), a capture step and a backfill. The job
 drops the forgotten users' rows or plans again: afterwards they have no row in any table (the
 landing tier included), every other row is what the same steps leave without the forget, and fsck
 finds no live row of a forgotten user.
@@ -25,7 +25,7 @@ import pytest
 from seqlake.engines.duckdb_session import connect
 from seqlake.pipelines.compaction.duckdb import compact_batch_duckdb, merge_runs_if_needed_duckdb
 from seqlake.pipelines.compaction.plan import history_tables
-from seqlake.pipelines.compaction.spark import compact_batch, merge_runs_if_needed
+from seqlake.pipelines.compaction.spark import compact_batch
 from seqlake.pipelines.faults import run_at
 from seqlake.pipelines.forget.leftovers import forgotten_findings
 from seqlake.pipelines.forget.remove import forget_users, tables_with_users
@@ -181,8 +181,9 @@ CASES = {
         )
         for point in ("after_write", "after_detail")
     },
+    # A merge's gap ends in the commit both engines share (plan.commit_merge: a forget's commit fails
+    # it); on DuckDB only.
     "duckdb merge": Case(three_runs, lambda spark, lake, ws: merge_runs_if_needed_duckdb(lake.config), "merge_written"),
-    "spark merge": Case(three_runs, lambda spark, lake, ws: merge_runs_if_needed(spark, lake.config), "merge_written"),
     "capture step": Case(published_two, lambda spark, lake, ws: capture(lake, 1), "capture_appended"),
     "arrow samples": Case(
         published_and_captured,
@@ -211,6 +212,9 @@ def run_case(spark, lake_config, case: Case, forget: bool) -> tuple[Lake, list[i
 
 
 _clean: dict[str, dict[str, str]] = {}
+# Both engines' batches publish the same content from the same plan
+# (tests/pipelines/compaction/test_batch_compaction.py): Spark's case is held to DuckDB's run without the forget.
+SAME_CONTENT_AS = {"spark batch": "duckdb batch"}
 
 
 @pytest.mark.parametrize("name", list(CASES))
@@ -219,7 +223,7 @@ def test_a_forget_inside_a_writers_gap_stays_forgotten_and_leaves_every_other_ro
     lake, users = run_case(spark, lake_config, case, forget=True)
     held = rows_of(lake, users)
     assert held == dict.fromkeys(held, 0), held
-    base_key = name.split("@")[0]
+    base_key = SAME_CONTENT_AS.get(name.split("@")[0], name.split("@")[0])
     if base_key not in _clean:
         clean, _ = run_case(spark, lake_config, case, forget=False)
         # The run without the forget held the users: the check above could fail.
