@@ -8,9 +8,12 @@ merges, imports of old events and killed compactions, and checks history and det
 
 from __future__ import annotations
 
+import collections
 import itertools
 import json
+import os
 import shutil
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -64,10 +67,21 @@ class Lake:
     delivered: int = 0  # chunks landed in the raw source so far
 
 
+_lakes_of_test: collections.Counter[str] = collections.Counter()
+
+
+def _test_seed() -> int:
+    """A seed of the running test's own, different for each lake it makes: its data is the same
+    whichever worker runs it, after whichever tests."""
+    test = os.environ.get("PYTEST_CURRENT_TEST", "").rsplit(" ", 1)[0]
+    _lakes_of_test[test] += 1
+    return 100 + (zlib.crc32(test.encode()) + _lakes_of_test[test]) % 10_000
+
+
 def new_lake(lake_config: Config, max_runs: int = 2, seed: int | None = None, **generator) -> Lake:
     """A fresh namespace (raw source, history, detail) and landing tier on the session's warehouse."""
     n = next(_lakes)
-    chosen = {**GENERATOR, **generator, "seed": 100 + n if seed is None else seed}
+    chosen = {**GENERATOR, **generator, "seed": _test_seed() if seed is None else seed}
     spec = GeneratorSpec.model_validate({**lake_config.generator.model_dump(), **chosen})
     layout = lake_config.layout.model_copy(update={"bucket_count": 2, "max_runs": max_runs})
     warehouse = lake_config.warehouse.model_copy(update={"namespace": f"races{n}"})
