@@ -18,9 +18,10 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from seqlake.cli import job_main, script_main
-from seqlake.cli.options import common_options, load_cli_config, settings
+from seqlake.cli.options import common_options, load_cli_config
 from seqlake.cli.types import TABLE_NAME
 from seqlake.core.errors import SeqlakeError
+from seqlake.core.invocation import command_options
 from seqlake.core.output import emit
 
 if TYPE_CHECKING:
@@ -80,12 +81,12 @@ def _closed_without_end_of_stream(config: Config) -> set[int]:
         return set()
 
 
-def repair_plan_lines(config: Config, table, findings: list[Finding], config_file: str | None = None) -> list[str]:
+def repair_plan_lines(config: Config, table, findings: list[Finding], options: str = "") -> list[str]:
     """Lines of the plan: per damaged run, its windows, their sources and the commands to run, in order
-    (with `--config FILE` when fsck had one). `seqlake compact` rebuilds the `history` table only."""
+    (with `options`, the --config and --profile fsck ran with, repeated in each). `seqlake compact`
+    rebuilds the `history` table only."""
     from seqlake.tableformat.registry import live_runs
 
-    options = f" --config {config_file}" if config_file else ""
     name = table.name()[-1]
     table_option = "" if name == "history" else f" --table {name}"
     runs = live_runs(table)
@@ -158,10 +159,10 @@ def command(table: str, quick: bool, repair_plan: bool) -> int:
     report = check_table(history, full=not quick, progress=progress)
     progress.done()
     findings = [str(f) for f in report.findings]
-    plan = repair_plan_lines(config, history, list(report.findings), settings().config) if repair_plan else []
+    plan = repair_plan_lines(config, history, list(report.findings), command_options()) if repair_plan else []
     if not findings and table == "history":
         findings = [f"{identifier}: {finding}" for finding in publication_findings(history, landing_paths(config))]
-    forgotten = forgotten_findings(config, landing_paths(config), settings().config) if table == "history" else []
+    forgotten = forgotten_findings(config, landing_paths(config), command_options()) if table == "history" else []
     findings += [str(f) for f in forgotten]
     facts = {"runs": report.runs, "files": report.files, "rows": report.rows, "bytes": report.bytes}
     found = [*report.findings, *forgotten]

@@ -26,6 +26,7 @@ from seqlake.cli import job_main, script_main
 from seqlake.cli.options import common_options, load_cli_config
 from seqlake.cli.types import TABLE_NAME, IntegerAtLeast
 from seqlake.core.errors import SeqlakeError
+from seqlake.core.invocation import command_options
 from seqlake.core.output import emit
 
 if TYPE_CHECKING:
@@ -192,7 +193,7 @@ def command(
             )
     lines.append(
         f"imported {result.records:,} records into {identifier} in {result.commits} commit(s) "
-        f"(snapshot {result.snapshot_id}); next: seqlake ingest --source {table}"
+        f"(snapshot {result.snapshot_id}); next: seqlake ingest{command_options()} --source {table}"
     )
     document = {
         "table": identifier,

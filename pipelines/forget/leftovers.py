@@ -146,15 +146,15 @@ def _landing_rows(con, uri: str, users: pa.Array, quarantine: bool) -> pa.Table:
     ).to_arrow_table()
 
 
-def forgotten_findings(config: Config, paths: LandingPaths | None, config_file: str | None = None) -> list[Finding]:
+def forgotten_findings(config: Config, paths: LandingPaths | None, options: str = "") -> list[Finding]:
     """One finding per table (landing included) holding live rows of forgotten users that predate
-    their forget; none when no forget was ever recorded."""
+    their forget; none when no forget was ever recorded. `options` (--config, --profile) go into the
+    command each finding names."""
     requests = forget_audit.requests(config)
     if not requests:
         return []
     users = sorted({u for r in requests for u in r.users})
     by_lsn, by_time = _marks(requests)
-    options = f" --config {config_file}" if config_file else ""
     findings: list[Finding] = []
     namespace = config.warehouse.namespace
     for table in user_tables(config):  # history among them; none is created (fsck changes nothing)

@@ -20,7 +20,7 @@ from typing import Any
 import click
 
 from seqlake.cli.options import Settings, common_options
-from seqlake.core.errors import SeqlakeError, SetupError
+from seqlake.core.errors import SeqlakeError, SetupError, UnreadableFileError
 
 DEBUG_ENV = "SEQLAKE_DEBUG"
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 120}
@@ -217,7 +217,7 @@ def run(command: click.Command, argv: Sequence[str] | None, prog_name: str, *, r
         if raise_errors or os.environ.get(DEBUG_ENV):
             raise
         _fail(state, running(), _one_line(str(error)), type(error).__name__)
-        return 1
+        return 2 if isinstance(error, UnreadableFileError) else 1
     except click.exceptions.Abort:
         print(f"{running()}: interrupted", file=sys.stderr)
         return 130

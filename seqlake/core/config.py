@@ -24,7 +24,7 @@ from typing import Annotated, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from seqlake.core.errors import ConfigError
+from seqlake.core.errors import ConfigError, UnreadableFileError
 from seqlake.core.operators import get_operator
 from seqlake.core.resources import default_config, profiles_dir
 from seqlake.core.uris import masked_uri
@@ -366,7 +366,7 @@ def read_yaml(path: Path | Traversable, what: str) -> dict:
     try:
         text = path.read_text()
     except OSError as error:
-        raise ConfigError(f"cannot read {what} {path}: {error.strerror}") from None
+        raise UnreadableFileError(f"cannot read {what} {path}: {error.strerror}") from None
     try:
         return yaml.safe_load(text) or {}
     except yaml.YAMLError as error:

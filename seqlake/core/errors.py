@@ -25,6 +25,11 @@ class ConfigError(SeqlakeError):
     """The configuration is invalid; the message names the key and the offending value."""
 
 
+class UnreadableFileError(ConfigError):
+    """A file the command was given (a configuration, an import mapping) cannot be read: a usage error,
+    exit status 2, as for any other bad argument."""
+
+
 class SetupError(SeqlakeError):
     """The environment is incomplete (missing jars, extensions, catalog, warehouse); the message says how
     to fix it."""

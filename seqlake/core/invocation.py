@@ -6,6 +6,7 @@ nothing below the CLI imports it.
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import dataclass
 
 import click
@@ -36,3 +37,11 @@ def settings() -> Settings:
     ctx = click.get_current_context(silent=True)
     obj = ctx.find_root().obj if ctx is not None else None
     return obj if isinstance(obj, Settings) else _DEFAULT
+
+
+def command_options() -> str:
+    """The running command's --config and --profile as they are repeated in a hint of the next command
+    (" --config lake.yaml --profile s3"; empty without them), so the hint runs on the same lake."""
+    current = settings()
+    options = f" --config {shlex.quote(current.config)}" if current.config else ""
+    return options + (f" --profile {shlex.quote(current.profile)}" if current.profile else "")

@@ -131,7 +131,7 @@ CASES = {  # name -> (arguments, what the one line says, exit status: 1 a failur
     "import: missing mapping": (
         ["import", "--mapping", "nope", "--input", "/nonexistent"],
         "cannot read import mapping",
-        1,
+        2,
     ),
     "generate: zero users": (
         ["generate", "--out", "{tmp}/g.parquet", "--users", "0"],
@@ -164,7 +164,7 @@ CASES = {  # name -> (arguments, what the one line says, exit status: 1 a failur
         1,
     ),
     "drop-run: an unknown run": (["drop-run", "--run", "w7"], "run w7 is not a live run", 1),
-    "demo: a missing configuration": (["demo", "--config", "{tmp}/none.yaml"], "cannot read configuration", 1),
+    "demo: a missing configuration": (["demo", "--config", "{tmp}/none.yaml"], "cannot read configuration", 2),
     "bench-ingest: a path as namespace": (["bench-ingest", "--namespace", "../x"], "is not a namespace name", 2),
     "bench-ingest: zero users": (["bench-ingest", "--users", "0"], "--users: must be an integer >= 1", 2),
     "storage: an unknown chore": (
@@ -207,7 +207,7 @@ CASES = {  # name -> (arguments, what the one line says, exit status: 1 a failur
         1,
     ),
     "config: a quoted integer": (["fsck", "--config", "{bad:layout.window_seconds='3600'}"], "= '3600'", 1),
-    "config: a missing file": (["fsck", "--config", "{tmp}/none.yaml"], "cannot read configuration", 1),
+    "config: a missing file": (["fsck", "--config", "{tmp}/none.yaml"], "cannot read configuration", 2),
     "export-sst: a run that is not live": (["export-sst", "--run", "w9", "--out", "{tmp}/sst"], "'w9' is not live", 1),
     "tables: an unknown output": (["tables", "--output", "xml"], "--output: 'xml' is not one of 'text', 'json'", 2),
     "describe: a path as table": (["describe", "../x"], "TABLE: '../x' is not a table name", 2),

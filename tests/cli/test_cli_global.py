@@ -60,7 +60,7 @@ def test_the_commands_own_config_wins_and_a_missing_file_is_one_line(config_file
     )
     assert done.returncode == 0, done.stderr
     failed = seqlake("--config", "missing.yaml", "history", "--user", "1", cwd=tmp_path)
-    assert failed.returncode == 1
+    assert failed.returncode == 2
     assert failed.stderr.splitlines() == [
         f"seqlake history: error: cannot read configuration {missing}: No such file or directory"
     ]

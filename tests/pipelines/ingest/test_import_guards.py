@@ -119,6 +119,8 @@ def test_events_before_the_floor_are_refused_counted_and_named_then_imported_whe
         allowed.stdout
     )
     assert raw_records(config) == 8
+    # The hint names the next command on this lake: the user's --config is repeated.
+    assert f"next: seqlake ingest --config {config.resolve()} --source raw_events" in allowed.stdout
     seqlake(config, "ingest", "--engine", "duckdb")
     reasons = [reason for reason, _ in quarantine(config)]
     assert reasons == ["event_ts_out_of_range"] * 5
