@@ -15,7 +15,7 @@ import click
 from seqlake.cli import job_main
 from seqlake.cli.options import common_options, load_cli_config
 from seqlake.cli.types import RUN_ID, TABLE_NAME
-from seqlake.core.output import console, emit, facts_table, iso_time, print_table
+from seqlake.core.output import console, emit, fact, facts_table, iso_time, print_table
 
 if TYPE_CHECKING:
     from pyiceberg.table import Table
@@ -139,15 +139,23 @@ def tables() -> None:
     def text() -> None:
         columns = ("name", "format", "rows", "files", "size", "snapshot", "updated")
         rows = [
-            (t["name"], t["format"], t["rows"], t["files"], _size(t["bytes"]), t["snapshot_id"], t["updated"])
+            (t["name"], t["format"], fact(t["rows"]), fact(t["files"]), _size(t["bytes"]))
+            + (t["snapshot_id"], t["updated"])
             for t in found
-        ]
-        print_table(columns, rows, title=f"{config.warehouse_uri()} ({len(found)} tables)")
+        ]  # counts as the report writes them (80,918); a snapshot id is an id, not a quantity
+        numeric = (False, False, True, True, True, False, False)
+        print_table(columns, rows, title=f"{config.warehouse_uri()} ({len(found)} tables)", numeric=numeric)
 
     emit(document, text)
 
 
 # -- describe --------------------------------------------------------------------------------------
+
+
+def _by_name(table: Table, field_id: int, transform: str) -> str:
+    """A partition or sort field as people write it: `user_id`, `bucket[16](user_id)`, not field ids."""
+    name = table.schema().find_column_name(field_id) or f"field {field_id}"
+    return name if transform == "identity" else f"{transform}({name})"
 
 
 def describe_iceberg(table: Table) -> dict[str, Any]:
@@ -163,8 +171,11 @@ def describe_iceberg(table: Table) -> dict[str, Any]:
             {"id": f.field_id, "name": f.name, "type": str(f.field_type), "required": f.required}
             for f in table.schema().fields
         ],
-        "partitioning": [str(field) for field in table.spec().fields],
-        "sort_order": [str(field) for field in table.sort_order().fields],
+        "partitioning": [_by_name(table, f.source_id, str(f.transform)) for f in table.spec().fields],
+        "sort_order": [
+            f"{_by_name(table, f.source_id, str(f.transform))} {f.direction.value} {f.null_order.value}"
+            for f in table.sort_order().fields
+        ],
         "properties": dict(sorted(metadata.properties.items())),
         "snapshots": len(metadata.snapshots),
         "current_snapshot": None

@@ -140,8 +140,10 @@ def _box():
     return box.SIMPLE_HEAD
 
 
-def print_table(columns: Sequence[str], rows: Iterable[Sequence[Any]], *, title: str | None = None) -> None:
-    console().print(table(columns, rows, title=title))
+def print_table(
+    columns: Sequence[str], rows: Iterable[Sequence[Any]], *, title: str | None = None, numeric: Sequence[bool] = ()
+) -> None:
+    console().print(table(columns, rows, title=title, numeric=numeric))
 
 
 def facts_table(facts: Mapping[str, Any], *, title: str | None = None) -> Table:

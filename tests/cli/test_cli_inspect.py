@@ -16,6 +16,7 @@ from seqlake.engines.duckdb_session import connect
 from seqlake.pipelines.landing.tables import landing_paths
 from seqlake.pipelines.tables import load_existing_table
 from seqlake.tableformat.registry import live_runs, run_id_of_path
+from seqlake.tableformat.schema import KEY_COLUMNS
 from tests.facade.test_sql import USER_ROWS, build_small_warehouse
 
 
@@ -50,7 +51,9 @@ def test_tables_lists_every_table_with_its_rows_files_and_size(small):
     assert listed["landing_events"]["rows"] == landed > 0 and listed["landing_events"]["format"] == "delta"
     text = seqlake("tables", warehouse=root)
     assert text.returncode == 0, text.stderr
-    assert [line.split()[0] for line in text.stdout.splitlines()[3:]] == list(listed)
+    lines = text.stdout.splitlines()[3:]
+    assert [line.split()[0] for line in lines] == list(listed)
+    assert f" {sum(USER_ROWS.values()):,} " in lines[0]  # counts as the report writes them: 5,443
 
 
 def test_describe_gives_the_schema_partitioning_properties_and_snapshot(small):
@@ -58,14 +61,16 @@ def test_describe_gives_the_schema_partitioning_properties_and_snapshot(small):
     history = load_existing_table(small.config, "history")
     described = as_json("describe", "history", warehouse=root)
     assert [f["name"] for f in described["schema"]] == [f.name for f in history.schema().fields]
-    assert described["partitioning"] == [str(f) for f in history.spec().fields]
+    # Fields by name, as people write them, not by field id.
+    assert described["partitioning"] == ["bucket[8](user_id)"]
+    assert described["sort_order"] == [f"{name} asc nulls-first" for name in KEY_COLUMNS]
     assert described["properties"] == history.metadata.properties
     assert described["current_snapshot"]["id"] == history.current_snapshot().snapshot_id
     assert described["runs"] == len(live_runs(history)) == 2
     landing = as_json("describe", "landing_events", warehouse=root)
     assert landing["format"] == "delta" and "user_id" in [c["name"] for c in landing["schema"]]
     text = seqlake("describe", "history", warehouse=root)
-    assert text.returncode == 0 and "user_id_bucket: bucket[8](1)" in text.stdout
+    assert text.returncode == 0 and "bucket[8](user_id)" in text.stdout
 
 
 def test_runs_are_the_live_run_registry(small):
