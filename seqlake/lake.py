@@ -285,9 +285,9 @@ class Lake:
         as_of: Literal["event-time", "arrival"] = "event-time",
         ts_column: str = "ts",
     ) -> Backfill:
-        """The same backfill as a stream, nothing written: iterate `job.batches()` (Arrow tables of
-        label rows with their `seq_` list columns); `job.leakage` is complete once it is consumed;
-        `job.close()` when done."""
+        """The same backfill as a stream, nothing written: iterate `job` (Arrow tables of label rows
+        with their `seq_` list columns, bucket by bucket); `job.leakage` is complete once it is
+        consumed; `with` closes it (or `job.close()`)."""
         from seqlake.pipelines.training.backfill.plan import Backfill
 
         self._check_warehouse()

@@ -19,6 +19,7 @@ from pyiceberg.exceptions import CommitFailedException, ValidationException
 from pyiceberg.expressions import In
 from pyiceberg.table import Table
 
+from seqlake.tableformat.deletes import nothing_matched_is_fine
 from seqlake.tableformat.forgets import ReadPoint, drop_users, fenced_transaction
 
 log = logging.getLogger(__name__)
@@ -39,11 +40,12 @@ def replace_windows(
     for attempt in range(ATTEMPTS):
         try:
             transaction, missed = fenced_transaction(table.refresh(), point)
-            transaction.overwrite(
-                drop_users(rows, missed),
-                overwrite_filter=In("window_id", windows),
-                snapshot_properties=snapshot_properties or {},
-            )
+            with nothing_matched_is_fine():  # a window's first publication replaces nothing
+                transaction.overwrite(
+                    drop_users(rows, missed),
+                    overwrite_filter=In("window_id", windows),
+                    snapshot_properties=snapshot_properties or {},
+                )
             transaction.commit_transaction()
             return
         except (CommitFailedException, ValidationException) as error:

@@ -32,7 +32,6 @@ from __future__ import annotations
 import json
 import logging
 import uuid
-import warnings
 from collections.abc import Iterator, Sequence
 from contextlib import suppress
 from dataclasses import dataclass
@@ -57,6 +56,7 @@ from seqlake.pipelines.forget import audit as forget_audit
 from seqlake.pipelines.landing.tables import LandingPaths, is_delta_table
 from seqlake.pipelines.maintenance.steps import StepReport, user_tables
 from seqlake.pipelines.tables import HISTORY
+from seqlake.tableformat.deletes import nothing_matched_is_fine
 from seqlake.tableformat.evolution import known_field_ids, projection
 from seqlake.tableformat.forgets import Epoch, Forgets, forgets_of, last_sequence_number, record_forget
 from seqlake.tableformat.io import engine_location, resolve_uri
@@ -218,8 +218,7 @@ def forget_in_table(table: Table, users: Sequence[int], fence: Fence) -> StepRep
             with table.transaction() as transaction:
                 record_forget(transaction, updated)
                 if found:
-                    with warnings.catch_warnings():  # a race can leave nothing to match: that is checked below
-                        warnings.simplefilter("ignore", UserWarning)
+                    with nothing_matched_is_fine():  # a race can leave nothing to match: checked below
                         transaction.delete(
                             In("user_id", chosen), snapshot_properties={"seqlake.operation": "forget-users"}
                         )

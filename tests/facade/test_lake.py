@@ -181,3 +181,4 @@ def test_every_python_block_of_the_readme_runs(config_file, monkeypatch, tmp_pat
     for n, block in enumerate(blocks):
         exec(compile(block, f"README.md python block {n + 1}", "exec"), namespace)  # noqa: S102
     assert isinstance(namespace["rows"], pa.Table) and namespace["capture"].pointer["length"] > 0
+    assert namespace["labelled"] == 2  # the streamed backfill gave each label row back

@@ -297,7 +297,8 @@ def load_labels(con, config: Config, labels: str | Path | pa.Table, ts_column: s
 
 
 class Backfill:
-    """A running backfill: `batches()` streams the label rows with their sequence columns."""
+    """A running backfill: `batches()` (or iterating it) streams the label rows with their sequence
+    columns; as a context manager it closes itself."""
 
     def __init__(
         self,
@@ -328,7 +329,8 @@ class Backfill:
         return pa.schema(list(labels) + list_schema(self.tenant, SEQUENCE))
 
     def batches(self) -> Iterator[pa.Table]:
-        """Label rows bucket by bucket (history's buckets), users together, in batches."""
+        """Label rows bucket by bucket (history's buckets), users together, in batches: the order that
+        reads each history file once, not the labels' own (each row keeps its label columns)."""
         reader = (
             self.con.cursor()
             .execute(
@@ -356,6 +358,15 @@ class Backfill:
         for name, values in found.sequences.items():
             out = out.append_column(name, values)
         return out
+
+    def __iter__(self) -> Iterator[pa.Table]:
+        return self.batches()
+
+    def __enter__(self) -> Backfill:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
 
     def close(self) -> None:
         self.con.close()

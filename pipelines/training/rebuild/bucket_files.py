@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import itertools
 import uuid
-import warnings
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 
@@ -26,6 +25,7 @@ from pyiceberg.table import Table, WriteTask
 
 from seqlake.core.errors import ForgetCommitted, SeqlakeError
 from seqlake.tableformat.bucketing import bucket_of
+from seqlake.tableformat.deletes import nothing_matched_is_fine
 from seqlake.tableformat.forgets import (
     ATTEMPTS,
     ForgetsChanged,
@@ -110,8 +110,7 @@ class BucketFiles:
             transaction, missed = fenced_transaction(self.table.refresh(), point)
             self._leave_out(missed)
             if replacing is not None and self.table.current_snapshot() is not None:
-                with warnings.catch_warnings():  # pyiceberg warns when nothing matches
-                    warnings.simplefilter("ignore", UserWarning)
+                with nothing_matched_is_fine():
                     transaction.delete(replacing)
             if self.files:
                 with transaction.update_snapshot().fast_append() as append:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import tempfile
 import time
-import warnings
 from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,6 +41,7 @@ from seqlake.pipelines.training.tables import (
     sequence_table_schema,
     training_table_name,
 )
+from seqlake.tableformat.deletes import nothing_matched_is_fine
 from seqlake.tableformat.forgets import ATTEMPTS, ForgetsChanged, ReadPoint, drop_users, fenced_transaction, read_point
 from seqlake.tableformat.io import CountingFileSystem
 
@@ -123,8 +123,7 @@ def _replace_quarantine(config: Config, tenant: str, engine: str, failures: list
             return
         transaction, missed = fenced_transaction(table, point)
         if holds:
-            with warnings.catch_warnings():  # pyiceberg warns when nothing matches
-                warnings.simplefilter("ignore", UserWarning)
+            with nothing_matched_is_fine():
                 transaction.delete(rows)
         failed = drop_users(pa.concat_tables(failures), missed) if failures else None
         if failed is not None and failed.num_rows:
