@@ -39,6 +39,7 @@ def capture_step(config_path: str, step: int) -> int:
     history, detail = history_tables(config)
     with ViewSnapshot(config, history, detail, landing_paths(config)) as view:
         users = view.active_users(None)  # every user with rows above the frontier: each step has requests
+        assert view.now is not None  # rows above the frontier give the view a time
         requests = RequestSimulator(config).requests(users, view.now, state.points)
         done = state.next(step, view.now)
         reader = HistoryReader(history)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -63,7 +64,7 @@ MEASURED = "seqlake-measurement"
 
 
 @pytest.fixture
-def measurement(request: pytest.FixtureRequest):
+def measurement(request: pytest.FixtureRequest) -> Callable[[str], None]:
     """Record a measured line; all of them are printed in the test run's summary. Kept in the test's
     report (its user properties), so lines measured in a parallel worker reach the summary too."""
     return lambda line: request.node.user_properties.append((MEASURED, line))
@@ -71,7 +72,8 @@ def measurement(request: pytest.FixtureRequest):
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     if report.when == "teardown":  # the last report of a test carries every line it recorded
-        _MEASUREMENTS.extend(value for name, value in report.user_properties if name == MEASURED)
+        # user_properties are typed as any objects; `measurement` records strings
+        _MEASUREMENTS.extend(str(value) for name, value in report.user_properties if name == MEASURED)
 
 
 def pytest_terminal_summary(terminalreporter) -> None:

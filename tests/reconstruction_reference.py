@@ -191,13 +191,14 @@ def reference_rebuild(
     history_rows = {user: per_user.get(user, empty) for user in set(pointers["user_id"].to_pylist())}
     rebuilt = {}
     if mode == "lsn":
+        assert events is not None  # LSN mode rebuilds the open window from its events
         bounds = bounds_table(pointers)
         rebuilt = partition_by(rebuild_rows(config, events, bounds), "request_id") if events.num_rows else {}
     sequences, ok, bad = [], [], []
     columns = candidate_columns(tenant)
     fragment_columns = [n for n in pointers.column_names if n.startswith(FRAGMENT)]
     for i, row in enumerate(pointers.select(list(POINTER_COLUMNS)).to_pylist()):
-        user_rows = history_rows.get(row["user_id"])
+        user_rows = history_rows[row["user_id"]]  # every pointer's user has an entry
         if mode == "lsn":
             candidates = visible_history(user_rows, row).select(columns)
             own = rebuilt.get(row["request_id"])

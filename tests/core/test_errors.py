@@ -23,8 +23,9 @@ def _every_module() -> list[str]:
 
 
 def _subclasses(cls: type) -> set[type]:
-    found = set()
-    for sub in cls.__subclasses__():
+    found: set[type] = set()
+    direct: list[type] = cls.__subclasses__()
+    for sub in direct:
         found |= {sub, *_subclasses(sub)}
     return found
 

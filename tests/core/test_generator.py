@@ -56,6 +56,7 @@ def measure(table: pa.Table, config: Config) -> Measured:
         if reason:
             reasons[reason] += 1
             continue
+        assert event is not None  # no reason: a valid event
         valid += 1
         if event["event_id"] not in events:
             event["arrival_ts"], event["source_partition"] = arrival, partition
@@ -242,11 +243,13 @@ def test_valid_payload_round_trips(config: Config) -> None:
     assert reason is None
     assert event == VALID
     event, _ = validate_payload(with_(currency=None, quantity=...), config)
+    assert event is not None
     assert event["currency"] is None and event["quantity"] is None
     moved = json.dumps({**VALID, "feature_group": "engagement"})
     assert validate_payload(moved, config) == (None, "unknown_column")  # price_cents is not there
     engagement = {k: VALID[k] for k in PAYLOAD_KEYS} | {"feature_group": "engagement"}
     event, _ = validate_payload(json.dumps(engagement | {"completion_ratio": 1}), config)
+    assert event is not None
     assert event["completion_ratio"] == 1.0 and isinstance(event["completion_ratio"], float)
 
 

@@ -54,9 +54,11 @@ def test_on_a_terminal_the_bar_counts_against_the_total(terminal, capsys):
     progress.set_total(4)  # known once the job has read what is left to do
     for _ in range(3):
         progress.add(rows=250, steps=1, note="snapshot")
-    (task,) = progress._bar.tasks
+    bar = progress._bar
+    assert bar is not None  # on a terminal the job shows a bar
+    (task,) = bar.tasks
     assert (task.total, task.completed) == (4, 3)
     assert task.fields["extra"] == "750 records"
     progress.done()
     assert "seqlake ingest: 750 records" in capsys.readouterr().err
-    assert not progress._bar.live.is_started  # the bar is gone once the job ends
+    assert not bar.live.is_started  # the bar is gone once the job ends

@@ -84,6 +84,7 @@ def warehouse(tmp_path_factory) -> Warehouse:
         landed = con.execute(
             "SELECT count(*), count(DISTINCT event_id) FROM delta_scan(?)", [paths.events.removeprefix("file://")]
         ).fetchone()
+    assert landed is not None  # an aggregate answers one row
     for hour in range(PUBLISHED):  # one run each, not merged yet: the next compaction merges
         compact_batch_duckdb(config, paths, [H0 + hour])
     for step in (1, 2):  # two capture steps: small training files for maintain to rewrite
@@ -167,7 +168,9 @@ def run(warehouse: Warehouse, job: str, expect: int = 0, kill_at: str | None = N
         assert done.returncode == expect, done.stderr
         return
     config = migrated_config(warehouse) if job == "migrate" else warehouse.config_path
-    seqlake(config, *(a.replace("{root}", str(warehouse.root)) for a in JOBS[job]), expect=expect, env_extra=env)
+    arguments = JOBS[job]
+    assert arguments is not None  # only capture has no command line
+    seqlake(config, *(a.replace("{root}", str(warehouse.root)) for a in arguments), expect=expect, env_extra=env)
 
 
 # Jobs whose fault-free run leaves what another job's does: compaction on either engine leaves the same
@@ -278,8 +281,9 @@ def soak_plan(seed: int, steps: int) -> list[tuple[str, int, str | None]]:
     import random
 
     rng = random.Random(seed)
-    plan, capture, window = [], 2, H0 + PUBLISHED - 1
-    operations = []
+    plan: list[tuple[str, int, str | None]] = []
+    capture, window = 2, H0 + PUBLISHED - 1
+    operations: list[str] = []
     while len(operations) < steps:
         operations += rng.sample(sorted(OPERATIONS), len(OPERATIONS))
     for step, operation in enumerate(operations[:steps]):

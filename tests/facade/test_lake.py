@@ -16,7 +16,7 @@ import seqlake
 from seqlake.pipelines.compaction.plan import history_tables
 from seqlake.pipelines.landing.tables import landing_paths
 from seqlake.pipelines.training.capture.online_view import ViewSnapshot
-from seqlake.pipelines.training.capture.pointers import Request, capture_requests
+from seqlake.pipelines.training.capture.pointers import Capture, Request, capture_requests
 from seqlake.pipelines.training.sequence import Tenant
 from seqlake.tableformat.multi_reader import histories
 from seqlake.tableformat.reader import HistoryReader, Selection
@@ -180,5 +180,7 @@ def test_every_python_block_of_the_readme_runs(config_file, monkeypatch, tmp_pat
     namespace: dict[str, object] = {}
     for n, block in enumerate(blocks):
         exec(compile(block, f"README.md python block {n + 1}", "exec"), namespace)  # noqa: S102
-    assert isinstance(namespace["rows"], pa.Table) and namespace["capture"].pointer["length"] > 0
+    capture = namespace["capture"]
+    assert isinstance(capture, Capture)  # what Lake.capture answers
+    assert isinstance(namespace["rows"], pa.Table) and capture.pointer["length"] > 0
     assert namespace["labelled"] == 2  # the streamed backfill gave each label row back

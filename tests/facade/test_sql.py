@@ -84,7 +84,8 @@ class SmallWarehouse:
 def window_of_row(table: pa.Table) -> pa.Array:
     """Each user's history split in thirds by position: first third window 0, then 1, then 2."""
     users = table["user_id"].to_pylist()
-    windows, seen = [], {}
+    windows: list[int] = []
+    seen: dict[int, int] = {}
     for user in users:
         i = seen.get(user, 0)
         seen[user] = i + 1
@@ -432,7 +433,7 @@ def test_tenant_history_reads_what_the_tenant_reads(session, small):
 
 
 def test_history_lengths_and_distribution(session, small):
-    events = {}
+    events: dict[int, int] = {}
     for user, count in zip(
         small.history_rows["user_id"].to_pylist(), small.history_rows["event_count"].to_pylist(), strict=True
     ):

@@ -15,6 +15,7 @@ from tests.pipelines.compaction.test_publication_races import (
     deliver,
     new_lake,
 )
+from tests.snapshots import current_snapshot, summary
 
 
 def expire_all_but_current(table) -> int:
@@ -58,8 +59,9 @@ def test_expiring_every_old_snapshot_loses_no_frontier_window_or_run(lake_config
     history, detail = history_tables(lake.config)
     history.refresh()
     # The newest snapshot is a merge: it records no frontier of its own, the table property does.
-    assert history.current_snapshot().summary.additional_properties.get("seqlake.operation") == "merge-runs"
-    assert FRONTIER_PROPERTY not in history.current_snapshot().summary.additional_properties
+    properties = summary(current_snapshot(history)).additional_properties
+    assert properties.get("seqlake.operation") == "merge-runs"
+    assert FRONTIER_PROPERTY not in properties
     frontier, runs, windows = published_frontier(history), live_runs(history), published_windows(history)
     assert frontier and frontier == landed_frontier(lake, windows)
 

@@ -59,7 +59,9 @@ def rewrite(uri: str, transform=lambda t: t, bloom: bool = True, facts=None) -> 
 
 def written_file(uri: str) -> WrittenFile:
     path = uri.removeprefix("file://")
-    return WrittenFile(uri, FileFacts.from_metadata(pq.read_metadata(path).metadata), os.path.getsize(path), 1)
+    facts = FileFacts.from_metadata(pq.read_metadata(path).metadata)
+    assert facts is not None, f"{uri} has no facts in its footer"
+    return WrittenFile(uri, facts, os.path.getsize(path), 1)
 
 
 def reregister(table, uri: str) -> None:

@@ -41,7 +41,8 @@ def table(tmp_path_factory):
 
 
 def duckdb_reference(table, user: int, sel: Selection, columns: list[str]) -> list[dict]:
-    where, params = ["user_id = ?"], [user]
+    where = ["user_id = ?"]
+    params: list[object] = [user]
     if sel.feature_groups is not None:
         where.append("list_contains(?, feature_group)")
         params.append(list(sel.feature_groups))
@@ -178,9 +179,14 @@ def test_top_k_with_a_time_window_across_row_groups_keeps_every_selected_row(tab
 def test_rows_of_one_run_and_feature_group_come_back_without_a_merge(tmp_path, monkeypatch):
     import seqlake.tableformat.reader as reader_module
 
-    merges = []
+    merges: list[int] = []
     original = reader_module.merge_order
-    monkeypatch.setattr(reader_module, "merge_order", lambda ts, lsn: merges.append(len(ts)) or original(ts, lsn))
+
+    def counted(ts, lsn):
+        merges.append(len(ts))
+        return original(ts, lsn)
+
+    monkeypatch.setattr(reader_module, "merge_order", counted)
     config = make_config(tmp_path / "wh")
     single = history_table(config)
     user = 1_000_005
@@ -237,7 +243,8 @@ def test_a_frontier_bounds_each_source_partition_by_its_own_lsns(tmp_path):
         newest = Selection(columns=tuple(columns), as_of=frontier, top_k=5, newest_first=True)
         assert reader.read_user(user, selection=newest).to_pylist() == got.to_pylist()[::-1][:5]
         # A partition the frontier does not name had delivered nothing: none of its rows.
-        only = Selection(columns=tuple(columns), as_of={0: 5_009})  # a mapping is taken as a Frontier
+        # A mapping is taken as a Frontier (the field's type is what it becomes, hence the ignore).
+        only = Selection(columns=tuple(columns), as_of={0: 5_009})  # type: ignore[arg-type]
         assert [(r["source_partition"], r["lsn"]) for r in reader.read_user(user, selection=only).to_pylist()] == [
             k for k in known if k[0] == 0
         ]
@@ -254,7 +261,8 @@ def test_a_selection_bound_is_a_frontier_never_one_integer():
 
     with pytest.raises(TypeError, match="takes a Frontier"):
         Selection(as_of=120)  # type: ignore[arg-type]
-    assert Selection(as_of={1: 98, 0: 120}).as_of == Frontier({0: 120, 1: 98})
+    # A mapping is converted (the field's type is what it becomes, hence the ignore).
+    assert Selection(as_of={1: 98, 0: 120}).as_of == Frontier({0: 120, 1: 98})  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="must be an integer in"):
         Frontier({0: -1})
 

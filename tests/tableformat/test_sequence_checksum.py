@@ -40,7 +40,7 @@ PIECES_TWO = [84633, 21886, 16435, 50003, 65542, 19463, 43506, 44800, 131071, 65
 PIECES_TWO += [70707, 8, 0, 0, 0, 65536]
 ROW_DIGESTS = {ROW_ONE: "002ca4ad 15804207 296ca311 5bc1358d", ROW_TWO: "7fc7f2ae 7239a9c9 3e7aaa97 7e9e8604"}
 # (sequence, checksum) exactly as SPEC.md lists them.
-VECTORS = [
+VECTORS: list[tuple[list[tuple], str]] = [
     ([], "00000001000000010000000100000001"),
     ([ROW_ONE], "799b5ad77e42e6416a88397c3f00809b"),
     ([ROW_ONE, ROW_TWO], "0099be68357bd2fd595d7c891f51018c"),

@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import pyarrow as pa
@@ -70,7 +71,7 @@ def lake(tmp_path_factory: pytest.TempPathFactory) -> Lake:
             data = synthetic_history(config, lengths, seed=seed)
             files = write_run(
                 data.to_batches(max_chunksize=2000),
-                file_uri=lambda b, run=run: history_file_uri(table.location(), run, b),
+                file_uri=partial(history_file_uri, table.location(), run),
                 schema=history_arrow_schema(config),
                 run_id=run,
                 bucket_count=config.layout.bucket_count,
@@ -250,6 +251,7 @@ def test_user_key_range_holds_exactly_that_users_keys(user):
     key = encode_key(user, "\xff\xff", INT64_MAX, INT64_MAX)
     assert lower <= encode_key(user, "", INT64_MIN, INT64_MIN) and (upper is None or key < upper)
     if user < INT64_MAX:
+        assert upper is not None  # only the largest user's range is open above
         assert encode_key(user + 1, "", INT64_MIN, INT64_MIN) >= upper
 
 

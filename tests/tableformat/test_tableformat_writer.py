@@ -78,6 +78,7 @@ def test_footer_facts_describe_the_file(config, tmp_path):
     data = one_bucket(config, {5: 300, 6: 40, 9: 1200})
     written = write(config, data, tmp_path / "f.parquet")
     facts = FileFacts.from_metadata(pq.read_metadata(tmp_path / "f.parquet").metadata)
+    assert facts is not None  # the writer's footer carries its facts
     assert facts == written.facts
     assert facts.row_count == data.num_rows and facts.run_id == "w7"
     assert facts.key_min[0] == 5 and facts.key_max[0] == 9

@@ -29,7 +29,7 @@ def table(tmp_path_factory):
 
 
 @pytest.mark.parametrize("groups", [("engagement",), None])
-def test_top_100_of_a_long_history_decodes_a_few_pages_per_column(table, groups, measurement):
+def test_top_100_of_a_long_history_decodes_a_few_pages_per_column(table, groups, measurement, monkeypatch):
     columns = ("item_id", "watch_time_ms")
     top = Selection(columns=columns, feature_groups=groups, top_k=100)
     everything = HistoryReader(table).read_user(HEAVY, selection=Selection(columns=columns, feature_groups=groups))
@@ -51,7 +51,7 @@ def test_top_100_of_a_long_history_decodes_a_few_pages_per_column(table, groups,
     assert pages <= 2 * len(found[HEAVY]) * read_columns
     # Against reading the newest row groups whole, as a reader without the page index does.
     whole = HistoryReader(table, whole_fs, FooterCache())
-    whole.read_rows = lambda *args: None
+    monkeypatch.setattr(whole, "read_rows", lambda *args: None)
     whole.read_user(HEAVY, selection=top)
     whole_bytes = whole_fs.stats.bytes_read
     whole_fs.stats.bytes_read = 0
@@ -86,7 +86,9 @@ def test_top_k_of_strings_floats_and_ids_whose_pages_cover_other_rows_equals_the
     paged = reader.lookup_index().entry(uri).paged()
     _, found = reader.lookup_index().segments([HEAVY], Selection(feature_groups=group, top_k=k), reader.read_groups)
     rg, end = int(found[HEAVY].rg[-1]), int(found[HEAVY].start[-1] + found[HEAVY].length[-1])
-    _, narrowed_files, _ = paged._plans[rg, end - k, end, columns]
+    plan = paged._plans[rg, end - k, end, columns]
+    assert plan is not None  # the row range is read by pages
+    _, narrowed_files, _ = plan
     # a string's page holds the whole newest row group here, a float's 2,048 rows: two files at least
     assert len(narrowed_files) > 1
 

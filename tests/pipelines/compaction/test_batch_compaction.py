@@ -91,7 +91,7 @@ def test_a_batch_killed_anywhere_reruns_to_the_same_content(spark, lake_config, 
 
 
 def test_batches_interleaved_with_late_imports_and_single_windows(spark, lake_config) -> None:
-    lake = new_lake(lake_config, max_runs=2, **SHAPE)
+    lake = new_lake(lake_config, max_runs=2, seed=None, **SHAPE)
     deliver(lake, 4)
     closed = closed_unpublished(lake)
     assert len(closed) >= 2

@@ -41,6 +41,7 @@ from seqlake.tableformat.checksum import table_checksum
 from seqlake.tableformat.fsck import fsck_table
 from seqlake.tableformat.registry import files_of_runs, live_runs
 from seqlake.tableformat.schema import KEY_COLUMNS
+from tests.snapshots import current_snapshot, sequence_number, snapshot_by_id, summary
 
 pytestmark = pytest.mark.spark
 
@@ -185,7 +186,7 @@ def stream(spark, lake_config) -> Stream:
     ingested = [ingest_source_in_process(config, RAW, paths)]
     assert compact_window(spark, config, paths, first).published
     history, _ = history_tables(config)
-    first_snapshot_id = history.refresh().current_snapshot().snapshot_id
+    first_snapshot_id = current_snapshot(history.refresh()).snapshot_id
     first_run_before = run_state(config, f"w{first}")
 
     # The rest arrives, with very late events of window 1, and closes.
@@ -197,9 +198,8 @@ def stream(spark, lake_config) -> Stream:
 
     rows = history_rows(config)
     history.refresh()
-    after = [
-        s for s in history.snapshots() if s.sequence_number > history.snapshot_by_id(first_snapshot_id).sequence_number
-    ]
+    first_sequence = sequence_number(snapshot_by_id(history, first_snapshot_id))
+    after = [s for s in history.snapshots() if sequence_number(s) > first_sequence]
     landing = delta_rows(paths.events)
     window_start_us = first * seconds * 1_000_000
     window_end_us = window_start_us + seconds * 1_000_000
@@ -227,7 +227,7 @@ def stream(spark, lake_config) -> Stream:
         first_run_after=run_state(config, f"w{first}"),
         first_snapshot_id=first_snapshot_id,
         snapshots_after_first=[
-            {"operation": s.summary.operation.value, **s.summary.additional_properties} for s in after
+            {"operation": summary(s).operation.value, **summary(s).additional_properties} for s in after
         ],
         very_late={e: min(w) for e, w in arrivals.items() if first not in w},
         late_copies={e for e, w in arrivals.items() if first in w and len(w) > 1},
@@ -300,10 +300,10 @@ def test_killed_compaction_reruns_to_the_clean_result(spark, stream, point):
     assert_exactly_once(stream)
 
     # Re-running a published window is a no-op: nothing published, no new snapshot.
-    snapshot = history.refresh().current_snapshot().snapshot_id
+    snapshot = current_snapshot(history.refresh()).snapshot_id
     again = compact_all(spark, stream)
     assert [r.published for r in again] == [False] * len(stream.windows)
-    assert history.refresh().current_snapshot().snapshot_id == snapshot
+    assert current_snapshot(history.refresh()).snapshot_id == snapshot
 
 
 # -- two jobs racing on one window -------------------------------------------------------------------

@@ -282,7 +282,7 @@ def random_landing(config: Config, seed: int, events: int = 60) -> list[dict]:
     for i in range(events):
         group = rng.choice(groups)
         spec = config.feature_groups[group]
-        base = {
+        base: dict = {  # a landing row: values of every column type
             "user_id": rng.randint(1, 3),
             "feature_group": group,
             "event_ts": T0 + timedelta(seconds=rng.randint(0, 30)),

@@ -152,8 +152,7 @@ def test_compactions_killed_inside_batches_rerun_to_the_clean_history(tmp_path: 
     fsck clean."""
     lines = ratings(list(range(8)))
     # Two windows per batch: four batches. The engine comes from the configuration's default.
-    layout = {"compaction_batch_rows": 2 * USERS * EVENTS_PER_USER_HOUR + 1}
-    config = make_warehouse(tmp_path / "lake", **layout)
+    config = make_warehouse(tmp_path / "lake", compaction_batch_rows=2 * USERS * EVENTS_PER_USER_HOUR + 1)
     import_lines(config, tmp_path, "eight_hours", lines)
     warehouse, pristine = load_config(str(config)).warehouse_path(), tmp_path / "imported"
     shutil.copytree(warehouse, pristine, symlinks=True)

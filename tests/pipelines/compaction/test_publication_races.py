@@ -22,6 +22,7 @@ import pyarrow.compute as pc
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from pyiceberg.table import Table
 
 from seqlake.core.config import Config, GeneratorSpec
 from seqlake.core.errors import SimulatedCrash
@@ -62,7 +63,7 @@ _lakes = itertools.count()
 class Lake:
     config: Config
     paths: LandingPaths
-    raw: object  # the raw source table
+    raw: Table  # the raw source table
     chunks: list[pa.Table]  # the stream's records, one table per arrival window, in order
     delivered: int = 0  # chunks landed in the raw source so far
 
@@ -148,9 +149,11 @@ def compact_all(spark, lake: Lake) -> None:
 
 def assert_every_valid_event_once(lake: Lake) -> None:
     with connect(extensions=("delta",)) as con:
-        expected = con.execute(
+        found = con.execute(
             "SELECT count(DISTINCT event_id) FROM delta_scan(?)", [lake.paths.events.removeprefix("file://")]
-        ).fetchone()[0]
+        ).fetchone()
+    assert found is not None  # an aggregate answers one row
+    expected = found[0]
     history, detail = history_tables(lake.config)
     rows = history.refresh().scan(selected_fields=("event_count",)).to_arrow()
     assert pc.sum(rows["event_count"]).as_py() == expected

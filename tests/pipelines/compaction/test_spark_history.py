@@ -103,8 +103,10 @@ def test_spark_reader_applies_the_same_selections(spark, lake_config, data):
         Selection(columns=("item_id",), as_of=Frontier({1: 5_000_400, 2: 5_000_400}), top_k=7),
         Selection(columns=("item_id", "lsn"), as_of=Frontier({1: 5_000_400, 2: 10_000_300})),
     ):
+        columns = selection.columns
+        assert columns is not None  # every selection above names its columns
         rows = order_sequence(history_df(spark, lake_config, selection, users)).collect()
         for user in users:
             expected = HistoryReader(table).read_user(user, selection=selection).to_pylist()
-            got = [{c: r[c] for c in selection.columns} for r in rows if r["user_id"] == user]
-            assert got == [{c: e[c] for c in selection.columns} for e in expected]
+            got = [{c: r[c] for c in columns} for r in rows if r["user_id"] == user]
+            assert got == [{c: e[c] for c in columns} for e in expected]

@@ -10,6 +10,7 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -83,7 +84,12 @@ def build(spark, lake_config):
     for tenant in tenants(config):
         assert write_arrow_samples(config, tenant, "lsn", compare=False).samples > 0
     # Quarantines hold rows of the users too: a checksum mismatch, an aggregate that did not fit.
-    mismatch = {"tenant": "ranking", "engine": "arrow", "reason": "checksum", "expected_checksum": "a"}
+    mismatch: dict[str, str | int] = {
+        "tenant": "ranking",
+        "engine": "arrow",
+        "reason": "checksum",
+        "expected_checksum": "a",
+    }
     mismatch |= {"actual_checksum": "b", "expected_length": 3, "actual_length": 2}
     quarantined = [{**mismatch, "request_id": f"q{u}", "user_id": u} for u in (doomed[0], users[3])]
     create_bucketed_table(config, QUARANTINE, QUARANTINE_SCHEMA).append(
@@ -97,7 +103,7 @@ def build(spark, lake_config):
     return lake, doomed
 
 
-def table_contents(lake, leaving_out: list[int] = ()) -> dict[str, str]:
+def table_contents(lake, leaving_out: Sequence[int] = ()) -> dict[str, str]:
     """A digest of the rows (in any order) of every table holding users, history included; with
     `leaving_out`, of what each must hold once those users are forgotten."""
     history, _ = history_tables(lake.config)
@@ -143,10 +149,12 @@ def commits(tables) -> dict[str, int]:
 
 def landing_count(lake, users: list[int]) -> int:
     with connect(extensions=("delta",)) as con:
-        return con.execute(
+        found = con.execute(
             "SELECT count(*) FROM delta_scan(?) WHERE list_contains(?, user_id)",
             [lake.paths.events.removeprefix("file://"), users],
-        ).fetchone()[0]
+        ).fetchone()
+    assert found is not None  # an aggregate answers one row
+    return found[0]
 
 
 def forget_command(lake, tmp_path: Path, users: list[int]) -> tuple[list[str], dict[str, str]]:

@@ -14,7 +14,7 @@ half-migrated warehouse (its tables differ from either configuration), so the tw
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -63,7 +63,7 @@ def landing_users(lake: Lake, windows: list[int] | None = None) -> list[int]:
     return [u for (u,) in found]
 
 
-def contents(lake: Lake, leaving_out: list[int] = ()) -> dict[str, str]:
+def contents(lake: Lake, leaving_out: Sequence[int] = ()) -> dict[str, str]:
     """A digest of every table holding users (history included) and of the landing tier's events,
     each in any order; with `leaving_out`, without those users' rows."""
     history, _ = history_tables(lake.config)
@@ -91,10 +91,12 @@ def rows_of(lake: Lake, users: list[int]) -> dict[str, int]:
         ids = table.scan(selected_fields=("user_id",)).to_arrow()["user_id"]
         found[table.name()[-1]] = pc.sum(pc.is_in(ids, value_set=wanted)).as_py() or 0
     with connect(extensions=("delta",)) as con:
-        found["landing/events"] = con.execute(
+        landed = con.execute(
             "SELECT count(*) FROM delta_scan(?) WHERE list_contains(?, user_id)",
             [lake.paths.events.removeprefix("file://"), users],
-        ).fetchone()[0]
+        ).fetchone()
+    assert landed is not None  # an aggregate answers one row
+    found["landing/events"] = landed[0]
     return found
 
 

@@ -14,6 +14,7 @@ import time
 from collections import Counter, defaultdict
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 import pyarrow as pa
@@ -44,6 +45,8 @@ MOVIES = DATA / "movietweetings" / "ratings-100k.dat"
 MAPPINGS = REPO_ROOT / "conf" / "mappings"
 MOVIE_USER_OFFSET = 1_000_000_000
 OTTO_FLAGS = {"clicks": 1, "carts": 64, "orders": 128}
+# One sample's events, as `samples` in test_whole_pipeline_on_both_samples holds them
+SourceEvents = dict[tuple[int, int, int], tuple[int, float | None]]
 DAY_S = 86_400
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
@@ -62,7 +65,11 @@ def otto_events() -> list[tuple[int, int, int, str]]:
 
 def movie_events() -> list[tuple[int, int, int, int]]:
     """(user, imdb id, rating, unix seconds) of every MovieTweetings rating, in file order."""
-    return [tuple(int(part) for part in line.split("::")) for line in MOVIES.read_text().splitlines()]
+    rows = []
+    for line in MOVIES.read_text().splitlines():
+        user, movie, rating, seconds = (int(part) for part in line.split("::"))
+        rows.append((user, movie, rating, seconds))
+    return rows
 
 
 def records(path: Path, mapping, config: Config, **kwargs) -> pa.Table:
@@ -82,6 +89,7 @@ def events_of(table: pa.Table, config: Config) -> list[dict]:
     for payload in table.column("payload").to_pylist():
         event, reason = validate_payload(payload, config)
         assert reason is None, (reason, payload)
+        assert event is not None  # no reason: a valid event
         out.append(event)
     return out
 
@@ -291,9 +299,10 @@ def test_bad_rows_become_records_that_ingest_quarantines(config: Config, tmp_pat
     payloads = table.column("payload").to_pylist()
     # The short line is quarantined as what it is, its text kept: not as invalid JSON.
     assert Counter(reasons) == Counter({None: 2, "bad_user_id": 1, "wrong_type": 2, "unreadable_line": 1})
-    first = validate_payload(payloads[0], config)[0]
+    first, second = (validate_payload(p, config)[0] for p in payloads[:2])
+    assert first is not None and second is not None
     assert (first["item_id"], first["action_flags"], first["event_ts"]) == (101, 2, 1_700_000_000_000)
-    assert validate_payload(payloads[1], config)[0]["dwell_ms"] == 1500
+    assert second["dwell_ms"] == 1500
     assert [json.loads(p) for p in payloads if "1700000500" in p] == [{"unreadable_line": "8,104,1700000500,view"}]
     arrival = dict(zip(payloads, table.column("arrival_ts").cast(pa.int64()).to_pylist(), strict=True))
     unreadable_time = next(p for p in payloads if '"item_id":103' in p)
@@ -336,7 +345,7 @@ def pipeline_config(lake_config: Config, namespace: str, window_seconds: int) ->
     return parse_config(data, "test")
 
 
-def expected_history(events: list[tuple[int, int, int, int, float | None]], window_ms: int) -> list[tuple]:
+def expected_history(events: list[tuple[int, int, int, float | None]], window_ms: int) -> list[tuple]:
     """(window, item, first event ms, count, flags, max completion ratio) of one user's source events,
     as window compaction aggregates them: per (window of arrival = event time, item)."""
     groups: dict[tuple[int, int], list] = defaultdict(list)
@@ -372,7 +381,7 @@ def test_whole_pipeline_on_both_samples(lake_config: Config, tmp_path: Path, cap
     config_path = tmp_path / "seqlake.yaml"
     config_path.write_text(yaml.safe_dump(config.model_dump(mode="json")))
     # (seqlake user id, item, event ms) -> (action flags, completion ratio), per sample
-    samples = {
+    samples: dict[str, tuple[Path, SourceEvents]] = {
         "otto": (OTTO, {(s, aid, ts): (OTTO_FLAGS[kind], None) for s, aid, ts, kind in otto_events()}),
         "movietweetings": (
             MOVIES,
@@ -540,7 +549,9 @@ def table_rows(first: int, count: int, kind: str) -> list[tuple]:
     return [(u, 1000 + u, 1_700_000_000_000 + u * 1000, kind, u * 10) for u in range(first, first + count)]
 
 
-def consume(spark, kind: str, where: str, after: int | None, config: Config) -> list[tuple[int, list[tuple]]]:
+def consume(
+    spark, kind: Literal["delta", "iceberg"], where: str, after: int | None, config: Config
+) -> list[tuple[int, list[tuple]]]:
     mapping = parse_mapping(TABLE_MAPPING)
     out = []
     for version, frame in consume_external_table(spark, kind, where, mapping, after, config=config):
@@ -560,6 +571,7 @@ def check_consumed(batches: list[tuple[int, list[tuple]]], config: Config, rows:
             last[partition] = lsn
             event, reason = validate_payload(payload, config)
             assert reason is None, (reason, payload)
+            assert event is not None  # no reason: a valid event
             assert partition == event["user_id"] % 2
             assert event["watch_time_ms"] == event["user_id"] * 10
     assert sum(len(r) for _, r in batches) == rows

@@ -226,8 +226,14 @@ def test_changes_no_migration_can_make_are_refused_before_anything_changes(tmp_p
 
 def dummy_row(schema: pa.Schema) -> dict:
     """One row of a training-table schema with every required value set (what it holds is not read)."""
-    values = {pa.string(): "r", pa.int64(): 1, pa.int32(): 1, pa.bool_(): False, pa.binary(): b"x"}
-    row = {}
+    values: dict[pa.DataType, object] = {
+        pa.string(): "r",
+        pa.int64(): 1,
+        pa.int32(): 1,
+        pa.bool_(): False,
+        pa.binary(): b"x",
+    }
+    row: dict[str, object] = {}
     for f in schema:
         if pa.types.is_list(f.type):
             row[f.name] = [] if f.name != "feature_groups" else ["engagement"]

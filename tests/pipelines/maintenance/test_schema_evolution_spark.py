@@ -53,7 +53,7 @@ def new_events(lake, config: Config, rows: int = 40) -> pa.Table:
     """Events written after the change: fresh ids, the new column, watch times beyond int32, no
     retired column; they arrive after everything delivered so far, in a new source partition."""
     last = lake.chunks[lake.delivered - 1]
-    payloads = []
+    payloads: list[str] = []
     for record in last.to_pylist():
         if len(payloads) == rows:
             break

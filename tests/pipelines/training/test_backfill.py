@@ -14,7 +14,7 @@ from seqlake.pipelines.compaction.plan import history_tables
 from seqlake.pipelines.compaction.spark import compact_window
 from seqlake.pipelines.landing.tables import landing_paths
 from seqlake.pipelines.tables import HISTORY, load_existing_table
-from seqlake.pipelines.training.backfill.plan import write_backfill
+from seqlake.pipelines.training.backfill.plan import AsOf, write_backfill
 from seqlake.pipelines.training.backfill.spark import label_candidates, write_label_pointers, write_spark_backfill
 from seqlake.pipelines.training.capture.online_view import ViewSnapshot
 from seqlake.pipelines.training.rebuild.samples import write_arrow_samples
@@ -85,7 +85,8 @@ def test_arrival_semantics_equal_the_samples_of_captured_requests(spark, lake_co
     assert sorted(by_time["clicked"].to_pylist()) == [False, True]
 
     # Spark: the same rows and the same leakage, from a storage-partitioned join.
-    for as_of, table in (("arrival", "bf_arrival"), ("event-time", "bf_time")):
+    semantics: tuple[tuple[AsOf, str], ...] = (("arrival", "bf_arrival"), ("event-time", "bf_time"))
+    for as_of, table in semantics:
         source = training_table_name(tenant) if as_of == "arrival" else labels
         ts = "request_ts" if as_of == "arrival" else "ts"
         count, report = write_spark_backfill(spark, config, source, tenant, as_of, out=f"{table}_spark", ts_column=ts)

@@ -65,14 +65,19 @@ def test_a_batch_captures_each_request_as_if_it_were_alone(lake, tenant_name, fr
     assert lengths[3] == 0 and max(lengths) > fragment  # a user without history, users with long ones
 
 
-def test_one_batch_reads_published_history_once_however_many_requests(lake):
+def test_one_batch_reads_published_history_once_however_many_requests(lake, monkeypatch):
     config, users = lake
     tenant = Tenant(config, "retrieval")
     history, detail = history_tables(config)
     reader = HistoryReader(history)
-    reads = []
+    reads: list[tuple] = []
     original = reader.read_users
-    reader.read_users = lambda *args, **kwargs: reads.append(args) or original(*args, **kwargs)
+
+    def counted(*args, **kwargs):
+        reads.append(args)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(reader, "read_users", counted)
     with ViewSnapshot(config, history, detail, landing_paths(config)) as view:
         for size in (1, 20, 200):
             requests = [requests_of(users)[n % 7] for n in range(size)]

@@ -27,6 +27,7 @@ from seqlake.pipelines.tables import HISTORY, load_existing_table
 from seqlake.pipelines.training.capture.online_view import ViewSnapshot
 from seqlake.pipelines.training.capture.pointers import Request, capture_requests, fat_rows, training_rows
 from seqlake.pipelines.training.rebuild.duckdb import Reconstruction, sample_batches
+from seqlake.pipelines.training.rebuild.plan import Mode
 from seqlake.pipelines.training.rebuild.prefetch import PrefetchingIterator
 from seqlake.pipelines.training.rebuild.samples import write_arrow_samples
 from seqlake.pipelines.training.rebuild.spark import pointer_history_join, reconstruct_with_spark, write_spark_samples
@@ -119,7 +120,7 @@ def capture_now(config, tenant, request_id: str = "r1"):
     return capture
 
 
-def replay(config, tenant, mode: str):
+def replay(config, tenant, mode: Mode):
     history, detail = history_tables(config)
     training = load_existing_table(config, training_table_name(tenant))
     [batch] = list(Reconstruction(config, tenant, training, history, detail, mode=mode).batches())
