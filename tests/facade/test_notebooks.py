@@ -7,6 +7,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
+import yaml
 from nbclient.exceptions import CellExecutionError
 
 from tests.facade.test_sql import build_small_warehouse
@@ -14,9 +15,14 @@ from tests.notebook_runner import NOTEBOOKS, execute, kernel_of_this_interpreter
 
 
 @pytest.fixture(scope="module")
-def warehouse(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("notebooks") / "warehouse"
-    build_small_warehouse(root)
+def project(tmp_path_factory) -> Path:
+    """A user's project folder: a small warehouse, its ./seqlake.yaml (a relative warehouse path) and a
+    notebooks/ folder, where Jupyter starts a notebook."""
+    root = tmp_path_factory.mktemp("project")
+    config = build_small_warehouse(root / "warehouse").config.model_dump(mode="json")
+    config["warehouse"]["path"] = "warehouse"
+    (root / "seqlake.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+    (root / "notebooks").mkdir()
     return root
 
 
@@ -36,17 +42,16 @@ def _kinds(outputs: list) -> list[str]:
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
-def test_notebook_runs_top_to_bottom_and_is_stored_with_its_outputs(path: Path, warehouse: Path, tmp_path, monkeypatch):
-    monkeypatch.setenv("SEQLAKE_WAREHOUSE", str(warehouse))
+def test_notebook_runs_top_to_bottom_and_is_stored_with_its_outputs(path: Path, project: Path, tmp_path):
     with kernel_of_this_interpreter(tmp_path):
         try:
-            notebook = execute(path, cwd=warehouse.parent)
+            notebook = execute(path, cwd=project / "notebooks")
         except CellExecutionError as error:
             pytest.fail(f"{path.name} failed:\n{error}")
     outputs = [o for cell in _outputs(notebook) for o in cell]
     assert not [o for o in outputs if o.output_type == "error"]
     text = "".join(o.get("text", "") for o in outputs if o.output_type == "stream")
-    assert "warehouse: warehouse\n" in text  # it read SEQLAKE_WAREHOUSE (below its directory), not the demo's
+    assert "warehouse: warehouse\n" in text  # opened from notebooks/: the project's configuration and warehouse
     assert sum("image/png" in o.get("data", {}) for o in outputs) >= 4  # every plot rendered
 
     # The stored copy shows what a run shows, cell by cell: refreshed with `python -m tests.notebook_runner --store`.
