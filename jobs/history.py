@@ -106,16 +106,26 @@ def command(
     }
     if frontier is not None:  # what the read was bounded by: {source partition: LSN}
         document["as_of"] = {str(p): lsn for p, lsn in frontier.items()}
-    emit(document, lambda: _print_rows(rows, user, max_rows, frontier))
+    emit(document, lambda: _print_rows(rows, user, max_rows, frontier, hide_empty=not columns))
 
 
-def _print_rows(rows: pa.Table, user: int, max_rows: int, frontier: Frontier | None = None) -> None:
+def _print_rows(
+    rows: pa.Table, user: int, max_rows: int, frontier: Frontier | None = None, hide_empty: bool = False
+) -> None:
+    """The rows as a table on stdout, a summary line on stderr. With `hide_empty` (columns not chosen
+    with --columns), a column null in every printed row is left out: the groups' columns are many, and
+    each row fills only its own group's."""
     import sys
 
     shown = rows if max_rows == 0 else rows.slice(0, max_rows)
+    empty = [c for c in shown.column_names[len(SHOWN_KEY) :] if shown[c].null_count == shown.num_rows]
+    if hide_empty and shown.num_rows and empty:
+        shown = shown.drop_columns(empty)
     if shown.num_rows:
         print_table(shown.column_names, (tuple(r.values()) for r in shown.to_pylist()))
     more = f", {rows.num_rows - shown.num_rows:,} not shown (--max-rows)" if shown.num_rows < rows.num_rows else ""
+    if hide_empty and shown.num_rows and empty:
+        more += f"; {len(empty)} empty column{'' if len(empty) == 1 else 's'} not shown (--columns)"
     bound = "" if frontier is None else f" as of frontier {frontier or '(empty)'}"
     if not settings().json:
         print(f"{rows.num_rows:,} row{'' if rows.num_rows == 1 else 's'} for user {user}{bound}{more}", file=sys.stderr)

@@ -74,5 +74,15 @@ def test_history_prints_a_users_selected_rows(tmp_path):
     assert len(rows) == 3 and set(rows[0]) == {"user_id", "feature_group", "event_ts", "lsn", "item_id"}
     assert [r["event_ts"] for r in rows] == sorted(r["event_ts"] for r in rows)
 
+    # By default the text leaves out the groups' columns that no printed row fills, and says so.
+    every = json.loads(run_cli("history", "--user", "7", "--max-rows", "5", "--output", "json", env=env).stdout)
+    empty = [c for c in every["columns"] if all(r[c] is None for r in every["rows"][:5])]
+    assert empty  # the test could fail: each row fills only its own group's columns
+    text = run_cli("history", "--user", "7", "--max-rows", "5", env=env)
+    header = text.stdout.splitlines()[0].split()
+    assert header[:3] == ["feature_group", "event_ts", "lsn"] and not set(empty) & set(header)
+    assert set(every["columns"]) - set(empty) <= set(header)
+    assert f"{len(empty)} empty columns not shown (--columns)" in text.stderr
+
     bad = run_cli("history", "--user", "7", "--fg", "clicks", env=env)
     assert bad.returncode == 1 and "unknown feature groups ['clicks']" in bad.stderr
