@@ -29,6 +29,10 @@ look: an integer, a number, true/false, an ISO 8601 time (`2026-01-05T10:00:00Z`
 Name the type to be explicit: `--param uid:int=5`, `--param name:text=007`, `--param
 day:date=2026-01-05` (types: int, float, bool, timestamp, date, text).
 
+At the prompt, statements end with `;` and may span lines; `.tables` lists the tables and `.schema
+NAME` gives one's columns; on a terminal lines are edited and recalled as in a shell (readline, kept
+in ~/.seqlake_sql_history), and Ctrl-C cancels the statement being typed or run, not the session.
+
 With `--output json` the results come as one JSON document (each result's statement, columns and
 rows); at the prompt (no --file or --query), one JSON document per result and line.
 
@@ -43,6 +47,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import TextIO
 
 import click
@@ -88,9 +93,15 @@ def printer(as_json: bool, max_rows: int) -> Callable[[Result], None]:
 # -- the prompt -----------------------------------------------------------------------------------
 
 
+HISTORY_FILE = Path("~/.seqlake_sql_history")  # the prompt's statements, kept between sessions
+DOT_COMMANDS = ".tables  .schema NAME  .quit"
+
+
 def _reader(stream: TextIO) -> Callable[[str], str | None]:
-    """A line reader: with a prompt (and line editing) on a terminal, plain lines otherwise; None at the end."""
+    """A line reader: on a terminal, a prompt with line editing and history (readline); plain lines
+    otherwise; None at the end. Ctrl-C at the prompt raises KeyboardInterrupt."""
     if stream.isatty():
+        _line_editing()
 
         def read(prompt: str) -> str | None:
             try:
@@ -108,8 +119,54 @@ def _reader(stream: TextIO) -> Callable[[str], str | None]:
     return read_plain
 
 
+def _line_editing() -> None:
+    """readline behind input(): arrows, search and history, saved in HISTORY_FILE at the end."""
+    try:
+        import readline
+    except ImportError:  # a Python built without it: plain input() still works
+        return
+    import atexit
+    import contextlib
+
+    history = HISTORY_FILE.expanduser()
+    with contextlib.suppress(OSError):  # none yet
+        readline.read_history_file(history)
+    readline.set_history_length(1000)
+    atexit.register(_save_history, readline, history)
+
+
+def _save_history(readline, history: Path) -> None:
+    import contextlib
+
+    with contextlib.suppress(OSError):  # a read-only home: history is a convenience, not data
+        readline.write_history_file(history)
+
+
+def _dot_command(session: SqlSession, line: str, show: Callable[[Result], None]) -> bool:
+    """Run a prompt command (`.tables`, `.schema NAME`); whether `line` was one."""
+    word, _, rest = line.strip().partition(" ")
+    if word == ".tables":
+        for name, defined in session.tables.items():
+            print(f"{name}  ({defined.format})")
+        return True
+    if word == ".schema":
+        name = rest.strip().rstrip(";")
+        if name not in session.tables:
+            known = ", ".join(session.tables) or "none"
+            print(f"error: .schema NAME: {name or 'no name'} is not a table here (tables: {known})", file=sys.stderr)
+        else:
+            _run_interactive(session, f'DESCRIBE "{name}";', show)
+        return True
+    if word.startswith("."):  # no SQL statement starts with a dot
+        print(f"error: unknown command {word} (commands: {DOT_COMMANDS})", file=sys.stderr)
+        return True
+    return False
+
+
 def interactive(session: SqlSession, show: Callable[[Result], None], stream: TextIO | None = None) -> int:
-    """Read statements ending in `;`, run each, print its result; `.quit`, `.exit` or end of input stop."""
+    """Read statements ending in `;`, run each, print its result; `.tables` and `.schema NAME` describe
+    the warehouse; `.quit`, `.exit` or end of input stop. Ctrl-C cancels the statement being typed or
+    run, not the session."""
     stream = stream or sys.stdin
     if stream.isatty():
         macros = session.con.execute(
@@ -118,12 +175,22 @@ def interactive(session: SqlSession, show: Callable[[Result], None], stream: Tex
         ).fetchall()
         print(f"tables: {', '.join(session.tables) or 'none'}", file=sys.stderr)
         print(f"macros: {', '.join(m[0] for m in macros)}", file=sys.stderr)
-        print("End statements with ';'. .quit to leave.", file=sys.stderr)
+        print(f"End statements with ';'. {DOT_COMMANDS}; Ctrl-C cancels a statement.", file=sys.stderr)
     read = _reader(stream)
     buffer: list[str] = []
-    while (line := read("     ..> " if buffer else "seqlake> ")) is not None:
+    while True:
+        try:
+            line = read("     ..> " if buffer else "seqlake> ")
+        except KeyboardInterrupt:  # as in psql: drop what was typed, keep the session
+            print("^C", file=sys.stderr)
+            buffer = []
+            continue
+        if line is None:
+            break
         if not buffer and line.strip() in (".quit", ".exit", ".q"):
             break
+        if not buffer and _dot_command(session, line, show):
+            continue
         buffer.append(line)
         if line.rstrip().endswith(";"):
             _run_interactive(session, "\n".join(buffer), show)
@@ -138,6 +205,9 @@ def _run_interactive(session: SqlSession, text: str, show: Callable[[Result], No
         run_script(session, text, "prompt", on_result=show)
     except SqlError as error:
         print(f"error: {error}", file=sys.stderr)
+    except KeyboardInterrupt:  # the statement stops; the session goes on
+        session.con.interrupt()
+        print("cancelled", file=sys.stderr)
 
 
 # -- the command ----------------------------------------------------------------------------------

@@ -731,6 +731,20 @@ def test_interactive_prompt(on_small, monkeypatch, capsys):
     assert 'Binder Error: Referenced column "nope" was not found' in captured.err
 
 
+def test_the_prompt_lists_tables_and_describes_one(on_small, monkeypatch, capsys):
+    lines = ".tables\n.schema history\n.schema nope\n.frobnicate\nSELECT 2 AS two;\n"
+    monkeypatch.setattr(sys, "stdin", io.StringIO(lines))
+    assert sql_main([]) == 0
+    captured = capsys.readouterr()
+    listed = captured.out.split("column_name")[0]
+    assert "history  (iceberg)" in listed and "landing_events  (delta)" in listed
+    described = captured.out.split("column_name")[1]
+    assert "user_id" in described and "event_ts" in described and "BIGINT" in described
+    assert "error: .schema NAME: nope is not a table here (tables: history, " in captured.err
+    assert "error: unknown command .frobnicate (commands: .tables  .schema NAME  .quit)" in captured.err
+    assert "two" in captured.out
+
+
 def test_a_warehouse_without_landing_tables(tmp_path):
     config = make_config(tmp_path / "warehouse")
     history, _ = history_tables(config)
