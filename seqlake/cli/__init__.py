@@ -39,6 +39,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "compact": ("seqlake.jobs.compact", "publish closed windows as sorted runs of the history table; merge runs"),
     "history": ("seqlake.jobs.history", "print one user's history (feature groups, columns, time range, Top-K, LSN)"),
     "sql": ("seqlake.jobs.sql", "DuckDB SQL over the warehouse with seqlake's views and macros loaded (sql/)"),
+    "connect": ("seqlake.jobs.connect", "what DuckDB, pyiceberg or Spark needs to open this warehouse without seqlake"),
     "tables": ("seqlake.jobs.inspection:tables", "list the warehouse's tables: format, rows, files, size, snapshot"),
     "describe": ("seqlake.jobs.inspection:describe", "a table's schema, partitioning, properties and current snapshot"),
     "runs": ("seqlake.jobs.inspection:runs", "the live sorted runs of a history table: id, kind, windows, files, rows"),

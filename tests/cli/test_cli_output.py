@@ -36,6 +36,7 @@ RUNS: dict[str, tuple[list[str], int]] = {
     "compact": (["--engine", "duckdb", "--end-of-stream"], 0),
     "history": (["--user", "33", "--top-k", "5"], 0),
     "sql": (["--quiet", "--query", "SELECT 1 AS one; SELECT count(*) AS n FROM history"], 0),
+    "connect": (["duckdb"], 0),
     "tables": ([], 0),
     "describe": (["history"], 0),
     "runs": ([], 0),
