@@ -56,6 +56,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "migrate": ("seqlake.jobs.migrate", "apply the configuration's columns (added, widened, retired) to the tables"),
     "fsck": ("seqlake.jobs.fsck", "check every invariant of the history table's files and runs"),
     "drop-run": ("seqlake.jobs.drop_run", "remove a damaged run from a history table so its windows can be rebuilt"),
+    "capture": (
+        "seqlake.jobs.capture",
+        "capture your requests against the online view: pointers and fragments into training_<tenant>",
+    ),
     "samples": (
         "seqlake.jobs.samples",
         "rebuild training samples from pointers, verified (versioned late materialization)",
