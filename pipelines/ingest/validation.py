@@ -206,8 +206,8 @@ def _duckdb_facts(config: Config, source: str) -> str:
 # -- facts: Spark ----------------------------------------------------------------------------------
 # Spark's reader (Jackson, through try_parse_json) keeps strict JSON and the number, nesting and key
 # limits itself but ignores what follows the first value, and reads a lone surrogate as `?`: the
-# repaired copies and the checks on the blanked text cover both. Its variant keeps `1.0` as a
-# decimal without sign or scale, so a number's text comes from json_tuple (Jackson's own reading).
+# repaired copies and the checks on the blanked text cover both. Each payload is parsed once, into a
+# variant, and every fact comes from it (a second parse only where the variant cannot tell, below).
 
 # A string literal for Java's regular expressions: possessive, so a long string never deepens the stack.
 _JAVA_STRING = r'"[^"\\]*+(?:\\.[^"\\]*+)*+"'
@@ -232,13 +232,14 @@ _J_SUSPECT = _spark_literal(r"\{[^\[{]*[\[{]|[\]}][^\]}]*[\]}]")
 _J_NUMBER_RUN = _spark_literal(_NUMBER_RUN)
 _J_NOT_BRACKET = _spark_literal(r"[^\[\]{}]")
 _J_PAIR_OF_BRACKETS = _spark_literal(r"\[\]")
-_J_OPENS = _spark_literal(f"^{_WS}*\\{{")
-_J_CLOSES = _spark_literal(f"}}{_WS}*$")
+_J_WS = _spark_literal(" \t\n\r")
 _J_DIGITS = _spark_literal("^-?[0-9]+$")
 
 
 # The first character of a scalar as JSON writes it, by the variant's type of it (any other is a number).
 _VARIANT_FIRST_CHARACTERS = {"STRING": ord('"'), "BOOLEAN": ord("t"), "VOID": ord("n")}
+# The variant's types of a number written as an integer that fits 64 bits.
+_VARIANT_INTEGERS = ("BIGINT", "INT", "SMALLINT", "TINYINT")
 
 
 def _spark_repair(text: str, lone: str) -> str:
@@ -248,7 +249,19 @@ def _spark_repair(text: str, lone: str) -> str:
     return f"CASE WHEN NOT contains({text}, {_J_MARKER}) THEN {lone_sql} END"
 
 
+def _spark_written(key: str) -> str:
+    """The value of `key` as Jackson writes it, read again from the text: for the few values whose
+    written form the variant drops (see `_spark_facts`)."""
+    return f"get_json_object(_doc, {_spark_literal('$.' + key)})"
+
+
 def _spark_facts(config: Config, source: str) -> str:
+    """The facts from one parse of each payload into a variant (`_parsed`, its top level as a map `_map`).
+
+    What the variant drops is read again from the text, only where it matters: a key given twice
+    (the variant keeps one; the payload's colons outside strings, counted, rule it out almost always),
+    whether a number was written as an integer (a variant keeps `1.0` as the decimal 1 and `1e2` as
+    the double 100, as it keeps a 40-digit integer), and the sign of a decimal zero (`-0.0` is 0)."""
     keys = _keys(config)
     groups = config.feature_groups
     suspect = f"_doc RLIKE {_J_SUSPECT} OR (octet_length(_doc) > {MAX_NUMBER_CHARS} AND _doc RLIKE {_J_NUMBER_RUN})"
@@ -258,54 +271,74 @@ def _spark_facts(config: Config, source: str) -> str:
     for _ in range(MAX_NESTING_DEPTH - 1):
         peeled = f"regexp_replace({peeled}, {_J_PAIR_OF_BRACKETS}, '')"
     strict = f"NOT _blanked RLIKE {_J_NUMBER_RUN} AND {peeled} = ''"
-    tuple_args = ", ".join(_spark_literal(k) for k in keys)
-    kinds, lone = [], []
+    first = " ".join(f"WHEN {_literal(name)} THEN {code}" for name, code in _VARIANT_FIRST_CHARACTERS.items())
+    integers = _in(_VARIANT_INTEGERS)
+    values, facts = [], []
     for key in keys:
-        schema = f"_s_{key}"
-        first = " ".join(f"WHEN {_literal(name)} THEN {code}" for name, code in _VARIANT_FIRST_CHARACTERS.items())
+        entry, schema, text = f"_map[{_literal(key)}]", f"_s_{key}", f"_t_{key}"
+        values.append(f"{entry} AS _e_{key}")
+        values.append(f"variant_get({entry}, '$', 'string') AS {text}")
+        if key in _string_keys(config):
+            values.append(f"variant_get(_map_f[{_literal(key)}], '$', 'string') AS _f_{key}")
         nested = f"WHEN {schema} LIKE 'OBJECT%' OR {schema} LIKE 'ARRAY%' THEN {ord('{')}"
-        kinds.append(
-            f"CASE WHEN _object AND {schema} IS NOT NULL THEN CASE {schema} {first}"
+        facts.append(
+            f"CASE WHEN {schema} IS NOT NULL THEN CASE {schema} {first}"
             f" ELSE CASE {nested} ELSE {ord('0')} END END END AS _k_{key}"
         )
         if key in _integer_keys(config):
-            kinds.append(f"_j_{key} RLIKE {_J_DIGITS} AS _n_{key}")
+            written = f"{_spark_written(key)} RLIKE {_J_DIGITS}"
+            facts.append(
+                f"CASE WHEN {schema} IN {integers} THEN true"
+                f" WHEN {schema} LIKE 'DECIMAL(%,0)' OR {schema} = 'DOUBLE' THEN {written} ELSE false END AS _n_{key}"
+            )
+        if config.column_types().get(key) in _FLOAT_LIMITS:
+            facts.append(
+                f"CASE WHEN {text} = '0' AND {schema} LIKE 'DECIMAL%' THEN {_spark_written(key)} ELSE {text} END"
+                f" AS _v_{key}"
+            )
+        else:
+            facts.append(f"{text} AS _v_{key}")
         if key in _string_keys(config):
-            lone.append(f"coalesce(_repair AND _j_{key} IS DISTINCT FROM _f_{key}, false) AS _u_{key}")
+            facts.append(f"coalesce(_repair AND {text} IS DISTINCT FROM _f_{key}, false) AS _u_{key}")
     allowed = " ".join(
-        f"WHEN {_literal(g)} THEN size(array_except(_keys, array({_event_keys(config, g)}))) > 0" for g in groups
+        f"WHEN {_literal(g)} THEN size(array_except(map_keys(_map), array({_event_keys(config, g)}))) > 0"
+        for g in groups
     )
+    # A key given twice: the variant holds it once, the text's colons outside strings count it twice.
+    exact_dup = (
+        "CASE WHEN _repair"
+        " THEN size(array_distinct(arrays_zip(json_object_keys(_doc), json_object_keys(_doc_f))))"
+        " ELSE size(map_keys(_map)) END < size(json_object_keys(_doc))"
+    )
+    colons = "length(_doc) - length(replace(_doc, ':', ''))"
     # Each key's variant type once: Spark keeps a projection whose costly columns are read more than once.
-    schemas = ", ".join(
-        f"schema_of_variant(variant_get(_parsed, {_spark_literal('$.' + key)}, 'variant')) AS _s_{key}" for key in keys
-    )
+    schemas = ", ".join(f"schema_of_variant(_e_{key}) AS _s_{key}" for key in keys)
     n = config.layout.window_seconds * 1000
     return f"""
-    SELECT *, {", ".join(kinds)}, {", ".join(f"_j_{k} AS _v_{k}" for k in keys)}, {", ".join(lone)},
-      coalesce(CASE _j_feature_group {allowed} END, false) AS _unknown_key
+    SELECT *, {", ".join(facts)},
+      coalesce(CASE _t_feature_group {allowed} END, false) AS _unknown_key
     FROM (
       SELECT *, {schemas}
       FROM (
-      SELECT *, json_tuple(_doc_f, {tuple_args}) AS ({", ".join(f"_f_{k}" for k in keys)})
-      FROM (
-        SELECT *, json_tuple(CASE WHEN _object THEN _doc END, {tuple_args}) AS ({", ".join(f"_j_{k}" for k in keys)})
+        SELECT *, {", ".join(values)},
+          _object AND endswith(TRIM(TRAILING {_J_WS} FROM _doc), '}}') AND (_blanked IS NULL OR ({strict})) AS _syntax,
+          CASE WHEN NOT _object THEN NULL WHEN NOT _repair AND {colons} = size(_map) THEN false ELSE {exact_dup} END
+            AS _dup,
+          size(_map) AS _nkeys
         FROM (
           SELECT *,
-            _object AND regexp_like(_doc, {_J_CLOSES}) AND (_blanked IS NULL OR ({strict})) AS _syntax,
-            CASE WHEN _repair THEN size(array_distinct(arrays_zip(_keys, _keys_f))) ELSE size(array_distinct(_keys)) END
-              < size(_keys) AS _dup,
-            size(_keys) AS _nkeys
+            CASE WHEN _object AND ({suspect}) THEN regexp_replace(_doc, {_spark_literal(_JAVA_STRING)}, '""') END
+              AS _blanked
           FROM (
-            SELECT *,
-              CASE WHEN _object THEN json_object_keys(_doc) END AS _keys,
-              CASE WHEN _object AND _repair THEN json_object_keys(_doc_f) END AS _keys_f,
-              CASE WHEN _object AND ({suspect}) THEN regexp_replace(_doc, {_spark_literal(_JAVA_STRING)}, '""') END
-                AS _blanked
+            SELECT *, coalesce(NOT _oversize AND _map IS NOT NULL, false) AS _object
             FROM (
-              SELECT *, coalesce(NOT _oversize AND _parsed IS NOT NULL AND regexp_like(_doc, {_J_OPENS}), false)
-                AS _object
+              SELECT *,
+                try_variant_get(_parsed, '$', 'map<string, variant>') AS _map,
+                try_variant_get(_parsed_f, '$', 'map<string, variant>') AS _map_f
               FROM (
-                SELECT *, CASE WHEN NOT _oversize THEN try_parse_json(_doc) END AS _parsed
+                SELECT *,
+                  CASE WHEN NOT _oversize THEN try_parse_json(_doc) END AS _parsed,
+                  CASE WHEN NOT _oversize AND _repair THEN try_parse_json(_doc_f) END AS _parsed_f
                 FROM (
                   SELECT *,
                     CASE WHEN _repair THEN {_spark_repair("_respelled", "E")} ELSE payload END AS _doc,
@@ -324,7 +357,6 @@ def _spark_facts(config: Config, source: str) -> str:
             )
           )
         )
-      )
       )
     )"""
 
