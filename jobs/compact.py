@@ -12,15 +12,13 @@ import click
 
 from seqlake.cli import job_main, script_main
 from seqlake.cli.options import common_options, load_cli_config
-from seqlake.cli.types import IntegerAtLeast
+from seqlake.cli.types import EngineChoice, IntegerAtLeast
 from seqlake.core.errors import SeqlakeError
 from seqlake.core.output import emit
 
 if TYPE_CHECKING:
-    from seqlake.core.config import Config
+    from seqlake.core.config import Config, Engine
     from seqlake.pipelines.landing.windows import LandedWindows
-
-ENGINES = ("spark", "duckdb")
 
 
 @click.command("compact", help=__doc__)
@@ -34,9 +32,9 @@ ENGINES = ("spark", "duckdb")
 @click.option("--end-of-stream", is_flag=True, help="Treat every landed window as closed (no more arrivals).")
 @click.option(
     "--engine",
-    type=click.Choice(ENGINES),
+    type=EngineChoice(),
     help="spark (local mode or SEQLAKE_SPARK_MASTER) or duckdb (in-process, no JVM); the same runs "
-    "(default: layout.compaction_engine of the configuration).",
+    "(default: layout.compaction_engine of the configuration; auto: spark when pyspark is installed, else duckdb).",
 )
 @click.option(
     "--maintain", is_flag=True, help="Then run `seqlake maintain` (its configured policy) on the same tables."
@@ -49,7 +47,7 @@ ENGINES = ("spark", "duckdb")
 )
 @common_options
 def command(
-    windows: tuple[int, ...], end_of_stream: bool, engine: str | None, maintain: bool, from_detail: bool
+    windows: tuple[int, ...], end_of_stream: bool, engine: Engine | None, maintain: bool, from_detail: bool
 ) -> None:
     if from_detail and not windows:
         raise click.UsageError("--from-detail needs the windows to rebuild (--window W, repeatable)")
@@ -63,7 +61,10 @@ def command(
         document = {"windows": chosen, "published": result.published, "events": result.events, "run_id": result.run_id}
         emit(document, f"windows {', '.join(str(w) for w in chosen)} {outcome}: {result.events:,} events")
         return
-    emit(*compact_windows(config, list(windows), end_of_stream, engine or config.layout.compaction_engine, maintain))
+    from seqlake.core.config import resolve_engine
+
+    chosen_engine = resolve_engine(engine or config.layout.compaction_engine)
+    emit(*compact_windows(config, list(windows), end_of_stream, chosen_engine, maintain))
 
 
 def compact_windows(

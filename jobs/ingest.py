@@ -6,32 +6,37 @@ nothing twice, whichever engine applied it. Usable as `seqlake ingest` or `spark
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
 
 from seqlake.cli import job_main, script_main
 from seqlake.cli.options import common_options, load_cli_config
-from seqlake.cli.types import TABLE_NAME
+from seqlake.cli.types import TABLE_NAME, EngineChoice
 from seqlake.core.output import emit
 
-ENGINES = ("spark", "duckdb")  # as for `seqlake compact`
+if TYPE_CHECKING:
+    from seqlake.core.config import Engine
 
 
 @click.command("ingest", help=__doc__)
 @click.option("--source", default="raw_events", show_default=True, type=TABLE_NAME, help="Raw source table.")
 @click.option(
     "--engine",
-    type=click.Choice(ENGINES),
+    type=EngineChoice(),
     help="spark (local mode or SEQLAKE_SPARK_MASTER) or duckdb (in-process: pyarrow and delta-rs, no JVM); "
-    "the same landing rows (default: layout.ingest_engine of the configuration).",
+    "the same landing rows (default: layout.ingest_engine of the configuration; auto: spark when pyspark "
+    "is installed, else duckdb).",
 )
 @common_options
-def command(source: str, engine: str | None) -> None:
+def command(source: str, engine: Engine | None) -> None:
+    from seqlake.core.config import resolve_engine
     from seqlake.core.progress import Progress
     from seqlake.pipelines.landing.tables import landing_paths
     from seqlake.pipelines.tables import load_existing_table
 
     config = load_cli_config()
-    engine = engine or config.layout.ingest_engine
+    engine = resolve_engine(engine or config.layout.ingest_engine)
     if engine == "spark":
         import pyspark  # noqa: F401  (without the extra: one line naming it, before anything else)
     load_existing_table(config, source)  # a missing source is one line, before a JVM starts

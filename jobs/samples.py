@@ -10,22 +10,33 @@ writes nothing: it reports how often that would have been wrong. Usable as `seql
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import click
 
 from seqlake.cli import job_main, script_main
 from seqlake.cli.options import common_options, load_cli_config
+from seqlake.cli.types import EngineChoice
 from seqlake.core.errors import ConfigError
 from seqlake.core.output import emit
 
-ENGINES = ("arrow", "spark")
+if TYPE_CHECKING:
+    from seqlake.core.config import Engine
+
+# `arrow`, the in-process engine's former name, is taken as duckdb for one more release.
+ENGINE = EngineChoice(aliases={"arrow": "duckdb"})
 MODES = ("lsn", "time")
 
 
 @click.command("samples", help=__doc__)
 @click.option("--tenant", "tenants", multiple=True, help="Tenant to rebuild (repeatable; default: every tenant).")
-@click.option("--engine", type=click.Choice(ENGINES), default="arrow", show_default=True, help="Where to rebuild.")
+@click.option(
+    "--engine",
+    type=ENGINE,
+    default="duckdb",
+    show_default=True,
+    help="Where to rebuild: duckdb (in-process, no JVM) or spark. arrow, its former name for duckdb, is deprecated.",
+)
 @click.option(
     "--mode",
     type=click.Choice(MODES),
@@ -34,7 +45,7 @@ MODES = ("lsn", "time")
     help="lsn: versioned replay; time: event time only (no writes).",
 )
 @common_options
-def command(tenants: tuple[str, ...], engine: str, mode: Literal["lsn", "time"]) -> None:
+def command(tenants: tuple[str, ...], engine: Engine, mode: Literal["lsn", "time"]) -> None:
     from seqlake.core.progress import Progress
     from seqlake.engines.catalog import open_catalog, table_identifier
     from seqlake.pipelines.training.rebuild.samples import fatrow_match, write_arrow_samples
@@ -42,7 +53,8 @@ def command(tenants: tuple[str, ...], engine: str, mode: Literal["lsn", "time"])
     from seqlake.pipelines.training.tables import fatrow_table_name, samples_table_name
 
     if engine == "spark" and mode == "time":
-        raise click.UsageError("--mode time runs on the arrow engine only")
+        raise click.UsageError("--mode time runs on the duckdb engine only")
+    ran = "arrow" if engine == "duckdb" else engine  # as reports and samples_quarantine rows name it
     config = load_cli_config()
     names = list(tenants) or list(config.tenants)
     if not names:
@@ -56,7 +68,7 @@ def command(tenants: tuple[str, ...], engine: str, mode: Literal["lsn", "time"])
         bytes_read = None
         # Captures of your own requests have no fat rows: their samples are verified by checksum alone.
         reference = catalog.table_exists(table_identifier(config, fatrow_table_name(tenant)))
-        if engine == "arrow":
+        if engine == "duckdb":
             result = write_arrow_samples(config, tenant, mode, compare=reference)
             requests, samples, failures, matched = result.requests, result.samples, result.quarantined, result.matched
             bytes_read = result.bytes_read
@@ -74,7 +86,7 @@ def command(tenants: tuple[str, ...], engine: str, mode: Literal["lsn", "time"])
         lines.append(
             f"{tenant.name}: {requests:,} requests, {samples:,} verified samples, {failures:,} quarantined, "
             + (f"{rate:.2%} equal to the fat-row reference" if rate is not None else "no fat-row table to compare with")
-            + f" ({engine}, {mode}){extra}"
+            + f" ({ran}, {mode}){extra}"
         )
         results.append(
             {
@@ -88,7 +100,7 @@ def command(tenants: tuple[str, ...], engine: str, mode: Literal["lsn", "time"])
             }
         )
     progress.done()
-    emit({"engine": engine, "mode": mode, "tenants": results}, "\n".join(lines))
+    emit({"engine": ran, "mode": mode, "tenants": results}, "\n".join(lines))
 
 
 main = job_main(command)

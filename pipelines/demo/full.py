@@ -77,6 +77,7 @@ def reset_demo_tables(config: Config) -> None:
 
 
 def run_demo(config: Config) -> Report:
+    from seqlake.core.config import resolve_engine
     from seqlake.core.progress import Progress
     from seqlake.engines.catalog import open_catalog, spark_name, table_identifier
     from seqlake.engines.duckdb_session import connect as duckdb_connect
@@ -155,7 +156,7 @@ def run_demo(config: Config) -> Report:
     )
     ingested = served.ingest
     ingest = report.section("ingest")
-    ingest["engine"] = config.layout.ingest_engine
+    ingest["engine"] = resolve_engine(config.layout.ingest_engine)
     ingest["batches"] = ingested.batches
     ingest["records"] = ingested.records
     ingest["events_landed"] = ingested.landed

@@ -18,6 +18,24 @@ _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
 _RUN_ID = re.compile(r"[a-z][a-z0-9]{0,63}")
 
 
+# Every command's --engine (seqlake.core.config.Engine): Spark, or the in-process engine (DuckDB, pyarrow,
+# delta-rs). Not imported from the configuration: `--help` loads no pydantic.
+ENGINES = ("spark", "duckdb")
+
+
+class EngineChoice(click.Choice):
+    """spark or duckdb; each of `aliases` (a former name) is taken as the engine it maps to."""
+
+    def __init__(self, aliases: dict[str, str] | None = None) -> None:
+        super().__init__(ENGINES)
+        self.aliases = dict(aliases or {})
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, str):
+            value = self.aliases.get(value, value)
+        return super().convert(value, param, ctx)
+
+
 class IntegerAtLeast(click.ParamType):
     """An integer in [minimum, maximum] (by default up to the largest 64-bit integer)."""
 

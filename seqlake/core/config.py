@@ -14,6 +14,7 @@ relative to the current directory), ``SEQLAKE_CATALOG_URI`` (an SQLAlchemy URI) 
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from datetime import UTC, datetime, timedelta
 from functools import lru_cache
@@ -38,6 +39,8 @@ ENV_PROFILE = "SEQLAKE_PROFILE"
 ENV_SPARK_MASTER = "SEQLAKE_SPARK_MASTER"
 PROFILES_DIR = profiles_dir()
 
+Engine = Literal["spark", "duckdb"]
+EngineSetting = Literal["auto", "spark", "duckdb"]  # layout.ingest_engine, layout.compaction_engine
 ColumnType = Literal["bool", "int8", "int16", "int32", "int64", "float32", "float64", "string"]
 Identifier = Annotated[str, Field(pattern=r"^[a-z][a-z0-9_]{0,62}$")]
 
@@ -108,11 +111,23 @@ class LayoutSpec(_Frozen):
     # A backlog of closed windows is compacted in passes of at most this many landing rows each.
     compaction_batch_rows: int = Field(default=2_000_000, ge=1)
     # The engine `seqlake compact` runs unless told otherwise: spark (local mode or a cluster) or
-    # duckdb (in-process, no JVM). Both publish the same runs.
-    compaction_engine: Literal["spark", "duckdb"] = "spark"
+    # duckdb (in-process, no JVM). Both publish the same runs. auto: see `resolve_engine`.
+    compaction_engine: EngineSetting = "auto"
     # The engine `seqlake ingest` runs unless told otherwise: spark, or duckdb (in-process: pyarrow and
     # delta-rs, no JVM). Both land the same rows in the same Delta tables and skip each other's batches.
-    ingest_engine: Literal["spark", "duckdb"] = "spark"
+    ingest_engine: EngineSetting = "auto"
+
+
+def resolve_engine(setting: EngineSetting) -> Engine:
+    """The engine a setting names: `auto` is spark when pyspark is importable, else duckdb (the base
+    install has no pyspark, and both engines write the same tables)."""
+    if setting != "auto":
+        return setting
+    try:
+        found = importlib.util.find_spec("pyspark") is not None
+    except (ImportError, ValueError):  # a finder refusing it, or a module without a spec
+        found = False
+    return "spark" if found else "duckdb"
 
 
 class MergeSpec(_Frozen):

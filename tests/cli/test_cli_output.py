@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from seqlake.cli import commands
+from seqlake.cli import commands, main
 from tests.facade.test_sql import USER_ROWS, build_small_warehouse
 from tests.paths import REPO_ROOT
 
@@ -37,6 +37,7 @@ RUNS: dict[str, tuple[list[str], int]] = {
     "history": (["--user", "33", "--top-k", "5"], 0),
     "sql": (["--quiet", "--query", "SELECT 1 AS one; SELECT count(*) AS n FROM history"], 0),
     "connect": (["duckdb"], 0),
+    "capture": (["--requests", "{tmp}/none.csv", "--tenant", "ranking"], 1),  # no such file
     "tables": ([], 0),
     "describe": (["history"], 0),
     "runs": ([], 0),
@@ -149,6 +150,30 @@ def test_help_of_every_command_lists_its_options_and_loads_no_engine():
             assert option in seen["help"], (command, option)
     for name, (_, summary) in commands().items():
         assert f"  {name}" in facts[""]["help"] and summary in facts[""]["help"]
+
+
+def test_every_engine_option_takes_spark_or_duckdb(capsys):
+    for command in ("ingest", "compact", "samples", "backfill"):
+        assert main([command, "--help"]) == 0
+        helped = " ".join(capsys.readouterr().out.split())  # the help is wrapped to the terminal
+        assert "--engine [spark|duckdb]" in helped, helped
+        if command in ("samples", "backfill"):
+            assert "arrow, its former name for duckdb, is deprecated" in helped and "[default: duckdb]" in helped
+
+
+def test_backfill_takes_duckdb_and_arrow_its_former_name_alike(tmp_path):
+    warehouse = own_warehouse(tmp_path)
+    labels = tmp_path / "labels.csv"
+    labels.write_text("user_id,ts,clicked\n33,2026-01-05T12:00:00Z,1\n44,2026-01-05T12:00:00Z,0\n")
+    documents = []
+    for engine in ("duckdb", "arrow"):
+        args = ["--labels", str(labels), "--tenant", "retrieval", "--engine", engine, "--output", "json"]
+        done = seqlake("backfill", *args, warehouse=warehouse)
+        assert done.returncode == 0, done.stderr[-2000:]
+        documents.append({key: value for key, value in json.loads(done.stdout).items() if key != "seconds"})
+    as_duckdb, as_arrow = documents
+    assert as_duckdb["rows"] == 2 and as_duckdb["engine"] == "arrow"  # reports keep the in-process engine's name
+    assert as_arrow == as_duckdb
 
 
 def test_exit_statuses_are_0_1_and_2(shared_warehouse):

@@ -66,16 +66,20 @@ def test_demo_lands_every_record_and_all_engines_agree(spark, lake_config, tmp_p
     config_file = tmp_path / "seqlake.yaml"
     config_file.write_text(yaml.safe_dump(lake_config.model_dump(mode="json"), sort_keys=False))
 
-    # The sample job on its own, as `seqlake samples` runs it, on the demo's pointers.
+    # The sample job on its own, as `seqlake samples` runs it, on the demo's pointers; in-process as
+    # `--engine duckdb` and as its former name, `--engine arrow`.
     capsys.readouterr()
-    assert samples_main(["--config", str(config_file), "--tenant", "retrieval"]) == 0
+    assert samples_main(["--config", str(config_file), "--tenant", "retrieval", "--engine", "duckdb"]) == 0
     printed = capsys.readouterr().out
     assert (
         f"retrieval: {served['requests']:,} requests, {served['requests']:,} verified samples, 0 quarantined" in printed
     )
     assert "100.00% equal to the fat-row reference (arrow, lsn)" in printed
-    assert samples_main(["--config", str(config_file), "--tenant", "retrieval", "--output", "json"]) == 0
-    (rebuilt,) = json.loads(capsys.readouterr().out)["tenants"]
+    as_arrow = ["--config", str(config_file), "--tenant", "retrieval", "--engine", "arrow", "--output", "json"]
+    assert samples_main(as_arrow) == 0
+    document = json.loads(capsys.readouterr().out)
+    assert document["engine"] == "arrow"  # the in-process engine's name in reports and quarantine rows
+    (rebuilt,) = document["tenants"]
     requests = served["requests"]
     assert rebuilt | {"bytes_read": 0} == {
         "tenant": "retrieval",

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from pyspark.sql import SparkSession
 
-from seqlake.core.config import Config
+from seqlake.core.config import Config, resolve_engine
 from seqlake.core.progress import Progress
 from seqlake.engines.catalog import spark_name
 from seqlake.pipelines.compaction.plan import history_tables
@@ -68,7 +68,7 @@ def _compact(
 
 def ingest_step(spark: SparkSession, config: Config, source: str, paths: LandingPaths) -> IngestResult:
     """The next source snapshot, on the configured engine (`layout.ingest_engine`)."""
-    if config.layout.ingest_engine == "duckdb":
+    if resolve_engine(config.layout.ingest_engine) == "duckdb":
         from seqlake.pipelines.ingest.duckdb import ingest_source_in_process
 
         return ingest_source_in_process(config, source, paths, max_snapshots=1)
