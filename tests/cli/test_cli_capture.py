@@ -14,16 +14,9 @@ from pathlib import Path
 
 import yaml
 
+from tests.pipelines.ingest.test_import_guards import MAPPING  # MovieLens-like ratings
+
 USERS = (101, 202, 303)
-MAPPING = {
-    "format": "csv",
-    "user": "userId",
-    "item": "movieId",
-    "time": "timestamp",
-    "time_unit": "s",
-    "feature_group": "engagement",
-    "columns": {"completion_ratio": {"source": "rating", "scale": 0.2}},
-}
 START = datetime(2026, 1, 5, tzinfo=UTC)
 
 
