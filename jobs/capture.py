@@ -17,7 +17,7 @@ import click
 
 from seqlake.cli import job_main, script_main
 from seqlake.cli.options import common_options, load_cli_config
-from seqlake.core.errors import ImportDataError
+from seqlake.core.errors import ImportDataError, UnreadableFileError
 from seqlake.core.output import emit
 
 if TYPE_CHECKING:
@@ -42,7 +42,7 @@ def read_requests(path: Path) -> pa.Table:
     from seqlake.engines.duckdb_session import connect
 
     if not path.is_file():
-        raise ImportDataError(f"--requests {path}: no such file")
+        raise UnreadableFileError(f"--requests {path}: no such file")
     reader = "read_parquet(?)" if path.suffix == ".parquet" else "read_csv(?, header = true)"
     with connect(extensions=()) as con:
         con.execute("SET TimeZone = 'UTC'")

@@ -153,6 +153,12 @@ CASES = {  # name -> (arguments, what the one line says, exit status: 1 a failur
         "--engine: 'gpu' is not one of 'spark', 'duckdb'",
         2,
     ),
+    "connect: an unknown tool": (["connect", "nope"], "TOOL: 'nope' is not one of 'duckdb', 'pyiceberg', 'spark'", 2),
+    "capture: a missing requests file": (
+        ["capture", "--requests", "{tmp}/none.csv", "--tenant", "ranking"],
+        "none.csv: no such file",
+        2,
+    ),
     "sql: negative max rows": (["sql", "--max-rows", "-1", "--query", "SELECT 1"], "--max-rows: must be", 2),
     "sql: a malformed parameter": (["sql", "--query", "SELECT $a", "-p", "a b"], "is not NAME=VALUE", 2),
     "sql: a statement DuckDB rejects": (["sql", "--query", "SELECT nope FROM history"], "Binder Error", 1),
