@@ -104,7 +104,9 @@ def run_demo(config: Config) -> Report:
     # A commit per capture period: ingest then moves in steps between which requests are captured.
     step_seconds = config.layout.window_seconds // config.training.captures_per_window
     generating = Progress("generate", rows_unit="records", show_bytes=True)
+    step_started = time.monotonic()
     landing = land_raw_records(raw_table, generator.batches(), generating, window_seconds=step_seconds)
+    generated_seconds = time.monotonic() - step_started
     generating.done()
     stats = generator.stats
     gen = report.section("generated")
@@ -118,6 +120,7 @@ def run_demo(config: Config) -> Report:
     gen["max_history_length"] = int(max(stats.history_lengths))
     gen["source_partitions"] = config.generator.source_partitions
     gen["windows"] = config.generator.windows
+    Report.throughput(gen, generated_seconds, stats.records, "records")  # generated and landed in raw_events
 
     # 2. Read the raw table back through every engine: they must agree.
     metadata_location = catalog.load_table(raw_id).metadata_location
@@ -162,6 +165,7 @@ def run_demo(config: Config) -> Report:
     ingest["events_landed"] = ingested.landed
     ingest["quarantined"] = dict(sorted(ingested.quarantined.items()))
     ingest["quarantined_total"] = sum(ingested.quarantined.values())
+    Report.throughput(ingest, served.seconds["ingest"], ingested.records, "records")
     published, events, merges = served.windows_published, served.events_compacted, served.merges
     history, detail = history_tables(config)
     history.refresh()
@@ -179,6 +183,7 @@ def run_demo(config: Config) -> Report:
         f"{r.run_id}[{r.windows[0]}..{r.windows[-1]}: {len(r.windows)}]" for r in runs.values()
     )
     compaction["detail_events"] = total_records(detail.refresh().current_snapshot())
+    Report.throughput(compaction, served.seconds["compaction"], events, "events")  # merges included
 
     # 5. Check every invariant of the history table.
     checked = fsck_table(history)
@@ -216,6 +221,11 @@ def late_materialization(spark, config: Config, report: Report, served) -> None:
     section["requests"] = served.requests
     section["requests_per_active_user_per_day"] = config.training.requests_per_active_user_per_day
     section["fragment_events"] = config.training.fragment_events
+    # Online view, pointers, fragments and fat rows of every tenant, written to their tables.
+    section["capture_seconds"] = round(served.seconds["capture"], 2)
+    section["requests_captured_per_second"] = (
+        round(served.requests / served.seconds["capture"]) if served.seconds["capture"] else None
+    )
     history, detail = history_tables(config)
     catalog = open_catalog(config)
     profiles = tenants(config)

@@ -31,6 +31,12 @@ class Report:
         with fs.open_output_stream(name) as out:
             out.write(text.encode())
 
+    @staticmethod
+    def throughput(facts: dict[str, Any], seconds: float, count: int, unit: str) -> None:
+        """A step's wall seconds and `unit`s per second, as every step of the report states them."""
+        facts["seconds"] = round(seconds, 2)
+        facts[f"{unit}_per_second"] = round(count / seconds) if seconds > 0 else None
+
     def print(self) -> None:
         """The report for people: its title, then each section's facts as a table (rich)."""
         from seqlake.core.output import console, facts_table

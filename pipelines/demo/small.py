@@ -46,7 +46,9 @@ def run_small_demo(config: Config) -> Report:
     generator = EventGenerator(config)
     raw_table = create_raw_table(catalog, table_identifier(config, RAW_TABLE))
     generating = Progress("generate", rows_unit="records", show_bytes=True)
+    step_started = time.monotonic()
     landing = land_raw_records(raw_table, generator.batches(), generating, window_seconds=config.layout.window_seconds)
+    generated_seconds = time.monotonic() - step_started
     generating.done()
     stats = generator.stats
     gen = report.section("generated")
@@ -57,24 +59,30 @@ def run_small_demo(config: Config) -> Report:
     gen["malformed_records"] = dict(sorted(stats.malformed.items()))
     gen["max_history_length"] = int(stats.history_lengths.max())
     gen["raw_commits"] = landing.commits
+    Report.throughput(gen, generated_seconds, stats.records, "records")  # generated and landed in raw_events
 
     paths = landing_paths(config)
     ingesting = Progress("ingest", measure="steps", rows_unit="records", steps_unit="source commits")
+    step_started = time.monotonic()
     ingested = ingest_source_in_process(config, RAW_TABLE, paths, ingesting)
+    ingest_seconds = time.monotonic() - step_started
     ingesting.done()
     ingest = report.section("ingest")
     ingest["engine"] = "duckdb"
     ingest["records"] = ingested.records
     ingest["events_landed"] = ingested.landed
     ingest["quarantined"] = dict(sorted(ingested.quarantined.items()))
+    Report.throughput(ingest, ingest_seconds, ingested.records, "records")
 
     # The stream has ended: every landed window is closed. Published on DuckDB, in-process.
+    step_started = time.monotonic()
     state = landed_windows(paths)
     todo = {w: state.rows.get(w, 0) for w in state.closed(end_of_stream=True)}
     events = merges = 0
     for batch in plan_batches(todo, config.layout.compaction_batch_rows):
         events += compact_batch_duckdb(config, paths, batch).events
         merges += merge_runs_if_needed_duckdb(config) is not None
+    compaction_seconds = time.monotonic() - step_started
     history, _ = history_tables(config)
     history.refresh()
     snapshot = history.current_snapshot()
@@ -85,6 +93,7 @@ def run_small_demo(config: Config) -> Report:
     compaction["history_rows"] = total_records(snapshot)
     compaction["merges"] = merges
     compaction["runs"] = len(live_runs(history))
+    Report.throughput(compaction, compaction_seconds, events, "events")  # merges included
 
     checked = fsck_table(history)
     report.section("fsck").update(ok=True, files=checked.files, rows=checked.rows)

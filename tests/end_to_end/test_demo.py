@@ -46,6 +46,19 @@ def test_demo_lands_every_record_and_all_engines_agree(spark, lake_config, tmp_p
     assert 0 < compaction["history_rows"] < generated["events"]  # repeated items merged
     assert compaction["runs_per_bucket"] <= lake_config.layout.max_runs
     assert facts["fsck"]["ok"] is True and facts["fsck"]["rows"] == compaction["history_rows"]
+    # Each step says how fast it went, and its parts take no more than the whole run.
+    rates = {
+        "generated": ("records", "records"),
+        "ingest": ("records", "records"),
+        "compaction": ("events", "events_compacted"),
+    }
+    for step, (unit, count) in rates.items():
+        assert facts[step]["seconds"] > 0 and facts[step][f"{unit}_per_second"] > 0, step
+        # The rate comes from the unrounded seconds; the report rounds seconds to 0.01.
+        seconds, done = facts[step]["seconds"], facts[step][count]
+        assert done / (seconds + 0.005) - 1 <= facts[step][f"{unit}_per_second"] <= done / (seconds - 0.005) + 1, step
+    stepped = sum(facts[step]["seconds"] for step in rates) + facts["late_materialization"]["capture_seconds"]
+    assert stepped <= facts["run"]["seconds"] + 0.1
 
     # Every request was captured while ingest and compaction ran, and every tenant's samples rebuild
     # exactly what inference saw, on both engines; replaying by event time alone does not.

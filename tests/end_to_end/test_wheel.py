@@ -121,6 +121,15 @@ def test_init_demo_and_history_from_the_installed_wheel(fresh_venv: Path, tmp_pa
     assert printed == {**report, "report_path": f"file://{work / 'warehouse'}/report.json"}
     assert report["fsck"]["ok"] is True
     assert report["compaction"]["events_compacted"] == report["generated"]["events"] > 0
+    # Each step says how fast it went: its seconds and count give back its rate.
+    for step, unit, count in (
+        ("generated", "records", "records"),
+        ("ingest", "records", "records"),
+        ("compaction", "events", "events_compacted"),
+    ):
+        # The rate comes from the unrounded seconds; the report rounds seconds to 0.01.
+        seconds, done = report[step]["seconds"], report[step][count]
+        assert done / (seconds + 0.005) - 1 <= report[step][f"{unit}_per_second"] <= done / (seconds - 0.005) + 1, step
     # The heaviest user's history holds each of their events once.
     assert report["read"]["events"] == report["generated"]["max_history_length"]
 

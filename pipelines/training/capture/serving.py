@@ -9,6 +9,7 @@ captures read them from history while late events keep arriving around them.
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -49,11 +50,14 @@ class ServingResult:
     events_compacted: int = 0
     events_quarantined_at_compaction: int = 0
     merges: int = 0
+    # Wall seconds per step of the loop.
+    seconds: dict[str, float] = field(default_factory=lambda: dict.fromkeys(("ingest", "capture", "compaction"), 0.0))
 
 
 def _compact(
     spark: SparkSession, config: Config, paths: LandingPaths, windows: list[int], result: ServingResult
 ) -> None:
+    started = time.monotonic()
     history, _ = history_tables(config)
     done = published_windows(history)
     for window in windows:
@@ -64,6 +68,7 @@ def _compact(
         result.events_compacted += compacted.events
         result.events_quarantined_at_compaction += compacted.quarantined
         result.merges += merge_runs_if_needed(spark, config) is not None
+    result.seconds["compaction"] += time.monotonic() - started
 
 
 def ingest_step(spark: SparkSession, config: Config, source: str, paths: LandingPaths) -> IngestResult:
@@ -98,7 +103,9 @@ def serve_and_capture(
         if ingested > state.step:
             step_id = ingested  # ingested by a run that was killed before it captured the step everywhere
         else:
+            started = time.monotonic()
             step = ingest_step(spark, config, source, paths)
+            result.seconds["ingest"] += time.monotonic() - started
             if step.batches == 0:
                 break
             result.ingest.batches += step.batches
@@ -107,6 +114,7 @@ def serve_and_capture(
             result.ingest.quarantined.update(step.quarantined)
             step_id = ingested = step.last_version
             records = step.records
+        started = time.monotonic()
         history, detail = history_tables(config)
         # The reader (its lookup index, footers and open files) outlives the snapshots, as a serving
         # process's does: a new snapshot of history updates its index instead of rebuilding it.
@@ -129,6 +137,7 @@ def serve_and_capture(
                 append_step(training[tenant.name], captured and captured.training, done, view.read_point)
                 append_step(fatrow[tenant.name], captured and captured.fat_rows, done, view.read_point)
                 result.captures[tenant.name] += captured.training.num_rows if captured else 0
+        result.seconds["capture"] += time.monotonic() - started
         state = done
         result.capture_points += 1
         result.requests += len(requests)
@@ -136,7 +145,9 @@ def serve_and_capture(
         if progress:
             progress.add(rows=records, steps=1, note=f"{len(requests)} requests captured")
     _compact(spark, config, paths, closed_windows(paths, end_of_stream=True), result)
+    started = time.monotonic()
     rewrite_small_files(spark, config, [*map(training_table_name, profiles), *map(fatrow_table_name, profiles)])
+    result.seconds["capture"] += time.monotonic() - started
     return result
 
 
