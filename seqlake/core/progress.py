@@ -3,8 +3,9 @@
 The bar counts one quantity (`unit`: rows, records, events, keys, windows, ...) against its total when
 the job knows it, with the rate measured by rich over the recent past; bytes, when the job counts
 them, show as a size and a transfer rate. The bar shows only on a terminal and never with
-`--output json`; the summary line (counts, seconds, rates) is printed to stderr in text mode either
-way, so a job run from a script still says what it did.
+`--output json`. Off a terminal (a pipe, a log file), text mode prints a plain line instead, at most
+one every `PLAIN_EVERY_SECONDS`, with the counts and rates so far; the summary line (counts, seconds,
+rates) is printed to stderr in text mode either way, so a job run from a script still says what it did.
 """
 
 from __future__ import annotations
@@ -28,6 +29,10 @@ from rich.text import Text
 
 _active: list[Progress] = []
 
+# Off a terminal, a job's plain progress lines come at most this often: a log gets a line per stretch
+# of work without one per batch.
+PLAIN_EVERY_SECONDS = 10.0
+
 
 def _size(nbytes: float) -> str:
     for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
@@ -36,11 +41,11 @@ def _size(nbytes: float) -> str:
     return f"{nbytes:,.0f} B"
 
 
-def _count(n: int, unit: str) -> str:
-    """`1 window`, `2 windows`, `1 batch` (units are given in the plural)."""
-    if n == 1 and unit.endswith("s"):
+def _count(n: int, unit: str, of: int | None = None) -> str:
+    """`1 window`, `2 windows`, `1 batch`, `3/4 windows` (units are given in the plural)."""
+    if n == 1 and of is None and unit.endswith("s"):
         unit = unit[:-2] if unit.endswith(("ches", "shes", "sses", "xes")) else unit[:-1]
-    return f"{n:,} {unit}"
+    return f"{n:,}" + (f"/{of:,}" if of is not None else "") + f" {unit}"
 
 
 class _Counts(ProgressColumn):
@@ -97,7 +102,8 @@ class Progress:
         self.job, self.measure, self.show_bytes = job, measure, show_bytes
         self.rows_unit, self.steps_unit = rows_unit, steps_unit
         self.rows = self.bytes = self.steps = 0
-        self.started = time.monotonic()
+        self.total = total
+        self.started = self._last_line = time.monotonic()
         self._finished = False
         bar, self._summary = _enabled()
         self._bar: _RichProgress | None = None
@@ -124,6 +130,7 @@ class Progress:
 
     def set_total(self, total: int | None) -> None:
         """The total of the measured quantity, once the job knows it."""
+        self.total = total
         if self._bar is not None and self._task is not None:
             self._bar.update(self._task, total=total)
 
@@ -132,6 +139,7 @@ class Progress:
         self.bytes += nbytes
         self.steps += steps
         if self._bar is None or self._task is None:
+            self._plain_line(note)
             return
         advance = rows if self.measure == "rows" else steps
         self._bar.update(self._task, advance=advance, note=note, extra=self._extra())
@@ -147,18 +155,33 @@ class Progress:
             parts.append(f"{_size(self.bytes)} ({_size(self.bytes / elapsed)}/s)")
         return ", ".join(parts)
 
+    def _plain_line(self, note: str) -> None:
+        """Off a terminal in text mode: the counts so far, when the last line is old enough."""
+        now = time.monotonic()
+        if not self._summary or now - self._last_line < PLAIN_EVERY_SECONDS:
+            return
+        self._last_line = now
+        print(self._line(now, "so far", note), file=sys.stderr, flush=True)
+
     def summary(self, note: str = "") -> str:
         """`seqlake COMMAND[: job]: counts (rates) in seconds: note`: what the job did."""
-        elapsed = time.monotonic() - self.started
+        return self._line(time.monotonic(), "", note)
+
+    def _line(self, now: float, after: str, note: str) -> str:
+        elapsed = now - self.started
         per_second = 1 / elapsed if elapsed > 0 else 0.0
         counts = []
+        # A line so far says how much of a known total is done; the summary says what was done.
+        total = self.total if after else None
         if self.rows or self.measure == "rows":
-            counts.append(f"{_count(self.rows, self.rows_unit)} ({self.rows * per_second:,.0f}/s)")
+            rows = _count(self.rows, self.rows_unit, total if self.measure == "rows" else None)
+            counts.append(f"{rows} ({self.rows * per_second:,.0f}/s)")
         if self.steps or self.measure == "steps":
-            counts.append(_count(self.steps, self.steps_unit))
+            counts.append(_count(self.steps, self.steps_unit, total if self.measure == "steps" else None))
         if self.show_bytes and self.bytes:
             counts.append(f"{_size(self.bytes)} ({_size(self.bytes * per_second)}/s)")
-        return f"{_program(self.job)}: {', '.join(counts)} in {elapsed:,.1f}s" + (f": {note}" if note else "")
+        took = f" in {elapsed:,.1f}s" + (f" {after}" if after else "")
+        return f"{_program(self.job)}: {', '.join(counts)}{took}" + (f": {note}" if note else "")
 
     def done(self, note: str = "") -> float:
         """End the bar and print the summary line; the seconds the job took."""

@@ -41,6 +41,40 @@ def test_nothing_is_printed_with_output_json(capsys):
     assert capsys.readouterr() == ("", "")
 
 
+class _Clock:
+    """time.monotonic for the progress module, moved by the test: no test waits on the wall clock."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_off_a_terminal_plain_lines_come_at_most_every_few_seconds(monkeypatch, capsys):
+    clock = _Clock()
+    monkeypatch.setattr(seqlake.core.progress.time, "monotonic", clock)
+    monkeypatch.setattr(seqlake.core.progress, "_enabled", lambda: (False, True))  # text mode, a pipe
+    every = 10.0
+    monkeypatch.setattr(seqlake.core.progress, "PLAIN_EVERY_SECONDS", every)
+    progress = Progress("ingest", total=4, measure="steps", rows_unit="records", steps_unit="source commits")
+    progress.add(rows=100, steps=1, note="first")
+    clock.now += every / 2
+    progress.add(rows=100, steps=1)
+    assert capsys.readouterr().err == ""  # no line before the interval has passed
+    clock.now += every / 2
+    progress.add(rows=300, steps=1, note="snapshot 7")
+    line = capsys.readouterr().err.strip()
+    assert line == f"seqlake ingest: 500 records (50/s), 3/4 source commits in {every:,.1f}s so far: snapshot 7"
+    clock.now += every - 1
+    progress.add(rows=1, steps=1)
+    assert capsys.readouterr().err == ""  # the next line waits a whole interval after the last
+    clock.now += 1
+    progress.done()
+    summary = capsys.readouterr().err.strip()  # the summary line ends the job as on a terminal
+    assert summary == f"seqlake ingest: 501 records (25/s), 4 source commits in {2 * every:,.1f}s"
+
+
 @pytest.fixture
 def terminal(monkeypatch):
     screen = io.StringIO()
