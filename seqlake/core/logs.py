@@ -44,10 +44,10 @@ def configure(level: str = DEFAULT_LEVEL) -> None:
 
 
 def spark_log_level() -> str:
-    """The log4j level for Spark (setLogLevel): the level seqlake logs at, WARN unless set."""
+    """The log4j level for Spark (setLogLevel): INFO or DEBUG when seqlake logs at that level, else ERROR."""
     level = logging.getLogger("seqlake").getEffectiveLevel()
     if level <= logging.DEBUG:
         return "DEBUG"
     if level <= logging.INFO:
         return "INFO"
-    return "WARN" if level <= logging.WARNING else "ERROR"
+    return "ERROR"  # Spark's warnings are not a seqlake user's to act on: they show from --log-level info

@@ -27,6 +27,8 @@ ENV_JARS_DIR = "SEQLAKE_JARS_DIR"
 # `make jars` fills .jars/ of a source checkout; an installed seqlake names its folder with SEQLAKE_JARS_DIR.
 CHECKOUT_JARS_DIR = Path(__file__).resolve().parents[2] / ".jars"
 REQUIRED_JARS = ("iceberg-spark-runtime", "delta-spark", "delta-storage", "sqlite-jdbc")
+# The driver's log4j settings: errors only (package data, so installed wheels and checkouts both have it).
+LOG_SETTINGS = Path(__file__).with_name("log4j2.properties")
 
 
 def jars_dir() -> Path:
@@ -138,6 +140,8 @@ def spark_conf(config: Config, master: str = "local[2]", jars: bool = True) -> d
         "spark.default.parallelism": "2",
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
+        # Spark's start-up lines and warnings stay out of a job's output (log4j2.properties says why).
+        "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile={LOG_SETTINGS.as_uri()}",
         "spark.databricks.delta.snapshotPartitions": "2",
         "spark.sql.adaptive.enabled": "true",
         # Storage-partitioned joins over bucket(N, user_id) need these on.
@@ -210,7 +214,7 @@ def spark_session(config: Config, app_name: str = "seqlake", master: str | None 
         builder = builder.config(key, value)
     log.debug("starting Spark (%s) for %s", settings.get("spark.master", submitted.get("spark.master")), app_name)
     session = builder.getOrCreate()
-    session.sparkContext.setLogLevel(spark_log_level())  # what the user chose (--log-level), WARN by default
+    session.sparkContext.setLogLevel(spark_log_level())  # what the user chose (--log-level), ERROR by default
     return session
 
 

@@ -37,7 +37,7 @@ RUNS: dict[str, tuple[list[str], int]] = {
     "history": (["--user", "33", "--top-k", "5"], 0),
     "sql": (["--quiet", "--query", "SELECT 1 AS one; SELECT count(*) AS n FROM history"], 0),
     "connect": (["duckdb"], 0),
-    "capture": (["--requests", "{tmp}/none.csv", "--tenant", "ranking"], 1),  # no such file
+    "capture": (["--requests", "{tmp}/none.csv", "--tenant", "ranking"], 2),  # no such file: a usage error
     "tables": ([], 0),
     "describe": (["history"], 0),
     "runs": ([], 0),
@@ -203,7 +203,7 @@ def test_log_level_sets_what_seqlake_logs_and_spark_follows(tmp_path):
         "print(before, logs.spark_log_level())\n"
     )
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=REPO)
-    assert done.stdout.split() == ["WARN", "INFO"], done.stderr
+    assert done.stdout.split() == ["ERROR", "INFO"], done.stderr
 
 
 def test_seqlake_debug_shows_the_traceback(shared_warehouse):
