@@ -85,9 +85,11 @@ def run_demo(config: Config) -> Report:
     from seqlake.pipelines.compaction.plan import history_tables
     from seqlake.pipelines.demo.generator import EventGenerator
     from seqlake.pipelines.demo.report import Report
+    from seqlake.pipelines.demo.verdict import verdict
     from seqlake.pipelines.ingest.raw_source import create_raw_table, land_raw_records
     from seqlake.pipelines.landing.tables import landing_paths
     from seqlake.pipelines.training.capture.serving import serve_and_capture
+    from seqlake.pipelines.training.sequence import tenants
     from seqlake.tableformat.fsck import fsck_table
     from seqlake.tableformat.registry import live_runs
     from seqlake.tableformat.snapshots import total_records
@@ -195,6 +197,8 @@ def run_demo(config: Config) -> Report:
 
     # 6. Late materialization: rebuild every tenant's samples from pointers, on Arrow and on Spark.
     late_materialization(spark, config, report, served)
+    names = [tenant.name for tenant in tenants(config)]
+    report.lead("verdict", verdict(report.sections, names, config.layout.detail_retention_windows))
 
     run = report.section("run")
     run["warehouse"] = config.warehouse_uri()

@@ -15,6 +15,10 @@ class Report:
     def section(self, name: str) -> dict[str, Any]:
         return self.sections.setdefault(name, {})
 
+    def lead(self, name: str, facts: dict[str, Any]) -> None:
+        """A section placed before every other (the verdict a reader looks for first)."""
+        self.sections = {name: facts, **{key: value for key, value in self.sections.items() if key != name}}
+
     def to_dict(self) -> dict[str, Any]:
         return {"title": self.title, **self.sections}
 

@@ -75,6 +75,27 @@ def test_demo_lands_every_record_and_all_engines_agree(spark, lake_config, tmp_p
     storage = facts["storage"]
     assert storage["history_mib"] > 0 and storage["normalized_training_mib"] > 0 and storage["fat_row_mib"] > 0
 
+    # The report opens with its verdict: storage, each tenant's sample time, exactness, each against
+    # its target, met or not as the figure says.
+    assert list(facts)[1] == "verdict"
+    verdict = facts["verdict"]
+    assert set(verdict) == {
+        "storage_at_this_horizon",
+        "storage_at_steady_state",
+        *(f"samples_time_{name}" for name in lake_config.tenants),
+        "exact",
+    }
+    figures = {
+        "storage_at_this_horizon": storage["normalized_plus_history_and_detail_vs_fat_row"],
+        "storage_at_steady_state": storage["normalized_plus_history_vs_fat_row"],
+        **{f"samples_time_{n}": facts[f"tenant_{n}"]["samples_time_vs_fat_row_read"] for n in lake_config.tenants},
+    }
+    for name, figure in figures.items():
+        line = verdict[name]
+        assert line["measured"] == figure, name
+        assert line["verdict"] == ("met" if figure <= float(line["target"].removeprefix("<= ")) else "not met"), name
+    assert verdict["exact"]["verdict"] == "met"  # every sample above was exact on both engines
+
     # Key order is meaningful (feature groups and their columns are declared in order): keep it.
     config_file = tmp_path / "seqlake.yaml"
     config_file.write_text(yaml.safe_dump(lake_config.model_dump(mode="json"), sort_keys=False))
