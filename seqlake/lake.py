@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 
     from seqlake.pipelines.maintenance.steps import StepReport
     from seqlake.pipelines.training.backfill.plan import Backfill, BackfillResult
+    from seqlake.pipelines.training.capture.append import CapturesWritten
     from seqlake.pipelines.training.capture.pointers import Capture, Request
     from seqlake.pipelines.training.rebuild.samples import ReconstructionResult
     from seqlake.pipelines.training.sequence import Tenant
@@ -222,6 +223,28 @@ class Lake:
         with ViewSnapshot(self.config, history, detail, landing_paths(self.config)) as view:
             reader = HistoryReader(history, footer_cache=self._footers)
             return capture_requests(view, reader, profile, list(requests), fragment_events=width)
+
+    def write_captures(
+        self, requests: Iterable[Request], *, tenant: str | Tenant, fragment_events: int | None = None
+    ) -> CapturesWritten:
+        """Capture requests against the online view now and append their training rows (request,
+        pointer, fragment) to training_<tenant>, created when needed: what `seqlake capture` does, and
+        what `samples` rebuilds from. Request ids the table holds already are left out.
+
+        Parameters:
+            requests: the requests (`seqlake.Request`).
+            tenant: the tenant's name or `Tenant`.
+            fragment_events: W, the rows kept in the training row (default: training.fragment_events).
+
+        Raises:
+            SchemaError: an unknown tenant, or a table missing; SetupError: no warehouse there.
+        """
+        from seqlake.pipelines.training.capture.append import write_captures
+        from seqlake.pipelines.training.capture.pointers import request_table
+
+        self._table(HISTORY_TABLE)  # no warehouse or no history: say so before a training table is made
+        profile = self.tenant(tenant) if isinstance(tenant, str) else tenant
+        return write_captures(self.config, profile, request_table(list(requests)), fragment_events)
 
     def samples(
         self, tenant: str | Tenant, *, mode: Literal["lsn", "time"] = "lsn", compare: bool = True

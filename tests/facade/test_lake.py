@@ -151,6 +151,28 @@ def test_capture_is_capture_requests_on_the_view_now(lake, small):
         assert g.fragment.num_rows == min(4, g.pointer["length"]) and g.pointer["length"] > 0
 
 
+def test_written_captures_rebuild_exactly_and_writing_them_again_appends_nothing(tmp_path):
+    from datetime import timedelta
+
+    from tests.cli.test_cli_capture import START, USERS, project
+
+    folder = project(tmp_path)  # seqlake init, a CSV of ratings imported, ingested and compacted
+    when = START + timedelta(hours=7)
+    requests = [Request(f"q{u}", u, when, u % 2 == 1, 10 * u, "feed", when.hour) for u in USERS]
+    with seqlake.open(folder / "seqlake.yaml") as lake:
+        written = lake.write_captures(requests, tenant="ranking")
+        assert (written.table, written.requests, written.appended, written.already_held) == (
+            "training_ranking",
+            len(USERS),
+            len(USERS),
+            0,
+        )
+        again = lake.write_captures(requests, tenant="ranking")
+        assert (again.appended, again.already_held) == (0, len(USERS))
+        rebuilt = lake.samples("ranking", compare=False)
+        assert (rebuilt.requests, rebuilt.samples, rebuilt.quarantined) == (len(USERS), len(USERS), 0)
+
+
 def test_user_errors_are_seqlake_errors_and_nothing_is_created(small, tmp_path):
     lake = seqlake.open(small.config)
     with pytest.raises(seqlake.SchemaError, match="no tenant 'nope'"):
