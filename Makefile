@@ -21,6 +21,7 @@ demo: setup
 test: setup
 	$(BIN)/ruff check .
 	$(BIN)/mypy
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet --site-dir $$(mktemp -d)
 	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadfile
 
 setup: $(INSTALLED) $(JARS)

@@ -191,18 +191,25 @@ def test_user_errors_are_seqlake_errors_and_nothing_is_created(small, tmp_path):
         seqlake.open(tmp_path / "missing.yaml")
 
 
-def readme_blocks() -> list[str]:
-    return re.findall(r"^```python\n(.*?)^```", README.read_text(), flags=re.DOTALL | re.MULTILINE)
+def python_blocks(page: Path) -> list[str]:
+    return re.findall(r"^```python\n(.*?)^```", page.read_text(), flags=re.DOTALL | re.MULTILINE)
 
 
-def test_every_python_block_of_the_readme_runs(config_file, monkeypatch, tmp_path):
-    blocks = readme_blocks()
-    assert len(blocks) >= 2
+def test_every_python_block_of_the_readme_and_the_docs_runs(config_file, monkeypatch, tmp_path):
+    """README.md's blocks, then each docs/*.md page's, in order; a page's blocks share one namespace."""
+    pages = [README, *sorted((REPO_ROOT / "docs").glob("*.md"))]
     monkeypatch.chdir(tmp_path)  # ./seqlake.yaml: found as a user's would be
-    namespace: dict[str, object] = {}
-    for n, block in enumerate(blocks):
-        exec(compile(block, f"README.md python block {n + 1}", "exec"), namespace)  # noqa: S102
-    capture = namespace["capture"]
+    namespaces: dict[str, dict[str, object]] = {}
+    for page in pages:
+        name = page.relative_to(REPO_ROOT).as_posix()
+        namespace = namespaces[name] = {}
+        for n, block in enumerate(python_blocks(page)):
+            exec(compile(block, f"{name} python block {n + 1}", "exec"), namespace)  # noqa: S102
+    readme = namespaces["README.md"]
+    assert len(python_blocks(README)) >= 2
+    capture = readme["capture"]
     assert isinstance(capture, Capture)  # what Lake.capture answers
-    assert isinstance(namespace["rows"], pa.Table) and capture.pointer["length"] > 0
-    assert namespace["labelled"] == 2  # the streamed backfill gave each label row back
+    assert isinstance(readme["rows"], pa.Table) and capture.pointer["length"] > 0
+    assert isinstance(namespaces["docs/python.md"]["known"], pa.Table)  # the read under a frontier
+    assert isinstance(namespaces["docs/training.md"]["capture"], Capture)
+    assert namespaces["docs/training.md"]["labelled"] == 2  # the streamed backfill gave each label row back
