@@ -174,6 +174,7 @@ def run_demo(config: Config) -> Report:
     runs = live_runs(history)
     snapshot = history.current_snapshot()
     compaction = report.section("compaction")
+    compaction["engine"] = resolve_engine(config.layout.compaction_engine)
     compaction["windows_published"] = published
     compaction["events_compacted"] = events
     # Events of groups whose aggregate does not fit its column (seqlake.pipelines.compaction.quarantine).
