@@ -229,15 +229,8 @@ class Lake:
     ) -> CapturesWritten:
         """Capture requests against the online view now and append their training rows (request,
         pointer, fragment) to training_<tenant>, created when needed: what `seqlake capture` does, and
-        what `samples` rebuilds from. Request ids the table holds already are left out.
-
-        Parameters:
-            requests: the requests (`seqlake.Request`).
-            tenant: the tenant's name or `Tenant`.
-            fragment_events: W, the rows kept in the training row (default: training.fragment_events).
-
-        Raises:
-            SchemaError: an unknown tenant, or a table missing; SetupError: no warehouse there.
+        what `samples` rebuilds from. Request ids the table holds already are left out. Parameters
+        and errors as `capture`'s; the answer counts what was appended and what was held already.
         """
         from seqlake.pipelines.training.capture.append import write_captures
         from seqlake.pipelines.training.capture.pointers import request_table
