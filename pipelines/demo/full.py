@@ -152,13 +152,8 @@ def run_demo(config: Config) -> Report:
     # capture the requests of active users against the online view after each step, and close
     # windows (compaction, capacity merges) as the watermark passes them.
     paths = landing_paths(config)
-    served = serve_and_capture(
-        spark,
-        config,
-        RAW_TABLE,
-        paths,
-        Progress("serve", rows_unit="records", measure="steps", steps_unit="ingest steps"),
-    )
+    with Progress("serve", rows_unit="records", measure="steps", steps_unit="ingest steps") as serving:
+        served = serve_and_capture(spark, config, RAW_TABLE, paths, serving)
     ingested = served.ingest
     ingest = report.section("ingest")
     ingest["engine"] = resolve_engine(config.layout.ingest_engine)
@@ -279,6 +274,7 @@ def late_materialization(spark, config: Config, report: Report, served) -> None:
         facts["spark_exact_match_lsn"] = round(spark_matched / max(exact.requests, 1), 4)
         facts["spark_checksum_failures"] = spark_failures
         facts["bytes_read_mib"] = _mib(exact.bytes_read)
+    progress.done()
 
 
 def _mib(n: int) -> float:

@@ -4,13 +4,15 @@ The bar counts one quantity (`unit`: rows, records, events, keys, windows, ...) 
 the job knows it, with the rate measured by rich over the recent past; bytes, when the job counts
 them, show as a size and a transfer rate. The bar shows only on a terminal and never with
 `--output json`. Off a terminal (a pipe, a log file), text mode prints a plain line instead, at most
-one every `PLAIN_EVERY_SECONDS`, with the counts and rates so far; the summary line (counts, seconds,
+one every `PLAIN_EVERY_SECONDS`, with the counts and rates so far, and one at least every
+`QUIET_SECONDS` while a long step runs between counts; the summary line (counts, seconds,
 rates) is printed to stderr in text mode either way, so a job run from a script still says what it did.
 """
 
 from __future__ import annotations
 
 import sys
+import threading
 import time
 from types import TracebackType
 
@@ -32,6 +34,8 @@ _active: list[Progress] = []
 # Off a terminal, a job's plain progress lines come at most this often: a log gets a line per stretch
 # of work without one per batch.
 PLAIN_EVERY_SECONDS = 10.0
+# ... and at least this often: a step that runs long between counts (one Spark job) still shows a line.
+QUIET_SECONDS = 30.0
 
 
 def _size(nbytes: float) -> str:
@@ -104,6 +108,9 @@ class Progress:
         self.rows = self.bytes = self.steps = 0
         self.total = total
         self.started = self._last_line = time.monotonic()
+        self._note = ""
+        self._lock = threading.Lock()
+        self._ended = threading.Event()
         self._finished = False
         bar, self._summary = _enabled()
         self._bar: _RichProgress | None = None
@@ -126,6 +133,8 @@ class Progress:
             unit = rows_unit if measure == "rows" else steps_unit
             self._task = self._bar.add_task(job, total=total, unit=unit, note="", extra="")
             self._bar.start()
+        elif self._summary:  # off a terminal in text mode: plain lines, also during a long step
+            threading.Thread(target=self._beat, name=f"progress-{job}", daemon=True).start()
         _active.append(self)
 
     def set_total(self, total: int | None) -> None:
@@ -155,13 +164,23 @@ class Progress:
             parts.append(f"{_size(self.bytes)} ({_size(self.bytes / elapsed)}/s)")
         return ", ".join(parts)
 
-    def _plain_line(self, note: str) -> None:
-        """Off a terminal in text mode: the counts so far, when the last line is old enough."""
-        now = time.monotonic()
-        if not self._summary or now - self._last_line < PLAIN_EVERY_SECONDS:
-            return
-        self._last_line = now
-        print(self._line(now, "so far", note), file=sys.stderr, flush=True)
+    def _plain_line(self, note: str, wait: float = PLAIN_EVERY_SECONDS) -> None:
+        """Off a terminal in text mode: the counts so far, when the last line is `wait` seconds old."""
+        with self._lock:
+            self._note = note or self._note
+            now = time.monotonic()
+            if not self._summary or self._finished or now - self._last_line < wait:
+                return
+            self._last_line = now
+            print(self._line(now, "so far", self._note), file=sys.stderr, flush=True)
+
+    def beat(self) -> None:
+        """The line so far if none came for QUIET_SECONDS: the job is alive inside a long step."""
+        self._plain_line("", QUIET_SECONDS)
+
+    def _beat(self) -> None:
+        while not self._ended.wait(PLAIN_EVERY_SECONDS):
+            self.beat()
 
     def summary(self, note: str = "") -> str:
         """`seqlake COMMAND[: job]: counts (rates) in seconds: note`: what the job did."""
@@ -194,6 +213,7 @@ class Progress:
         if self._finished:
             return
         self._finished = True
+        self._ended.set()
         if self._bar is not None:
             self._bar.stop()
         if self in _active:

@@ -75,6 +75,28 @@ def test_off_a_terminal_plain_lines_come_at_most_every_few_seconds(monkeypatch, 
     assert summary == f"seqlake ingest: 501 records (25/s), 4 source commits in {2 * every:,.1f}s"
 
 
+def test_off_a_terminal_a_long_step_still_shows_a_line(monkeypatch, capsys):
+    clock = _Clock()
+    monkeypatch.setattr(seqlake.core.progress.time, "monotonic", clock)
+    monkeypatch.setattr(seqlake.core.progress, "_enabled", lambda: (False, True))
+    quiet = seqlake.core.progress.QUIET_SECONDS
+    progress = Progress("samples", total=6, measure="steps", rows_unit="samples", steps_unit="rebuilds")
+    progress.add(rows=10, steps=1, note="ranking: spark")
+    clock.now += quiet - 1
+    progress.beat()  # the job's own thread calls it every few seconds
+    assert capsys.readouterr().err == ""  # a line came recently enough
+    clock.now += 1
+    progress.beat()
+    line = capsys.readouterr().err.strip()
+    assert line == f"seqlake samples: 10 samples (0/s), 1/6 rebuilds in {quiet:,.1f}s so far: ranking: spark"
+    progress.done()
+    clock.now += quiet
+    progress.beat()  # nothing once the job has ended: its summary was its last line
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"seqlake samples: 10 samples (0/s), 1 rebuild in {quiet:,.1f}s"
+    ]
+
+
 @pytest.fixture
 def terminal(monkeypatch):
     screen = io.StringIO()
