@@ -44,11 +44,29 @@ def json_file_option(command: F) -> F:
     )(command)
 
 
-def step_log(name: str):
-    """A `log(line)` for the bench's steps: a status line on a terminal, lines on stderr otherwise."""
-    from seqlake.core.progress import Status
+class BenchLog:
+    """A `log(line)` for the bench's steps (a status line on a terminal, lines on stderr otherwise),
+    and the machine's load from the bench's start (`finish` adds its end to the report)."""
 
-    return Status(name)
+    def __init__(self, name: str) -> None:
+        from benchmarks.machine import MachineLoad
+        from seqlake.core.progress import Status
+
+        self.load = MachineLoad()
+        self._status = Status(name)
+
+    def __call__(self, line: str) -> None:
+        self._status(line)
+
+    def __enter__(self) -> BenchLog:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._status.close()
+
+
+def step_log(name: str) -> BenchLog:
+    return BenchLog(name)
 
 
 def finish(
@@ -58,10 +76,16 @@ def finish(
     *,
     report_file: str | None = None,
     files: dict[str, list[str]] | None = None,
+    log: BenchLog | None = None,
 ) -> int:
     """Print the bench's report (or its JSON document), keep the files asked for; 0, or 1 if a check
-    failed. `files` names other files the bench wrote (e.g. {"plot": [...]}), listed after the report."""
+    failed. `files` names other files the bench wrote (e.g. {"plot": [...]}), listed after the report.
+    With the bench's `log`, the report ends with the machine's load at the start and the end."""
     document = {"ok": bench.ok, **bench.to_dict()}
+    if log is not None:
+        load = log.load.close()
+        document["machine"] = load.to_dict()
+        report = f"{report}\n{load.line()}"
     if json_file:
         Path(json_file).write_text(json.dumps(jsonable(document), indent=2) + "\n")
     if report_file:

@@ -49,7 +49,7 @@ def command(scale: str, events: int | None, namespace: str, seed: int, json_file
             seed=seed,
             log=log,
         )
-    return finish(bench, format_report(bench), json_file)
+    return finish(bench, format_report(bench), json_file, log=log)
 
 
 main = job_main(command)

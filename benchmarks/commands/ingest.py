@@ -72,7 +72,7 @@ def command(
             seed=seed,
             log=log,
         )
-    return finish(bench, format_report(bench), json_file)
+    return finish(bench, format_report(bench), json_file, log=log)
 
 
 main = job_main(command)

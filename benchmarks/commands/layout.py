@@ -32,7 +32,9 @@ def command(users: int, heavy_users: int, heavy_rows: int, repeats: int, seed: i
     if heavy_users > users:
         raise click.UsageError(f"--heavy-users must be between 0 and --users ({users}), got {heavy_users}")
     from benchmarks.layout import format_table, run_layout_bench
+    from benchmarks.machine import MachineLoad
 
+    load = MachineLoad()
     rows = run_layout_bench(
         users=users,
         heavy_users=heavy_users,
@@ -41,10 +43,10 @@ def command(users: int, heavy_users: int, heavy_rows: int, repeats: int, seed: i
         repeats=repeats,
         config=load_cli_config(),
     )
-    table = format_table(rows)
+    table = f"{format_table(rows)}\n\n{load.close().line()}"
     if out:
         Path(out).write_text(table + "\n")
-    emit({"layouts": rows}, table)
+    emit({"layouts": rows, "machine": load.to_dict()}, table)
 
 
 main = job_main(command)

@@ -41,7 +41,7 @@ def command(windows: int, rows_per_window: int, users: int, namespace: str, seed
             seed=seed,
             log=log,
         )
-    return finish(bench, format_report(bench, config), json_file)
+    return finish(bench, format_report(bench, config), json_file, log=log)
 
 
 main = job_main(command)

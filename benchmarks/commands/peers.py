@@ -35,7 +35,7 @@ def command(scale: str, json_file: str | None, plots: Path | None) -> int:
     with step_log("bench-peers") as log:
         bench = run_peers_bench(scale, load_cli_config(), progress=log)
     written = {"plot": [str(path) for path in plot(bench, plots)]} if plots else None
-    return finish(bench, format_report(bench), json_file, files=written)
+    return finish(bench, format_report(bench), json_file, files=written, log=log)
 
 
 main = job_main(command)

@@ -82,7 +82,7 @@ def command(
             seed=seed,
             log=log,
         )
-    return finish(bench, format_report(bench), json_file, report_file=out)
+    return finish(bench, format_report(bench), json_file, report_file=out, log=log)
 
 
 main = job_main(command)

@@ -36,7 +36,7 @@ def command(scale: str, seed: int, json_file: str | None) -> int:
 
     with step_log("bench-samples") as log:
         bench = run_samples_bench(load_cli_config(), scale, seed, log=log)
-    return finish(bench, format_report(bench), json_file)
+    return finish(bench, format_report(bench), json_file, log=log)
 
 
 main = job_main(command)

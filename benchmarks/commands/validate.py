@@ -32,7 +32,7 @@ def command(records: int, on_spark: bool, seed: int, json_file: str | None) -> i
         spark = spark_session(config, "seqlake-bench-validate")
     with step_log("bench-validate") as log:
         bench = run_validation_bench(config, records=records, seed=seed, spark=spark, log=log)
-    return finish(bench, format_report(bench), json_file)
+    return finish(bench, format_report(bench), json_file, log=log)
 
 
 main = job_main(command)

@@ -26,6 +26,14 @@ def test_bench_peers_small_answers_agree_and_reports_every_target(tmp_path, caps
     assert (tmp_path / "plots" / "qps_by_length.png").stat().st_size > 0
     assert (tmp_path / "plots" / "qps_by_columns.png").stat().st_size > 0
     assert "| target | ratio | bound | met | CPU ratio |" in report
+    # The machine's load at the start and the end stands beside the table, and in the JSON.
+    machine = result["machine"]
+    assert machine["cores"] >= 1 and machine["load_start"] >= 0 and machine["load_end"] >= 0
+    assert machine["loaded"] == (max(machine["load_start"], machine["load_end"]) > machine["cores"])
+    (line,) = [line for line in report.splitlines() if line.startswith("machine: ")]  # after the tables
+    assert line.startswith(f"machine: {machine['cores']} cores, load average ") and line.endswith(
+        "run again on an idle machine)" if machine["loaded"] else " at the end"
+    ), line
     measurement("bench-peers (small):\n" + report)
 
 
