@@ -38,6 +38,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from benchmarks.shapes import RealisticValues, bursty_offsets
 from benchmarks.synthetic import increasing_per_user, synthetic_rows
 from seqlake.core.config import Config, load_config
 from seqlake.engines.catalog import open_catalog, table_identifier
@@ -75,22 +76,26 @@ SYSTEMS = (
 # -- data ------------------------------------------------------------------------------------------
 
 
-def engagement_rows(config: Config, lengths: dict[int, int], seed: int) -> pa.Table:
-    """History rows of the engagement group only, ordered by (bucket, key)."""
+def engagement_rows(config: Config, lengths: dict[int, int], seed: int, data: str = "realistic") -> pa.Table:
+    """History rows of the engagement group only, ordered by (bucket, key); `data` names their shape
+    (`benchmarks.shapes`)."""
     rng = np.random.default_rng(seed)
     counts = np.fromiter(lengths.values(), np.int64)
     n = int(counts.sum())
-    elapsed = increasing_per_user(counts, rng, 1_000_000, 60_000_000)
+    user_id = np.repeat(np.fromiter(lengths, np.int64), counts)
+    realistic = data == "realistic"
+    elapsed = bursty_offsets(counts, rng) if realistic else increasing_per_user(counts, rng, 1_000_000, 60_000_000)
     lsn = elapsed // 1000 + rng.integers(0, 1000, n)  # realistic LSN steps: not a few units a row
     return synthetic_rows(
         config,
-        user_id=np.repeat(np.fromiter(lengths, np.int64), counts),
+        user_id=user_id,
         feature_group=np.full(n, GROUP),
         event_ts_us=int(config.generator.start_ts.timestamp()) * 1_000_000 + elapsed,
         lsn=lsn,
         min_lsn=lsn - rng.integers(0, 50, n),
         event_count=rng.integers(1, 4, n),
         rng=rng,
+        values=RealisticValues(user_id, rng) if realistic else None,
     )
 
 
@@ -243,6 +248,7 @@ class Timing:
 @dataclass
 class PeersBench:
     scale: str
+    data: str  # the data's shape (benchmarks.shapes)
     rows: int
     lookups: dict[str, dict[str, Timing]]  # lookup -> system -> timing
     disk_bytes: dict[str, int]
@@ -271,6 +277,7 @@ class PeersBench:
     def to_dict(self) -> dict:
         return {
             "scale": self.scale,
+            "data": self.data,
             "rows": self.rows,
             "lookups": {
                 lookup: {
@@ -312,7 +319,9 @@ def _chunk_bytes(table, user: int, columns: list[str]) -> int:
     return total
 
 
-def run_peers_bench(scale: str = "small", config: Config | None = None, progress=print) -> PeersBench:
+def run_peers_bench(
+    scale: str = "small", config: Config | None = None, progress=print, shape: str = "realistic"
+) -> PeersBench:
     spec = SCALES[scale]
     with tempfile.TemporaryDirectory(prefix="seqlake-peers-") as tmp:
         root = Path(tmp)
@@ -324,8 +333,8 @@ def run_peers_bench(scale: str = "small", config: Config | None = None, progress
         long_ids = [FIRST_USER + 10 * i for i in range(spec["long_users"])]
         short_ids = [FIRST_USER + 10 * i + 5 for i in range(spec["short_users"])]
         lengths = {u: spec["long_rows"] for u in long_ids} | {u: spec["short_rows"] for u in short_ids}
-        progress(f"bench-peers ({scale}): writing {sum(lengths.values()):,} rows to every system")
-        data = engagement_rows(config, lengths, seed=12)
+        progress(f"bench-peers ({scale}, {shape} data): writing {sum(lengths.values()):,} rows to every system")
+        data = engagement_rows(config, lengths, seed=12, data=shape)
         two = ["item_id", "watch_time_ms"]
         fifteen = list(config.feature_groups[GROUP].columns)
         table = write_seqlake(config, data)
@@ -442,7 +451,7 @@ def run_peers_bench(scale: str = "small", config: Config | None = None, progress
         con.close()
         app.db.close()
         block.db.close()
-    return PeersBench(scale, data.num_rows, results, disk, bytes_read, failures)
+    return PeersBench(scale, shape, data.num_rows, results, disk, bytes_read, failures)
 
 
 # -- report ----------------------------------------------------------------------------------------
@@ -502,8 +511,8 @@ def targets(bench: PeersBench) -> list[Target]:
 def format_report(bench: PeersBench) -> str:
     systems = [s for s in SYSTEMS if any(s in found for found in bench.lookups.values())]
     lines = [
-        f"bench-peers ({bench.scale}, {bench.rows:,} rows): QPS (median latency over interleaved rounds; "
-        "CPU ms per lookup in brackets)",
+        f"bench-peers ({bench.scale}, {bench.data} data, {bench.rows:,} rows): QPS (median latency over "
+        "interleaved rounds; CPU ms per lookup in brackets)",
         "",
         "| lookup | " + " | ".join(systems) + " |",
         "|---|" + "---|" * len(systems),

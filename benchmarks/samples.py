@@ -25,6 +25,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from benchmarks.shapes import RealisticValues, bursty_offsets
 from benchmarks.synthetic import pick_groups, synthetic_rows
 from seqlake.core.config import Config
 from seqlake.engines.duckdb_session import connect, sql_literal
@@ -111,6 +112,7 @@ class TenantResult:
 @dataclass
 class SamplesBench:
     scale: str
+    data: str  # the data's shape (benchmarks.shapes)
     users: int
     history_rows: int
     history_bytes: int
@@ -132,17 +134,26 @@ def bench_config(config: Config, warehouse: Path, scale: Scale) -> Config:
     return config.model_copy(update={"warehouse": warehouse_spec, "training": training})
 
 
-def history_rows(config: Config, scale: Scale, day_start_us: int, seed: int) -> pa.Table:
+def history_rows(config: Config, scale: Scale, day_start_us: int, seed: int, shape: str = "realistic") -> pa.Table:
     """Every user's history up to the end of the request day, LSNs in publication order per source
-    partition. Histories are log-uniform in length, event times uniform over `history_days` days;
-    LATE_SHARE of the request day's events are published in a window one to three hours late."""
+    partition. Histories are log-uniform in length over `history_days` days, their event times in
+    bursty sessions (realistic) or uniform (small-ids); LATE_SHARE of the request day's events are
+    published in a window one to three hours late. `shape` names the values' shape (benchmarks.shapes)."""
     rng = np.random.default_rng(seed)
     users = 1_000_000 + np.arange(scale.users, dtype=np.int64) * 7
     lengths = np.exp(rng.uniform(np.log(scale.min_events), np.log(scale.max_events), scale.users)).astype(np.int64)
     n = int(lengths.sum())
     user = np.repeat(users, lengths)
     start = day_start_us - (scale.history_days - 1) * 24 * HOUR_US
-    ts = rng.integers(start, day_start_us + 24 * HOUR_US, n)
+    span = day_start_us + 24 * HOUR_US - start
+    realistic = shape == "realistic"
+    if realistic:  # sessions ending at the request day's end, squeezed into the span when longer
+        offsets = bursty_offsets(lengths, rng)
+        longest = np.repeat(np.maximum.reduceat(offsets, np.concatenate([[0], np.cumsum(lengths)[:-1]])), lengths)
+        squeeze = np.minimum(1.0, (span - 1) / np.maximum(longest, 1))
+        ts = start + span - 1 - ((longest - offsets) * squeeze).astype(np.int64)
+    else:
+        ts = rng.integers(start, start + span, n)
     window = ts // HOUR_US
     late = (ts >= day_start_us) & (rng.random(n) < LATE_SHARE)
     window = window + late * rng.integers(1, 4, n)  # the processing window of arrival
@@ -160,6 +171,7 @@ def history_rows(config: Config, scale: Scale, day_start_us: int, seed: int) -> 
         source_partition=partition,
         window_id=window,
         rng=rng,
+        values=RealisticValues(user, rng) if realistic else None,
     )
 
 
@@ -276,17 +288,22 @@ def samples_differences(config: Config, tenant: Tenant, first: str, second: str)
 
 
 def run_samples_bench(
-    config: Config, scale_name: str, seed: int = 1, log: Callable[[str], None] = print, spark_master: str = "local[2]"
+    config: Config,
+    scale_name: str,
+    seed: int = 1,
+    log: Callable[[str], None] = print,
+    spark_master: str = "local[2]",
+    shape: str = "realistic",
 ) -> SamplesBench:
     scale = SCALES[scale_name]
     with tempfile.TemporaryDirectory(prefix="seqlake-bench-samples-") as scratch:
         config = bench_config(config, Path(scratch) / "warehouse", scale)
         day_start_us = int(config.generator.start_ts.timestamp()) * 1_000_000 + scale.history_days * 24 * HOUR_US
-        rows = history_rows(config, scale, day_start_us, seed)
-        log(f"history: {scale.users} users, {rows.num_rows:,} rows; serving one day of requests")
+        rows = history_rows(config, scale, day_start_us, seed, shape)
+        log(f"history ({shape} data): {scale.users} users, {rows.num_rows:,} rows; serving one day of requests")
         capture_seconds = serve_day(config, rows, day_start_us, scale, seed, Path(scratch) / "staging")
         history, detail = history_tables(config)
-        bench = SamplesBench(scale_name, scale.users, rows.num_rows, table_bytes(history), table_bytes(detail))
+        bench = SamplesBench(scale_name, shape, scale.users, rows.num_rows, table_bytes(history), table_bytes(detail))
         del rows
         spark = None
         if scale.spark:
@@ -387,7 +404,8 @@ def _ratio(a: float | None, b: float | None) -> str:
 def format_report(bench: SamplesBench) -> str:
     fat_total = sum(t.fatrow_bytes for t in bench.tenants)
     lines = [
-        f"bench-samples --scale {bench.scale}: {bench.users} users, {bench.history_rows:,} history rows, "
+        f"bench-samples --scale {bench.scale} --data {bench.data}: {bench.users} users, "
+        f"{bench.history_rows:,} history rows, "
         f"history {bench.history_bytes / 2**20:.1f} MiB, live detail {bench.detail_bytes / 2**20:.1f} MiB",
         "",
         "| tenant | engine | samples | samples/s | time / fat-row read (pyarrow) | time / fat-row read (DuckDB) "

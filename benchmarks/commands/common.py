@@ -38,6 +38,20 @@ def namespace_option(default: str) -> Callable[[F], F]:
     )
 
 
+def data_option(command: F) -> F:
+    """--data realistic|small-ids, passed as `shape`: the shape of the bench's history rows."""
+    from benchmarks.shapes import DATA_SHAPES
+
+    return click.option(
+        "--data",
+        "shape",
+        type=click.Choice(DATA_SHAPES),
+        default=DATA_SHAPES[0],
+        show_default=True,
+        help="The data's shape: wide hashed ids, Zipf items, bursty sessions (realistic); or small uniform ids.",
+    )(command)
+
+
 def json_file_option(command: F) -> F:
     return click.option(
         "--json", "json_file", metavar="FILE", type=click.Path(dir_okay=False), help="Also write the results to FILE."

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import click
 
-from benchmarks.commands.common import finish, json_file_option, step_log
+from benchmarks.commands.common import data_option, finish, json_file_option, step_log
 from seqlake.cli import job_main, script_main
 from seqlake.cli.options import common_options, load_cli_config
 
@@ -22,6 +22,7 @@ SCALES = ("medium", "small")  # benchmarks.peers.SCALES
 
 @click.command("bench-peers", help=__doc__)
 @click.option("--scale", type=click.Choice(SCALES), default="small", show_default=True, help="Data set size.")
+@data_option
 @json_file_option
 @click.option(
     "--plots",
@@ -29,11 +30,11 @@ SCALES = ("medium", "small")  # benchmarks.peers.SCALES
     help="Write PNG plots (QPS by length and columns) here.",
 )
 @common_options
-def command(scale: str, json_file: str | None, plots: Path | None) -> int:
+def command(scale: str, shape: str, json_file: str | None, plots: Path | None) -> int:
     from benchmarks.peers import format_report, plot, run_peers_bench
 
     with step_log("bench-peers") as log:
-        bench = run_peers_bench(scale, load_cli_config(), progress=log)
+        bench = run_peers_bench(scale, load_cli_config(), progress=log, shape=shape)
     written = {"plot": [str(path) for path in plot(bench, plots)]} if plots else None
     return finish(bench, format_report(bench), json_file, files=written, log=log)
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import click
 
-from benchmarks.commands.common import finish, json_file_option, seed_option, step_log
+from benchmarks.commands.common import data_option, finish, json_file_option, seed_option, step_log
 from seqlake.cli import job_main, script_main
 from seqlake.cli.options import common_options, load_cli_config
 
@@ -29,13 +29,14 @@ SCALES = ("medium", "small", "tiny")  # benchmarks.samples.SCALES
     "histories of 10^3 to 2*10^4 events.",
 )
 @seed_option(1)
+@data_option
 @json_file_option
 @common_options
-def command(scale: str, seed: int, json_file: str | None) -> int:
+def command(scale: str, seed: int, shape: str, json_file: str | None) -> int:
     from benchmarks.samples import format_report, run_samples_bench
 
     with step_log("bench-samples") as log:
-        bench = run_samples_bench(load_cli_config(), scale, seed, log=log)
+        bench = run_samples_bench(load_cli_config(), scale, seed, log=log, shape=shape)
     return finish(bench, format_report(bench), json_file, log=log)
 
 
