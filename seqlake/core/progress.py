@@ -179,7 +179,8 @@ class Progress:
         self._plain_line("", QUIET_SECONDS)
 
     def _beat(self) -> None:
-        while not self._ended.wait(PLAIN_EVERY_SECONDS):
+        # Wakes when the last line turns QUIET_SECONDS old, so no gap runs past it.
+        while not self._ended.wait(max(0.5, QUIET_SECONDS - (time.monotonic() - self._last_line))):
             self.beat()
 
     def summary(self, note: str = "") -> str:
