@@ -13,10 +13,14 @@ JARS := .jars/.resolved
 # shared); much of a test's time is a JVM, a subprocess or a commit waiting, so two overlap on two cores.
 TEST_WORKERS ?= 2
 
-.PHONY: demo test setup jars lint clean
+.PHONY: demo test explore setup jars lint clean
 
 demo: setup
 	$(BIN)/seqlake demo
+
+# The property tests on fresh random examples (the suite draws the same ones on every run).
+explore: setup
+	$(BIN)/pytest -n $(TEST_WORKERS) --hypothesis-profile explore --hypothesis-seed $$RANDOM -m "not spark" $$(grep -rl "from hypothesis" tests --include "test_*.py")
 
 test: setup
 	$(BIN)/ruff check .

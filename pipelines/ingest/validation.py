@@ -422,7 +422,7 @@ def _reason(config: Config) -> str:
     strings = [c for c, kind in types.items() if kind == "string"]
     lone = " OR ".join(["_u_event_id", *(f"({_owned_by(config, c)} AND _u_{c})" for c in strings)])
     too_long = [
-        f"(_v_feature_group = {_literal(g)} AND length(_v_{c}) > {spec.max_length})"
+        f"(_v_feature_group = {_literal(g)} AND NOT {_is(c, 'null')} AND length(_v_{c}) > {spec.max_length})"
         for g, group in groups.items()
         for c, spec in group.columns.items()
         if spec.max_length is not None

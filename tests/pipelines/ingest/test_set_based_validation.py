@@ -300,6 +300,7 @@ CORNERS = {
     with_(quantity=Raw("1.0")): "wrong_type",
     with_(currency="\ud800"): "invalid_utf8",
     with_(currency="EURO"): "oversize_value",
+    with_(currency=None): None,  # JSON's null is no value, not the four characters `null`
     with_(currency="€" * MAX_PAYLOAD_BYTES): "oversize_value",
     with_(color="red"): "unknown_column",
 }
