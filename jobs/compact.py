@@ -73,8 +73,8 @@ def compact_windows(
     """Publish the chosen (or every closed) window in batches, merging runs after each; the document
     and the text of what happened."""
     from seqlake.core.progress import Progress
-    from seqlake.pipelines.compaction.plan import history_tables, plan_batches
-    from seqlake.pipelines.compaction.spark import compact_batch, merge_runs_if_needed
+    from seqlake.pipelines.compaction.batches import compact_in_batches
+    from seqlake.pipelines.compaction.plan import history_tables
     from seqlake.pipelines.landing.tables import landing_paths
     from seqlake.pipelines.landing.windows import landed_windows
     from seqlake.tableformat.registry import published_windows as published
@@ -90,29 +90,13 @@ def compact_windows(
         from seqlake.engines.spark_session import spark_session
 
         spark = spark_session(config, "seqlake-compact")
-
-        def compact(batch: list[int]):
-            return compact_batch(spark, config, paths, batch)
-
-        def merge() -> str | None:
-            return merge_runs_if_needed(spark, config)
-    else:
-        from seqlake.pipelines.compaction.duckdb import compact_batch_duckdb, merge_runs_if_needed_duckdb
-
-        def compact(batch: list[int]):
-            return compact_batch_duckdb(config, paths, batch)
-
-        def merge() -> str | None:
-            return merge_runs_if_needed_duckdb(config)
-
     chosen = windows or [w for w in state.closed(end_of_stream) if w not in done]
     lines = [f"window {w} already published: nothing to do" for w in sorted(set(chosen) & done)]
     todo = {w: state.rows.get(w, 0) for w in chosen if w not in done}
-    batches = plan_batches(todo, config.layout.compaction_batch_rows)
     progress = Progress("compact", total=len(todo), measure="steps", rows_unit="events", steps_unit="windows")
     published_batches, merges = [], []
-    for batch in batches:
-        result = compact(batch)
+    for outcome in compact_in_batches(config, paths, todo, engine, spark):
+        batch, result = outcome.windows, outcome.result
         span = f"window {batch[0]}" if len(batch) == 1 else f"windows {batch[0]}..{batch[-1]} ({len(batch)})"
         line = f"{span} {'published' if result.published else 'already published'}: {result.events:,} events"
         if result.quarantined:
@@ -128,12 +112,11 @@ def compact_windows(
             }
         )
         progress.add(rows=result.events, steps=len(batch), note=span)
-        merged = merge()
-        if merged:
-            merges.append(merged)
-            lines.append(f"merged runs into {merged}")
+        if outcome.merged_into:
+            merges.append(outcome.merged_into)
+            lines.append(f"merged runs into {outcome.merged_into}")
     progress.done()
-    summary = f"{len(todo)} windows in {len(batches)} batch(es), {engine} engine"
+    summary = f"{len(todo)} windows in {len(published_batches)} batch(es), {engine} engine"
     lines.append(summary if todo else "nothing to do: no closed window awaits publication")
     document: dict[str, Any] = {
         "engine": engine,

@@ -18,9 +18,8 @@ from pyspark.sql import SparkSession
 from seqlake.core.config import Config, resolve_engine
 from seqlake.core.progress import Progress
 from seqlake.engines.catalog import spark_name
-from seqlake.pipelines.compaction.duckdb import compact_batch_duckdb, merge_runs_if_needed_duckdb
-from seqlake.pipelines.compaction.plan import history_tables, plan_batches
-from seqlake.pipelines.compaction.spark import compact_batch, merge_runs_if_needed
+from seqlake.pipelines.compaction.batches import compact_in_batches
+from seqlake.pipelines.compaction.plan import history_tables
 from seqlake.pipelines.ingest.plan import IngestResult, ingest_app_id
 from seqlake.pipelines.ingest.spark import ingest_source
 from seqlake.pipelines.landing.tables import LandingPaths, last_applied_version
@@ -58,25 +57,21 @@ class ServingResult:
 def _compact(
     spark: SparkSession, config: Config, paths: LandingPaths, windows: list[int], result: ServingResult
 ) -> None:
-    """Publish the closed windows not yet published, in batches (`plan_batches`), on the configured
-    engine (`layout.compaction_engine`), merging runs after each batch."""
+    """Publish the closed windows not yet published, in batches, on the configured engine
+    (`layout.compaction_engine`), merging runs after each batch."""
     started = time.monotonic()
     history, _ = history_tables(config)
     done = published_windows(history)
     todo = [w for w in windows if w not in done]
     if todo:
         rows = landed_windows(paths).rows
-        for batch in plan_batches({w: rows.get(w, 0) for w in todo}, config.layout.compaction_batch_rows):
-            if resolve_engine(config.layout.compaction_engine) == "duckdb":
-                compacted = compact_batch_duckdb(config, paths, batch)
-                merged = merge_runs_if_needed_duckdb(config)
-            else:
-                compacted = compact_batch(spark, config, paths, batch)
-                merged = merge_runs_if_needed(spark, config)
-            result.windows_published += len(compacted.windows) if compacted.published else 0
-            result.events_compacted += compacted.events
-            result.events_quarantined_at_compaction += compacted.quarantined
-            result.merges += merged is not None
+        engine = resolve_engine(config.layout.compaction_engine)
+        for batch in compact_in_batches(config, paths, {w: rows.get(w, 0) for w in todo}, engine, spark):
+            published = batch.result
+            result.windows_published += len(published.windows) if published.published else 0
+            result.events_compacted += published.events
+            result.events_quarantined_at_compaction += published.quarantined
+            result.merges += batch.merged_into is not None
     result.seconds["compaction"] += time.monotonic() - started
 
 
