@@ -84,7 +84,7 @@ def run_demo(config: Config) -> Report:
     from seqlake.engines.spark_session import spark_session
     from seqlake.pipelines.compaction.plan import history_tables
     from seqlake.pipelines.demo.generator import EventGenerator
-    from seqlake.pipelines.demo.report import Report
+    from seqlake.pipelines.demo.report import Report, Stopwatch
     from seqlake.pipelines.demo.verdict import verdict
     from seqlake.pipelines.ingest.raw_source import create_raw_table, land_raw_records
     from seqlake.pipelines.landing.tables import landing_paths
@@ -106,9 +106,8 @@ def run_demo(config: Config) -> Report:
     # A commit per capture period: ingest then moves in steps between which requests are captured.
     step_seconds = config.layout.window_seconds // config.training.captures_per_window
     generating = Progress("generate", rows_unit="records", show_bytes=True)
-    step_started = time.monotonic()
-    landing = land_raw_records(raw_table, generator.batches(), generating, window_seconds=step_seconds)
-    generated_seconds = time.monotonic() - step_started
+    with Stopwatch() as generating_clock:
+        landing = land_raw_records(raw_table, generator.batches(), generating, window_seconds=step_seconds)
     generating.done()
     stats = generator.stats
     gen = report.section("generated")
@@ -122,7 +121,7 @@ def run_demo(config: Config) -> Report:
     gen["max_history_length"] = int(max(stats.history_lengths))
     gen["source_partitions"] = config.generator.source_partitions
     gen["windows"] = config.generator.windows
-    Report.throughput(gen, generated_seconds, stats.records, "records")  # generated and landed in raw_events
+    Report.throughput(gen, generating_clock.seconds, stats.records, "records")  # generated and landed in raw_events
 
     # 2. Read the raw table back through every engine: they must agree.
     metadata_location = catalog.load_table(raw_id).metadata_location
@@ -206,6 +205,7 @@ def late_materialization(spark, config: Config, report: Report, served) -> None:
     from seqlake.core.progress import Progress
     from seqlake.engines.catalog import open_catalog, table_identifier
     from seqlake.pipelines.compaction.plan import history_tables
+    from seqlake.pipelines.demo.report import Stopwatch
     from seqlake.pipelines.training.rebuild.samples import fatrow_match, read_fatrows_pyarrow, write_arrow_samples
     from seqlake.pipelines.training.rebuild.spark import write_spark_samples
     from seqlake.pipelines.training.sequence import tenants
@@ -245,9 +245,8 @@ def late_materialization(spark, config: Config, report: Report, served) -> None:
     storage["normalized_plus_history_and_detail_vs_fat_row"] = round(with_detail, 3)
     progress = Progress("samples", total=3 * len(profiles), measure="steps", rows_unit="samples", steps_unit="rebuilds")
     for tenant in profiles:
-        started = time.monotonic()
-        exact = write_arrow_samples(config, tenant, "lsn", compare=False)
-        samples_seconds = time.monotonic() - started
+        with Stopwatch() as samples_clock:
+            exact = write_arrow_samples(config, tenant, "lsn", compare=False)
         exact = replace(exact, matched=fatrow_match(config, tenant, samples_table=samples_table_name(tenant)))
         fatrow_seconds, _ = read_fatrows_pyarrow(config, tenant)
         progress.add(rows=exact.samples, steps=1, note=f"{tenant.name}: arrow, LSN-bounded")
@@ -263,9 +262,9 @@ def late_materialization(spark, config: Config, report: Report, served) -> None:
         facts["normalized_training_mib"] = _mib(normalized[tenant.name])
         facts["fat_row_mib"] = _mib(fat[tenant.name])
         facts["samples"] = exact.samples
-        facts["samples_per_second"] = round(exact.samples / max(samples_seconds, 1e-9))
+        facts["samples_per_second"] = round(exact.samples / max(samples_clock.seconds, 1e-9))
         # The samples job (rebuild, verify, write) against a scan of the fat rows holding the same samples.
-        facts["samples_time_vs_fat_row_read"] = round(samples_seconds / max(fatrow_seconds, 1e-9), 2)
+        facts["samples_time_vs_fat_row_read"] = round(samples_clock.seconds / max(fatrow_seconds, 1e-9), 2)
         facts["exact_match_lsn"] = round(exact.match_rate, 4)
         facts["exact_match_time_only"] = round(time_only.match_rate, 4)
         facts["checksum_failures_lsn"] = exact.quarantined

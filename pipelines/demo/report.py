@@ -3,8 +3,25 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
+from types import TracebackType
 from typing import Any
+
+
+class Stopwatch:
+    """The wall seconds of a `with` block: `with Stopwatch() as clock: ...`, then `clock.seconds`."""
+
+    seconds = 0.0
+
+    def __enter__(self) -> Stopwatch:
+        self._started = time.monotonic()
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
+    ) -> None:
+        self.seconds = time.monotonic() - self._started
 
 
 class Report:

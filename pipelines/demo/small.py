@@ -13,11 +13,11 @@ import time
 from seqlake.core.config import Config
 from seqlake.core.progress import Progress
 from seqlake.engines.catalog import open_catalog, table_identifier
-from seqlake.pipelines.compaction.duckdb import compact_batch_duckdb, merge_runs_if_needed_duckdb
-from seqlake.pipelines.compaction.plan import history_tables, plan_batches
+from seqlake.pipelines.compaction.batches import compact_in_batches
+from seqlake.pipelines.compaction.plan import history_tables
 from seqlake.pipelines.demo.full import RAW_TABLE, reset_demo_tables
 from seqlake.pipelines.demo.generator import EventGenerator, user_id_of
-from seqlake.pipelines.demo.report import Report
+from seqlake.pipelines.demo.report import Report, Stopwatch
 from seqlake.pipelines.ingest.duckdb import ingest_source_in_process
 from seqlake.pipelines.ingest.raw_source import create_raw_table, land_raw_records
 from seqlake.pipelines.landing.tables import landing_paths
@@ -46,9 +46,10 @@ def run_small_demo(config: Config) -> Report:
     generator = EventGenerator(config)
     raw_table = create_raw_table(catalog, table_identifier(config, RAW_TABLE))
     generating = Progress("generate", rows_unit="records", show_bytes=True)
-    step_started = time.monotonic()
-    landing = land_raw_records(raw_table, generator.batches(), generating, window_seconds=config.layout.window_seconds)
-    generated_seconds = time.monotonic() - step_started
+    with Stopwatch() as generating_clock:
+        landing = land_raw_records(
+            raw_table, generator.batches(), generating, window_seconds=config.layout.window_seconds
+        )
     generating.done()
     stats = generator.stats
     gen = report.section("generated")
@@ -59,30 +60,28 @@ def run_small_demo(config: Config) -> Report:
     gen["malformed_records"] = dict(sorted(stats.malformed.items()))
     gen["max_history_length"] = int(stats.history_lengths.max())
     gen["raw_commits"] = landing.commits
-    Report.throughput(gen, generated_seconds, stats.records, "records")  # generated and landed in raw_events
+    Report.throughput(gen, generating_clock.seconds, stats.records, "records")  # generated and landed in raw_events
 
     paths = landing_paths(config)
     ingesting = Progress("ingest", measure="steps", rows_unit="records", steps_unit="source commits")
-    step_started = time.monotonic()
-    ingested = ingest_source_in_process(config, RAW_TABLE, paths, ingesting)
-    ingest_seconds = time.monotonic() - step_started
+    with Stopwatch() as ingest_clock:
+        ingested = ingest_source_in_process(config, RAW_TABLE, paths, ingesting)
     ingesting.done()
     ingest = report.section("ingest")
     ingest["engine"] = "duckdb"
     ingest["records"] = ingested.records
     ingest["events_landed"] = ingested.landed
     ingest["quarantined"] = dict(sorted(ingested.quarantined.items()))
-    Report.throughput(ingest, ingest_seconds, ingested.records, "records")
+    Report.throughput(ingest, ingest_clock.seconds, ingested.records, "records")
 
     # The stream has ended: every landed window is closed. Published on DuckDB, in-process.
-    step_started = time.monotonic()
-    state = landed_windows(paths)
-    todo = {w: state.rows.get(w, 0) for w in state.closed(end_of_stream=True)}
-    events = merges = 0
-    for batch in plan_batches(todo, config.layout.compaction_batch_rows):
-        events += compact_batch_duckdb(config, paths, batch).events
-        merges += merge_runs_if_needed_duckdb(config) is not None
-    compaction_seconds = time.monotonic() - step_started
+    with Stopwatch() as compaction_clock:
+        state = landed_windows(paths)
+        todo = {w: state.rows.get(w, 0) for w in state.closed(end_of_stream=True)}
+        events = merges = 0
+        for batch in compact_in_batches(config, paths, todo, "duckdb"):
+            events += batch.result.events
+            merges += batch.merged_into is not None
     history, _ = history_tables(config)
     history.refresh()
     snapshot = history.current_snapshot()
@@ -93,7 +92,7 @@ def run_small_demo(config: Config) -> Report:
     compaction["history_rows"] = total_records(snapshot)
     compaction["merges"] = merges
     compaction["runs"] = len(live_runs(history))
-    Report.throughput(compaction, compaction_seconds, events, "events")  # merges included
+    Report.throughput(compaction, compaction_clock.seconds, events, "events")  # merges included
 
     checked = fsck_table(history)
     report.section("fsck").update(ok=True, files=checked.files, rows=checked.rows)
