@@ -20,6 +20,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "benchmarks.commands.peers",
         "measure point lookups against RocksDB, DuckDB and Arrow IPC (ratios)",
     ),
+    "bench-pipeline": (
+        "benchmarks.commands.pipeline",
+        "measure import, ingest and compaction on each engine against one DuckDB statement (ratios)",
+    ),
     "bench-samples": ("benchmarks.commands.samples", "measure training samples from pointers against fat-row reads"),
     "bench-validate": (
         "benchmarks.commands.validate",
