@@ -56,7 +56,11 @@ def verdict(facts: dict[str, dict[str, Any]], tenants: list[str], retention_wind
         for t in exact
     )
     lines["exact"] = {
-        "measured": ", ".join(f"{name} {t['exact_match_lsn']:.2%}" for name, t in zip(tenants, exact, strict=True)),
+        "measured": "; ".join(
+            f"{name}: in-process {t['exact_match_lsn']:.2%}, spark {t['spark_exact_match_lsn']:.2%}, "
+            f"{t['checksum_failures_lsn'] + t['spark_checksum_failures']} checksum failures"
+            for name, t in zip(tenants, exact, strict=True)
+        ),
         "target": "100% on both engines, 0 checksum failures",
         "verdict": _met(all_exact),
         "what": "samples rebuilt from pointers equal to the fat rows inference logged",

@@ -63,6 +63,7 @@ RUNS: dict[str, tuple[list[str], int]] = {
     "bench-merge": (["--windows", "4", "--rows-per-window", "50", "--users", "10"], 0),
     "bench-peers": (["--scale", "huge"], 2),
     "bench-samples": (["--scale", "huge"], 2),
+    "bench-pipeline": (["--scale", "huge"], 2),
     "bench-validate": (["--records", "3000"], 0),
 }
 

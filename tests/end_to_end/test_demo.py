@@ -95,6 +95,8 @@ def test_demo_lands_every_record_and_all_engines_agree(spark, lake_config, tmp_p
         assert line["measured"] == figure, name
         assert line["verdict"] == ("met" if figure <= float(line["target"].removeprefix("<= ")) else "not met"), name
     assert verdict["exact"]["verdict"] == "met"  # every sample above was exact on both engines
+    for name in lake_config.tenants:  # and the line says so for each engine
+        assert f"{name}: in-process 100.00%, spark 100.00%, 0 checksum failures" in verdict["exact"]["measured"]
 
     # Key order is meaningful (feature groups and their columns are declared in order): keep it.
     config_file = tmp_path / "seqlake.yaml"
