@@ -35,6 +35,7 @@ from typing import TypeVar
 import numpy as np
 import pyarrow as pa
 
+from benchmarks.shapes import RealisticValues
 from benchmarks.synthetic import history_lengths, increasing_per_user, pick_groups, synthetic_rows
 from seqlake.core.config import Config, load_config
 from seqlake.engines.catalog import open_catalog, table_identifier
@@ -64,9 +65,12 @@ def user_ids_and_lengths(users: int, heavy_users: int, heavy_rows: int, min_even
     return ids.astype(np.int64), lengths
 
 
-def run_rows(config: Config, user_ids: np.ndarray, lengths: np.ndarray, run: int, seed: int) -> pa.Table:
-    """One sorted run's rows for `user_ids` (`lengths` rows each), ordered by (bucket, key). Run `run`
-    covers later event times and higher LSNs than run `run - 1`."""
+def run_rows(
+    config: Config, user_ids: np.ndarray, lengths: np.ndarray, run: int, seed: int, shape: str = "realistic"
+) -> pa.Table:
+    """One sorted run's rows for `user_ids` (`lengths` rows each), ordered by (bucket, key), with
+    values of the `shape` (`benchmarks.shapes`). Run `run` covers later event times and higher LSNs
+    than run `run - 1`."""
     keep = lengths > 0
     user_ids, lengths = user_ids[keep], lengths[keep]
     rng = np.random.default_rng([seed, run])
@@ -75,14 +79,16 @@ def run_rows(config: Config, user_ids: np.ndarray, lengths: np.ndarray, run: int
     elapsed = increasing_per_user(lengths, rng, 1_000_000, 60_000_000)
     run_start = int(config.generator.start_ts.timestamp()) * 1_000_000 + run * 30 * 86_400_000_000
     lsn = run * 10**12 + elapsed // 1000 + rng.integers(0, 1000, n)
+    user_id = np.repeat(user_ids, lengths)
     return synthetic_rows(
         config,
-        user_id=np.repeat(user_ids, lengths),
+        user_id=user_id,
         feature_group=pick_groups(config, n, rng),
         event_ts_us=run_start + elapsed,
         lsn=lsn,
         min_lsn=lsn - rng.integers(0, 50, n),
         event_count=rng.integers(1, 4, n),
+        values=RealisticValues(user_id, rng) if shape == "realistic" else None,
         rng=rng,
     )
 
@@ -95,6 +101,7 @@ def build_table(
     runs: int,
     seed: int,
     policy=DEFAULT_POLICY,
+    shape: str = "realistic",
 ):
     """Create the history table in `config`'s warehouse and publish `runs` sorted runs: the first holds
     every user's history, each later one a shrinking random share of the users (the active ones) with
@@ -111,7 +118,7 @@ def build_table(
             active = rng.random(len(user_ids)) < 0.5 / run
             run_lengths = np.where(active, np.maximum(1, lengths // (4 * run)), 0)
         totals += run_lengths
-        data = run_rows(config, user_ids, run_lengths, run, seed)
+        data = run_rows(config, user_ids, run_lengths, run, seed, shape)
         run_id = f"w{run + 1}"
         files = write_run(
             data.to_batches(max_chunksize=WRITE_BATCH_ROWS),
@@ -172,6 +179,7 @@ def _io(stats: IOStats) -> dict[str, int]:
 
 @dataclass
 class ReadBench:
+    data: str  # the data's shape (benchmarks.shapes)
     users: int
     rows: int
     files: int
@@ -189,6 +197,7 @@ class ReadBench:
 
     def to_dict(self) -> dict:
         return {
+            "data": self.data,
             "users": self.users,
             "rows": self.rows,
             "files": self.files,
@@ -399,6 +408,7 @@ def run_read_bench(
     max_workers: int = 4,
     seed: int = 1,
     log: Callable[[str], None] | None = None,
+    shape: str = "realistic",
 ) -> ReadBench:
     """Build the table in a temporary warehouse and measure both comparisons (module docstring)."""
     if repeats < 1 or lookups < 1 or not 1 <= multi_users <= users:
@@ -411,9 +421,11 @@ def run_read_bench(
         )
         config = config.model_copy(update={"warehouse": warehouse})
         say(f"building {users:,} users in {runs} sorted runs")
-        table, user_ids, totals = build_table(config, users, heavy_users, heavy_rows, runs, seed)
+        table, user_ids, totals = build_table(config, users, heavy_users, heavy_rows, runs, seed, shape=shape)
         files = list(table.scan().plan_files())
-        bench = ReadBench(users=users, rows=int(totals.sum()), files=len(files), runs=runs, longest=int(totals.max()))
+        bench = ReadBench(
+            data=shape, users=users, rows=int(totals.sum()), files=len(files), runs=runs, longest=int(totals.max())
+        )
         rng = np.random.default_rng([seed, 3])
         # Requested users: mostly stored ones, a few absent ones (ids between stored ones).
         chosen = rng.choice(user_ids, multi_users, replace=False).tolist()
@@ -445,7 +457,8 @@ def run_read_bench(
 def format_report(bench: ReadBench) -> str:
     """Markdown tables of the measured ratios."""
     lines = [
-        f"{bench.users:,} users, {bench.rows:,} rows in {bench.runs} sorted runs ({bench.files} files), "
+        f"{bench.data} data: {bench.users:,} users, {bench.rows:,} rows in {bench.runs} sorted runs "
+        f"({bench.files} files), "
         f"longest history {bench.longest:,} rows.",
         "",
         "| selection | users (with rows) | read_user loop, s | histories, s | time ratio | opens | reads | "

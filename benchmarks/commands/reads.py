@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import click
 
-from benchmarks.commands.common import finish, json_file_option, seed_option, step_log
+from benchmarks.commands.common import data_option, finish, json_file_option, seed_option, step_log
 from seqlake.cli import job_main, script_main
 from seqlake.cli.options import common_options, load_cli_config
 from seqlake.cli.types import IntegerAtLeast, NumberAbove
@@ -42,6 +42,7 @@ from seqlake.cli.types import IntegerAtLeast, NumberAbove
 @click.option("--repeats", type=IntegerAtLeast(1), default=3, show_default=True, help="Timed multi-user repeats.")
 @click.option("--workers", type=IntegerAtLeast(1), default=4, show_default=True, help="histories() threads.")
 @seed_option(1)
+@data_option
 @click.option("--out", metavar="FILE.md", help="Also write the report to this file.")
 @json_file_option
 @common_options
@@ -57,6 +58,7 @@ def command(
     repeats: int,
     workers: int,
     seed: int,
+    shape: str,
     out: str | None,
     json_file: str | None,
 ) -> int:
@@ -81,6 +83,7 @@ def command(
             max_workers=workers,
             seed=seed,
             log=log,
+            shape=shape,
         )
     return finish(bench, format_report(bench), json_file, report_file=out, log=log)
 

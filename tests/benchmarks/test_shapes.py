@@ -3,6 +3,8 @@ returning to their interests, attributes of the item, bursty sessions."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 
 from benchmarks.shapes import INTEREST_ITEMS, RealisticValues, bursty_offsets, wide_ids
@@ -42,3 +44,18 @@ def test_bursty_offsets_increase_per_user_in_sessions_of_seconds_hours_apart():
         assert (gaps > 0).all()
         # Most gaps are seconds inside a session; a few are hours between sessions.
         assert np.median(gaps) < 120 and (gaps > 3600).mean() > 0.01 and (gaps > 3600).mean() < 0.2
+
+
+def test_a_bench_runs_on_small_ids_and_says_so(tmp_path, capsys):
+    """`--data small-ids`, the easy case shown beside realistic data: the same bench, its rows checked
+    against the plain path as on realistic data, and the report names the shape."""
+    from seqlake.cli import main
+
+    small = ["--users", "30", "--heavy-users", "1", "--heavy-rows", "300", "--runs", "2", "--multi-users", "8"]
+    small += ["--lookups", "30", "--cache-mib", "1", "--repeats", "1", "--workers", "2"]
+    for shape in ("small-ids", "realistic"):
+        assert main(["bench-reads", *small, "--data", shape, "--json", str(tmp_path / f"{shape}.json")]) == 0
+        assert f"{shape} data: 30 users" in capsys.readouterr().out
+    realistic = json.loads((tmp_path / "realistic.json").read_text())
+    small_ids = json.loads((tmp_path / "small-ids.json").read_text())
+    assert realistic["data"] == "realistic" and small_ids["data"] == "small-ids" and realistic["ok"] and small_ids["ok"]
