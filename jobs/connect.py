@@ -20,6 +20,7 @@ import click
 
 from seqlake.cli import job_main, script_main
 from seqlake.cli.options import common_options, load_cli_config
+from seqlake.core.config import CATALOG_SECRET_ENV
 from seqlake.core.errors import SeqlakeError
 from seqlake.core.output import emit
 
@@ -66,16 +67,13 @@ def duckdb_script(config: Config) -> str:
 
 
 def pyiceberg_entry(config: Config) -> dict[str, dict[str, dict[str, str]]]:
-    """The `.pyiceberg.yaml` document naming this warehouse's SQL catalog."""
-    return {
-        "catalog": {
-            config.warehouse.catalog_name: {
-                "type": "sql",
-                "uri": config.catalog_uri(),
-                "warehouse": config.warehouse_uri(),
-            }
-        }
-    }
+    """The `.pyiceberg.yaml` document naming this warehouse's catalog (a REST catalog's secrets stay in
+    the environment: pyiceberg reads `PYICEBERG_CATALOG__<NAME>__CREDENTIAL` and `__TOKEN`)."""
+    if config.warehouse.catalog_type == "rest":
+        entry = {"type": "rest", "uri": config.catalog_uri(), **config.warehouse.catalog_properties}
+    else:
+        entry = {"type": "sql", "uri": config.catalog_uri(), "warehouse": config.warehouse_uri()}
+    return {"catalog": {config.warehouse.catalog_name: entry}}
 
 
 def write_pyiceberg(document: dict, path: Path) -> None:
@@ -99,6 +97,10 @@ def spark_options(config: Config) -> list[str]:
     jars = conf.pop("spark.jars")
     conf.pop("spark.master")
     conf = {k: v for k, v in conf.items() if not k.startswith("spark.pyspark.")}  # the caller's own Python
+    prefix = f"spark.sql.catalog.{config.warehouse.catalog_name}."
+    for key, variable in CATALOG_SECRET_ENV.items():  # printed as the variable, never as the value
+        if prefix + key in conf:
+            conf[prefix + key] = f"${variable}"
     return ["--jars", jars] + [part for key, value in conf.items() for part in ("--conf", f"{key}={value}")]
 
 
@@ -132,7 +134,8 @@ def command(tool: str, write: bool) -> None:
         document = {"tool": tool, "pyiceberg": entry, "written": PYICEBERG_FILE if write else None}
     else:
         options = spark_options(config)
-        text = " ".join(shlex.quote(part) for part in options) + "\n"
+        # A secret is a "$VARIABLE" the shell expands: double quotes, not shlex's single ones.
+        text = " ".join(f'"{part}"' if "=$" in part else shlex.quote(part) for part in options) + "\n"
         text += f"# then: spark.table({f'{config.warehouse.catalog_name}.{name}'!r})\n"
         document = {"tool": tool, "options": options}
     emit(document, lambda: print(text, end=""))

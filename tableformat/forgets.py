@@ -12,9 +12,9 @@ A writer that reads and then commits takes a `ReadPoint` (the epochs history rec
 first read. Before its commit it asks `missed_users`: the users of every epoch its target table
 records that the read point does not (a forget that reached the table after the read, or one still
 under way). It drops their rows from what it writes (`drop_users`: one Arrow filter) or plans again,
-and commits through `fenced_transaction`: the commit fails (`ForgetsChanged`) if the table's record
-changed after the check, and the writer checks again. So no commit that follows a forget it did not
-see can bring a forgotten user's rows back.
+and commits through `fenced_transaction`: the commit fails (CommitFailedException) if the table
+changed after the check (every forget advances the table's `main`), and the writer checks again.
+So no commit that follows a forget it did not see can bring a forgotten user's rows back.
 
 Bounded: an epoch whose forget finished more than `HORIZON` ago is folded away by the next forget (its
 users leave the record; the `forget_audit` table keeps every request), which stamps `folded_at`. A
@@ -28,17 +28,16 @@ import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
-from typing import Literal
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-from pydantic import Field
 from pyiceberg.exceptions import CommitFailedException
 from pyiceberg.expressions import AlwaysTrue, And, BooleanExpression, In
 from pyiceberg.table import Table, Transaction
 from pyiceberg.table.metadata import TableMetadata, TableMetadataV1
-from pyiceberg.table.update import ValidatableTableRequirement
+from pyiceberg.table.refs import MAIN_BRANCH
+from pyiceberg.table.update import AssertRefSnapshotId
 
 from seqlake.core.errors import ForgetCommitted
 from seqlake.tableformat.io import resolve_uri
@@ -175,30 +174,22 @@ def files_holding(uris: Iterable[str], users: pa.Array) -> list[str]:
     return found
 
 
-class ForgetsChanged(CommitFailedException):
-    """A fenced commit found the table's forget record changed since its check (a forget reached the
-    table meanwhile): nothing was committed; check again and commit again."""
-
-
-class ForgetsUnchanged(ValidatableTableRequirement):
-    """A commit requirement: the table's `seqlake.forgets` property is still `forgets`. The catalog
-    validates requirements against the table's current metadata inside its atomic commit, so a forget
-    recorded between a writer's check and its commit fails the commit (and every retry of it)."""
-
-    type: Literal["assert-seqlake-forgets"] = Field(default="assert-seqlake-forgets")
-    forgets: str | None = Field(default=None)
-
-    def validate(self, base_metadata: TableMetadata | None) -> None:  # type: ignore[override]  # pyiceberg's, not pydantic's
-        found = base_metadata.properties.get(FORGETS_PROPERTY) if base_metadata is not None else None
-        if found != self.forgets:
-            raise ForgetsChanged("a forget reached the table after this commit checked for one")
-
-
 def guard(transaction: Transaction) -> Transaction:
-    """Make `transaction` commit only while its table's forget record is what it was when the
-    transaction began (pyiceberg has no public hook for a custom requirement: `_stage` is its own)."""
-    expected = transaction.table_metadata.properties.get(FORGETS_PROPERTY)
-    return transaction._stage((), (ForgetsUnchanged(forgets=expected),))  # type: ignore[arg-type]
+    """Make `transaction` commit only while its table's `main` is the snapshot it began on. Every
+    forget that reaches a table advances `main` (`record_forget`), so a forget recorded between a
+    writer's check and its commit fails the commit, through the one requirement every catalog
+    validates inside its atomic commit (`assert-ref-snapshot-id`; a REST catalog knows no other). The
+    writer then checks again. pyiceberg has no public hook for a requirement: `_stage` is its own."""
+    current = transaction.table_metadata.current_snapshot_id
+    requirement = AssertRefSnapshotId(ref=MAIN_BRANCH, snapshot_id=current)  # type: ignore[call-arg]  # an alias
+    # pyiceberg retries a commit that lost a race by re-basing its snapshots on the new `main`, which
+    # drops every assert-ref-snapshot-id: a guarded commit fails instead, and its writer checks again.
+    transaction._rebuild_snapshot_updates = _refuse_rebase  # type: ignore[method-assign]
+    return transaction._stage((), (requirement,))
+
+
+def _refuse_rebase() -> None:
+    raise CommitFailedException("the table changed after this commit's forget check: check again")
 
 
 def fenced_transaction(table: Table, point: ReadPoint) -> tuple[Transaction, pa.Array]:
@@ -233,6 +224,11 @@ def remove_missed(table: Table, point: ReadPoint, scope: BooleanExpression | Non
     raise ForgetCommitted(f"{'.'.join(table.name())}: forgets kept committing; run the job again")
 
 
-def record_forget(transaction: Transaction, updated: Forgets) -> None:
-    """Set the forget record in a (guarded) transaction: a forget's own commit on a table."""
+def record_forget(transaction: Transaction, updated: Forgets, *, snapshot_staged: bool) -> None:
+    """Set the forget record in a (guarded) transaction: a forget's own commit on a table. Unless the
+    transaction stages a snapshot already (`snapshot_staged`: its delete or rewrite), an empty append
+    advances `main`, which is what fences every writer that read before the forget (`guard`)."""
     guard(transaction).set_properties({FORGETS_PROPERTY: updated.to_json()})
+    if not snapshot_staged:
+        with transaction.update_snapshot(snapshot_properties={"seqlake.operation": "forget-record"}).fast_append():
+            pass  # no file: the snapshot is the fence

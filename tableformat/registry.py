@@ -352,13 +352,15 @@ def commit_file_rewrite(
     try:
         with table.transaction() as tx:
             if forgets is not None:
-                record_forget(tx, forgets)
+                guard(tx)  # the snapshot this rewrite read, before the overwrite stages its own
             tx.set_properties({RUNS_PROPERTY: json.dumps(updated)})
             with tx.update_snapshot(snapshot_properties=properties).overwrite() as files:
                 for data_file in replaced:
                     files.delete_data_file(data_file)
                 for item in written:
                     files.append_data_file(data_file_for(table, item))
+            if forgets is not None:
+                record_forget(tx, forgets, snapshot_staged=True)
     except CommitFailedException as error:
         raise RunsChanged(f"{'.'.join(table.name())} changed while rewriting files: {error}") from error
     table.refresh()

@@ -216,12 +216,13 @@ def forget_in_table(table: Table, users: Sequence[int], fence: Fence) -> StepRep
         before = {t.file.file_path: t.file.file_size_in_bytes for t in table.scan().plan_files()} if found else {}
         try:
             with table.transaction() as transaction:
-                record_forget(transaction, updated)
                 if found:
                     with nothing_matched_is_fine():  # a race can leave nothing to match: checked below
                         transaction.delete(
                             In("user_id", chosen), snapshot_properties={"seqlake.operation": "forget-users"}
                         )
+                staged = transaction.table_metadata.current_snapshot_id != table.metadata.current_snapshot_id
+                record_forget(transaction, updated, snapshot_staged=staged)
         except CommitFailedException:
             log.info("forget: %s changed while deleting; planning again", table.name()[-1])
             continue
@@ -237,7 +238,7 @@ def _commit_record(table: Table, updated: Forgets) -> None:
     """A forget's commit of the record alone (the table holds none of its users)."""
     try:
         with table.transaction() as transaction:
-            record_forget(transaction, updated)
+            record_forget(transaction, updated, snapshot_staged=False)
     except CommitFailedException as error:
         raise RunsChanged(f"{'.'.join(table.name())} changed while recording a forget: {error}") from error
 

@@ -90,7 +90,7 @@ def common_options(command: F) -> F:
             expose_value=False,
             is_eager=True,
             callback=_set("profile"),
-            help=f"Where it runs: local, s3 or cluster (conf/profiles/; else ${ENV_PROFILE}).",
+            help=f"Where it runs: local, s3, cluster or rest (conf/profiles/; else ${ENV_PROFILE}).",
         ),
         click.option(
             "--log-level",

@@ -36,6 +36,8 @@ ENV_CONFIG = "SEQLAKE_CONFIG"
 ENV_WAREHOUSE = "SEQLAKE_WAREHOUSE"
 ENV_CATALOG_URI = "SEQLAKE_CATALOG_URI"
 ENV_PROFILE = "SEQLAKE_PROFILE"
+# The REST catalog's secrets, read from the environment only (never from a file, never printed).
+CATALOG_SECRET_ENV = {"credential": "SEQLAKE_CATALOG_CREDENTIAL", "token": "SEQLAKE_CATALOG_TOKEN"}
 ENV_SPARK_MASTER = "SEQLAKE_SPARK_MASTER"
 PROFILES_DIR = profiles_dir()
 
@@ -95,9 +97,27 @@ class TenantSpec(_Frozen):
 
 class WarehouseSpec(_Frozen):
     path: str = "warehouse"
+    # sql: pyiceberg's SqlCatalog on `catalog_uri` (SQLAlchemy; a SQLite file in the warehouse when
+    # null), Iceberg's JdbcCatalog in Spark. rest: an Iceberg REST catalog at `catalog_uri` (http[s]).
+    catalog_type: Literal["sql", "rest"] = "sql"
     catalog_uri: str | None = None
+    # More catalog properties, as pyiceberg and Spark's SparkCatalog name them (warehouse, scope,
+    # oauth2-server-uri, header.*); secrets come from the environment only (ENV_CATALOG_CREDENTIAL, ...).
+    catalog_properties: dict[str, str] = {}
     catalog_name: Identifier = "seqlake"
     namespace: Identifier = "seqlake"
+
+    @model_validator(mode="after")
+    def _rest_needs_its_uri(self) -> WarehouseSpec:
+        if self.catalog_type == "rest" and not (self.catalog_uri or "").startswith(("http://", "https://")):
+            raise ValueError("catalog_type rest needs catalog_uri, the catalog's http:// or https:// address")
+        if self.catalog_type == "sql" and (self.catalog_uri or "").startswith(("http://", "https://")):
+            raise ValueError("an http(s) catalog_uri is a REST catalog: set catalog_type: rest")
+        secret = sorted(set(self.catalog_properties) & set(CATALOG_SECRET_ENV))
+        if secret:
+            names = ", ".join(f"{key} ({CATALOG_SECRET_ENV[key]})" for key in secret)
+            raise ValueError(f"catalog_properties hold no secrets: give {names} in the environment")
+        return self
 
 
 class LayoutSpec(_Frozen):
@@ -306,8 +326,13 @@ class Config(_Frozen):
             raise ConfigError(f"warehouse.path {uri!r} is not a local folder")
         return Path(uri[len("file://") :])
 
+    def catalog_secrets(self) -> dict[str, str]:
+        """The catalog's secret properties (credential, token) set in the environment."""
+        return {key: os.environ[name] for key, name in CATALOG_SECRET_ENV.items() if os.environ.get(name)}
+
     def catalog_uri(self) -> str:
-        """SQLAlchemy URI of the Iceberg SQL catalog (SQLite file in the warehouse by default)."""
+        """The catalog's address: a REST catalog's http(s) URI, or the SQLAlchemy URI of the SQL catalog
+        (a SQLite file in the warehouse by default)."""
         if self.warehouse.catalog_uri:
             return self.warehouse.catalog_uri
         return f"sqlite:///{self.warehouse_path() / 'catalog.db'}"

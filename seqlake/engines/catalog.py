@@ -1,7 +1,10 @@
-"""The Iceberg catalog every engine shares: pyiceberg's SqlCatalog here, Iceberg's JdbcCatalog in Spark.
+"""The Iceberg catalog every engine shares.
 
-Both speak the same two tables (`iceberg_tables`, `iceberg_namespace_properties`) in one SQL
-database, so a table committed by either engine is visible to the other.
+A SQL catalog is pyiceberg's SqlCatalog here and Iceberg's JdbcCatalog in Spark: both speak the same
+two tables (`iceberg_tables`, `iceberg_namespace_properties`) in one SQL database, so a table
+committed by either engine is visible to the other. A REST catalog (Polaris, Lakekeeper, Unity, Glue's
+and S3 Tables' endpoints, Nessie, Iceberg's own server) is pyiceberg's RestCatalog here and Spark's
+SparkCatalog with `type=rest`; both commit through the server.
 """
 
 from __future__ import annotations
@@ -12,8 +15,10 @@ import sqlite3
 from contextlib import closing, suppress
 from pathlib import Path
 
+from pyiceberg.catalog import Catalog
+from pyiceberg.catalog.rest import RestCatalog
 from pyiceberg.catalog.sql import SqlCatalog
-from pyiceberg.exceptions import NamespaceAlreadyExistsError
+from pyiceberg.exceptions import NamespaceAlreadyExistsError, RESTError
 from sqlalchemy.exc import SQLAlchemyError
 
 from seqlake.core.config import Config
@@ -40,11 +45,12 @@ def _use_wal(sqlite_uri: str) -> None:
 DRIVER_PACKAGES = {"psycopg2": "psycopg2-binary", "psycopg": "psycopg[binary]", "MySQLdb": "mysqlclient"}
 
 
-def open_catalog(config: Config) -> SqlCatalog:
-    """Open (and initialise on first use) the configured SQL catalog with its namespace.
+def open_catalog(config: Config) -> Catalog:
+    """Open (and initialise on first use) the configured catalog with its namespace: the SQL catalog,
+    or the REST catalog at `warehouse.catalog_uri`.
 
     A catalog that cannot be opened (a misspelled or unreachable URI, a missing database driver, a
-    damaged SQLite file) is a one-line SetupError naming the URI (password masked).
+    damaged SQLite file, a refused credential) is a one-line SetupError naming the URI (password masked).
     """
     uri = config.catalog_uri()
     enable_iceberg_page_checksums()  # every file written through this catalog carries page CRCs
@@ -60,7 +66,11 @@ def open_catalog(config: Config) -> SqlCatalog:
             properties = S3Settings.from_env().pyiceberg_properties()
         object_storage_for(on_s3)  # a local warehouse opened after an S3 one switches S3 off again
         log.debug("opening the catalog %s (warehouse %s)", masked_uri(uri), config.warehouse_uri())
-        catalog = SqlCatalog(config.warehouse.catalog_name, uri=uri, warehouse=config.warehouse_uri(), **properties)
+        catalog: Catalog
+        if config.warehouse.catalog_type == "rest":
+            catalog = _rest_catalog(config, properties)
+        else:
+            catalog = SqlCatalog(config.warehouse.catalog_name, uri=uri, warehouse=config.warehouse_uri(), **properties)
         with suppress(NamespaceAlreadyExistsError):
             catalog.create_namespace(config.warehouse.namespace)
     except ModuleNotFoundError as error:
@@ -71,8 +81,37 @@ def open_catalog(config: Config) -> SqlCatalog:
     except (SQLAlchemyError, sqlite3.Error, OSError) as error:
         detail = " ".join(str(getattr(error, "orig", None) or error).split())
         detail = detail.split(" (Background on this error")[0]
-        raise SetupError(f"cannot open the catalog {masked_uri(uri)}: {masked_uri(detail)}") from None
+        raise SetupError(f"cannot open the catalog {masked_uri(uri)}: {_without_secrets(config, detail)}") from None
+    except RESTError as error:
+        detail = " ".join(str(error).split())
+        raise SetupError(
+            f"the REST catalog {masked_uri(uri)} refused seqlake: {_without_secrets(config, detail)}"
+        ) from None
     return catalog
+
+
+def _rest_catalog(config: Config, properties: dict[str, str]) -> Catalog:
+    """The REST catalog, its properties from the configuration and its secrets from the environment."""
+    from requests.exceptions import RequestException
+
+    uri = config.catalog_uri()
+    try:
+        return RestCatalog(
+            config.warehouse.catalog_name,
+            **{**properties, **config.warehouse.catalog_properties, **config.catalog_secrets(), "uri": uri},
+        )
+    except RequestException as error:
+        reason = type(error).__name__
+        raise SetupError(f"cannot reach the REST catalog {masked_uri(uri)} ({reason})") from None
+
+
+def _without_secrets(config: Config, text: str) -> str:
+    """`text` with the catalog's secrets, and any URI password in it, masked."""
+    for secret in config.catalog_secrets().values():
+        for part in {secret, *secret.split(":")}:
+            if len(part) >= 4:
+                text = text.replace(part, "***")
+    return masked_uri(text)
 
 
 def table_identifier(config: Config, table: str) -> str:
@@ -100,9 +139,11 @@ def purge_tables(config: Config, names: tuple[str, ...]) -> None:
 def check_warehouse(config: Config, looking_for: str | None = None) -> None:
     """A SetupError if the configured SQLite catalog (by default in the warehouse folder) does not
     exist: opening it would create an empty catalog there, and every table would then "not exist". A
-    shared catalog database (PostgreSQL, ...) is asked as it is: it knows its tables."""
+    shared catalog (PostgreSQL, a REST catalog) is asked as it is: it knows its tables."""
     uri = config.catalog_uri()
-    if not uri.startswith("sqlite:///") or Path(uri[len("sqlite:///") :]).is_file():
+    if config.warehouse.catalog_type != "sql" or not uri.startswith("sqlite:///"):
+        return
+    if Path(uri[len("sqlite:///") :]).is_file():
         return
     if config.warehouse_uri().startswith("file://") and not config.warehouse_path().is_dir():
         missing = f"no warehouse at {config.warehouse_path()}"

@@ -98,6 +98,25 @@ def jdbc_catalog_options(catalog_uri: str) -> dict[str, str]:
     )
 
 
+def catalog_options(config: Config) -> dict[str, str]:
+    """The options of Spark's SparkCatalog for the configured catalog (secrets from the environment)."""
+    if config.warehouse.catalog_type == "rest":
+        return {
+            "type": "rest",
+            "uri": config.catalog_uri(),
+            **config.warehouse.catalog_properties,
+            **config.catalog_secrets(),
+        }
+    return {
+        "catalog-impl": "org.apache.iceberg.jdbc.JdbcCatalog",
+        "warehouse": config.warehouse_uri(),
+        # pyiceberg creates the catalog tables (open_catalog). Iceberg's own creation check leaves
+        # a SQLite read open on a pooled connection, which then never sees pyiceberg's commits.
+        "jdbc.init-catalog-tables": "false",
+        **jdbc_catalog_options(config.catalog_uri()),
+    }
+
+
 def spark_conf(config: Config, master: str = "local[2]", jars: bool = True) -> dict[str, str]:
     """Every setting of a seqlake Spark session, as plain key/values (also usable by spark-submit).
 
@@ -117,11 +136,6 @@ def spark_conf(config: Config, master: str = "local[2]", jars: bool = True) -> d
         ),
         "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
         catalog: "org.apache.iceberg.spark.SparkCatalog",
-        f"{catalog}.catalog-impl": "org.apache.iceberg.jdbc.JdbcCatalog",
-        f"{catalog}.warehouse": config.warehouse_uri(),
-        # pyiceberg creates the catalog tables (open_catalog). Iceberg's own creation check leaves
-        # a SQLite read open on a pooled connection, which then never sees pyiceberg's commits.
-        f"{catalog}.jdbc.init-catalog-tables": "false",
         # pyiceberg commits outside Spark; a cached table would serve a stale snapshot.
         f"{catalog}.cache-enabled": "false",
         "spark.sql.session.timeZone": "UTC",
@@ -148,7 +162,7 @@ def spark_conf(config: Config, master: str = "local[2]", jars: bool = True) -> d
         "spark.sql.sources.v2.bucketing.enabled": "true",
         "spark.sql.iceberg.planning.preserve-data-grouping": "true",
     }
-    for key, value in jdbc_catalog_options(config.catalog_uri()).items():
+    for key, value in catalog_options(config).items():
         conf[f"{catalog}.{key}"] = value
     if jars:
         conf["spark.jars"] = ",".join(str(jar) for jar in spark_jars() + (s3_jars() if on_s3 else []))

@@ -1,3 +1,4 @@
+import re
 from pathlib import Path
 
 import pytest
@@ -112,6 +113,7 @@ def test_unreadable_and_non_yaml_files_fail_clearly(tmp_path: Path):
             "postgresql+psycopg://seqlake@127.0.0.1:5432/seqlake",
             "spark://127.0.0.1:7077",
         ),
+        ("rest", None, "http://127.0.0.1:8181", "local[2]"),
     ],
 )
 def test_a_profile_overlays_warehouse_catalog_and_master(profile, warehouse, catalog, master, monkeypatch, tmp_path):
@@ -127,3 +129,32 @@ def test_a_profile_overlays_warehouse_catalog_and_master(profile, warehouse, cat
     assert (config.warehouse_uri(), config.spark.master) == ("s3://other/lake", "spark://10.0.0.1:7077")
     packaged = parse_config(yaml.safe_load(DEFAULT_CONFIG_PATH.read_text()))
     assert config.tenants == packaged.tenants  # only where it runs changes
+
+
+@pytest.mark.parametrize(
+    ("warehouse", "message"),
+    [
+        ({"catalog_type": "rest"}, "catalog_type rest needs catalog_uri, the catalog's http:// or https:// address"),
+        ({"catalog_uri": "https://polaris.example/api/catalog"}, "an http(s) catalog_uri is a REST catalog"),
+        (
+            {"catalog_type": "rest", "catalog_uri": "http://h:8181", "catalog_properties": {"credential": "a:b"}},
+            "catalog_properties hold no secrets: give credential (SEQLAKE_CATALOG_CREDENTIAL) in the environment",
+        ),
+    ],
+)
+def test_a_rest_catalog_needs_its_address_and_takes_no_secret_from_the_file(warehouse, message):
+    data = yaml.safe_load(DEFAULT_CONFIG_PATH.read_text())
+    data["warehouse"] |= warehouse
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        parse_config(data)
+
+
+def test_a_rest_catalogs_secrets_come_from_the_environment(monkeypatch):
+    data = yaml.safe_load(DEFAULT_CONFIG_PATH.read_text())
+    data["warehouse"] |= {"catalog_type": "rest", "catalog_uri": "http://h:8181", "catalog_properties": {"scope": "s"}}
+    monkeypatch.setenv("SEQLAKE_CATALOG_TOKEN", "t0ken")
+    config = parse_config(data)
+    assert config.catalog_secrets() == {"token": "t0ken"}
+    from seqlake.engines.spark_session import catalog_options
+
+    assert catalog_options(config) == {"type": "rest", "uri": "http://h:8181", "scope": "s", "token": "t0ken"}

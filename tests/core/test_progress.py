@@ -30,6 +30,7 @@ def test_the_summary_says_what_was_counted_in_its_units(capsys):
     line = progress.summary()
     assert line.startswith("seqlake generate: 5,000 records (") and ", 2 steps, 4.0 MiB (" in line
     assert re.search(r"4\.0 MiB \([\d.,]+ [KMG]?i?B/s\)", line), line
+    progress.done()  # a progress left open keeps its heartbeat printing for the life of the process
 
 
 def test_nothing_is_printed_with_output_json(capsys):

@@ -36,6 +36,7 @@ from typing import Literal
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+from pyiceberg.exceptions import CommitFailedException
 from pyiceberg.table import Table
 
 from seqlake.core.config import Config
@@ -50,7 +51,7 @@ from seqlake.pipelines.training.rebuild.gather import SequenceRows, gather_seque
 from seqlake.pipelines.training.sequence import Tenant, list_schema
 from seqlake.pipelines.training.tables import FRAGMENT, SEQUENCE, create_bucketed_table, training_schema
 from seqlake.tableformat.bucketing import bucket_of
-from seqlake.tableformat.forgets import ATTEMPTS, ForgetsChanged, ReadPoint, drop_users, fenced_transaction, read_point
+from seqlake.tableformat.forgets import ATTEMPTS, ReadPoint, drop_users, fenced_transaction, read_point
 from seqlake.tableformat.frontier import as_frontier_column, bound_matrix
 from seqlake.tableformat.io import engine_location
 from seqlake.tableformat.schema import TIMESTAMP_US
@@ -392,7 +393,7 @@ def write_backfill(
         point = job.point
         try:
             rows = _write_once(config, job, name)
-        except ForgetsChanged:
+        except CommitFailedException:
             continue
         finally:
             job.close()

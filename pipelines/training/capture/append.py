@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 import pyarrow.compute as pc
+from pyiceberg.exceptions import CommitFailedException
 from pyiceberg.expressions import In
 from pyiceberg.table import Table
 
@@ -30,7 +31,7 @@ from seqlake.pipelines.training.tables import (
     training_schema,
     training_table_name,
 )
-from seqlake.tableformat.forgets import ATTEMPTS, ForgetsChanged, drop_users, fenced_transaction
+from seqlake.tableformat.forgets import ATTEMPTS, drop_users, fenced_transaction
 from seqlake.tableformat.reader import HistoryReader
 
 REQUEST_SCHEMA = pa.schema(REQUEST_FIELDS)
@@ -74,7 +75,7 @@ def write_captures(
         try:
             with transaction as tx:
                 tx.append(kept)
-        except ForgetsChanged:
+        except CommitFailedException:
             continue  # a forget reached the table meanwhile: capture again, without its users
         held_before = requests.num_rows - todo.num_rows
         return CapturesWritten(name, requests.num_rows, kept.num_rows, held_before, rows.num_rows - kept.num_rows)

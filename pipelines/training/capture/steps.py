@@ -16,11 +16,12 @@ from dataclasses import asdict, dataclass
 from datetime import datetime
 
 import pyarrow as pa
+from pyiceberg.exceptions import CommitFailedException
 from pyiceberg.table import Table
 
 from seqlake.core.errors import ForgetCommitted
 from seqlake.pipelines.faults import kill_point
-from seqlake.tableformat.forgets import ATTEMPTS, ForgetsChanged, ReadPoint, drop_users, fenced_transaction
+from seqlake.tableformat.forgets import ATTEMPTS, ReadPoint, drop_users, fenced_transaction
 
 CAPTURE_STATE = "seqlake.capture-state"
 
@@ -77,7 +78,7 @@ def append_step(table: Table, rows: pa.Table | None, state: CaptureState, point:
                 if kept is not None and kept.num_rows:
                     tx.append(kept)
                 tx.set_properties({CAPTURE_STATE: json.dumps(asdict(state))})
-        except ForgetsChanged:
+        except CommitFailedException:
             continue  # a forget reached the table meanwhile: check again
         kill_point("capture_appended")
         return True

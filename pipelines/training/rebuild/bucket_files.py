@@ -17,6 +17,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+from pyiceberg.exceptions import CommitFailedException
 from pyiceberg.expressions import BooleanExpression
 from pyiceberg.io.pyarrow import pyarrow_to_schema, write_file
 from pyiceberg.manifest import DataFile
@@ -28,7 +29,6 @@ from seqlake.tableformat.bucketing import bucket_of
 from seqlake.tableformat.deletes import nothing_matched_is_fine
 from seqlake.tableformat.forgets import (
     ATTEMPTS,
-    ForgetsChanged,
     ReadPoint,
     drop_users,
     fenced_transaction,
@@ -119,7 +119,7 @@ class BucketFiles:
             try:
                 transaction.commit_transaction()
                 return
-            except ForgetsChanged:
+            except CommitFailedException:
                 continue
         raise ForgetCommitted(f"{'.'.join(self.table.name())}: forgets kept committing; run the job again")
 

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+from pyiceberg.exceptions import CommitFailedException
 from pyiceberg.expressions import AlwaysTrue, And, EqualTo
 
 from seqlake.core.config import Config
@@ -42,7 +43,7 @@ from seqlake.pipelines.training.tables import (
     training_table_name,
 )
 from seqlake.tableformat.deletes import nothing_matched_is_fine
-from seqlake.tableformat.forgets import ATTEMPTS, ForgetsChanged, ReadPoint, drop_users, fenced_transaction, read_point
+from seqlake.tableformat.forgets import ATTEMPTS, ReadPoint, drop_users, fenced_transaction, read_point
 from seqlake.tableformat.io import CountingFileSystem
 
 
@@ -131,7 +132,7 @@ def _replace_quarantine(config: Config, tenant: str, engine: str, failures: list
         try:
             transaction.commit_transaction()
             return
-        except ForgetsChanged:
+        except CommitFailedException:
             continue
     raise ForgetCommitted(f"{QUARANTINE}: forgets kept committing; run the samples job again")
 

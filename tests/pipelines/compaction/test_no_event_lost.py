@@ -43,10 +43,17 @@ def ratings(hours: list[int], salt: int = 0) -> list[str]:
     return lines
 
 
-def make_warehouse(tmp_path: Path, catalog_uri: str | None = None, **layout: int | str) -> Path:
+def make_warehouse(
+    tmp_path: Path, catalog_uri: str | None = None, warehouse: dict | None = None, **layout: int | str
+) -> Path:
     tmp_path.mkdir(parents=True, exist_ok=True)
     data = yaml.safe_load(DEFAULT_CONFIG_PATH.read_text())
-    data["warehouse"] = {**data["warehouse"], "path": str(tmp_path / "warehouse"), "catalog_uri": catalog_uri}
+    data["warehouse"] = {
+        **data["warehouse"],
+        "path": str(tmp_path / "warehouse"),
+        "catalog_uri": catalog_uri,
+        **(warehouse or {}),
+    }
     engines = {"ingest_engine": "duckdb", "compaction_engine": "duckdb"}
     data["layout"] = {**data["layout"], "bucket_count": 2, **engines, **layout}
     path = tmp_path / "seqlake.yaml"
@@ -180,14 +187,19 @@ def test_compactions_killed_inside_batches_rerun_to_the_clean_history(tmp_path: 
     assert_every_event_once(killed, len(lines))
 
 
-@pytest.mark.parametrize("catalog", ["sqlite", "postgresql"])
+@pytest.mark.parametrize("catalog", ["sqlite", "postgresql", "rest"])
 def test_racing_compactions_publish_each_window_once(catalog: str, tmp_path: Path, request) -> None:
-    # Two writer processes commit through one catalog: the embedded SQLite file, or a shared
-    # PostgreSQL database (tests/postgres_server.py), as jobs on a cluster would. In-process jobs: both
-    # engines publish through the same commit (seqlake.pipelines.compaction.plan.publish_batch), whose races on
-    # Spark tests/pipelines/compaction/test_publication_races.py runs at the worst moments.
-    catalog_uri = request.getfixturevalue("postgres_catalog_uri") if catalog == "postgresql" else None
-    config = make_warehouse(tmp_path, catalog_uri, max_runs=2)
+    # Two writer processes commit through one catalog: the embedded SQLite file, a shared PostgreSQL
+    # database (tests/postgres_server.py), as jobs on a cluster would, or Iceberg's REST catalog server
+    # (tests/rest_catalog_server.py). In-process jobs: both engines publish through the same commit
+    # (seqlake.pipelines.compaction.plan.publish_batch), whose races on Spark
+    # tests/pipelines/compaction/test_publication_races.py runs at the worst moments.
+    if catalog == "rest":
+        server = request.getfixturevalue("rest_catalog_server")
+        config = make_warehouse(tmp_path, server.uri, {"catalog_type": "rest", "namespace": "races"}, max_runs=2)
+    else:
+        catalog_uri = request.getfixturevalue("postgres_catalog_uri") if catalog == "postgresql" else None
+        config = make_warehouse(tmp_path, catalog_uri, max_runs=2)
     lines = ratings(list(range(5)))
     import_lines(config, tmp_path, "five_hours", lines)
 
@@ -203,10 +215,10 @@ def test_racing_compactions_publish_each_window_once(catalog: str, tmp_path: Pat
     # A loser leaves no file behind: every data file on disk belongs to some snapshot.
     history, _ = history_tables(load_config(str(config)))
     history.refresh()
-    referenced = {
-        task.file.file_path
+    referenced = {  # a REST server may give locations as plain paths
+        task.file.file_path.removeprefix("file://")
         for s in history.snapshots()
         for task in history.scan(snapshot_id=s.snapshot_id).plan_files()
     }
-    on_disk = {f"file://{p}" for p in Path(history.location().removeprefix("file://"), "data").rglob("*.parquet")}
+    on_disk = {str(p) for p in Path(history.location().removeprefix("file://"), "data").rglob("*.parquet")}
     assert on_disk <= referenced
