@@ -181,19 +181,32 @@ _FLOOR_SCRIPT = "import duckdb, sys; duckdb.connect().execute(sys.argv[1])"
 # -- processes ------------------------------------------------------------------------------------------
 
 
+# Starts a step and reports its peak RSS. On Linux a child's peak RSS starts at its parent's RSS when it
+# forks (the high-water mark survives exec), so the bench, which grows while it checks history, starts
+# every step from this small process instead.
+_LAUNCHER = """
+import os, subprocess, sys
+process = subprocess.Popen(sys.argv[2:], stdout=subprocess.DEVNULL)
+_, status, usage = os.wait4(process.pid, 0)
+with open(sys.argv[1], "w") as out:
+    out.write(f"{os.waitstatus_to_exitcode(status)} {usage.ru_maxrss}")
+"""
+
+
 def run_process(args: list[str], env: dict[str, str] | None = None) -> tuple[float, float]:
     """Run `args` to completion; its (wall seconds, peak RSS in MiB, of the process and the children
     it waited for: a Spark driver's JVM is not among them)."""
-    started = time.monotonic()
-    process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
-    assert process.stderr is not None
-    err = process.stderr.read()  # read to the end first: a full pipe would block the process
-    _, status, usage = os.wait4(process.pid, 0)
-    process.returncode = os.waitstatus_to_exitcode(status)
-    seconds = time.monotonic() - started
-    if process.returncode != 0:
-        raise RuntimeError(f"`{' '.join(args[1:4])}` failed (exit {process.returncode}):\n{err.decode()[-4000:]}")
-    return seconds, usage.ru_maxrss / 1024  # Linux: KiB
+    with tempfile.NamedTemporaryFile("r", suffix=".rusage") as outcome:
+        started = time.monotonic()
+        done = subprocess.run(
+            [sys.executable, "-c", _LAUNCHER, outcome.name, *args], stderr=subprocess.PIPE, env=env, check=False
+        )
+        seconds = time.monotonic() - started
+        code, max_rss_kib = (int(part) for part in (outcome.read().split() or ["1", "0"]))
+    if done.returncode != 0 or code != 0:
+        error = done.stderr.decode()[-4000:]
+        raise RuntimeError(f"`{' '.join(args[1:4])}` failed (exit {code}):\n{error}")
+    return seconds, max_rss_kib / 1024  # Linux: KiB
 
 
 # -- the run ------------------------------------------------------------------------------------------
