@@ -66,11 +66,9 @@ def open_catalog(config: Config) -> Catalog:
             properties = S3Settings.from_env().pyiceberg_properties()
         object_storage_for(on_s3)  # a local warehouse opened after an S3 one switches S3 off again
         log.debug("opening the catalog %s (warehouse %s)", masked_uri(uri), config.warehouse_uri())
-        catalog: Catalog
         if config.warehouse.catalog_type == "rest":
-            catalog = _rest_catalog(config, properties)
-        else:
-            catalog = SqlCatalog(config.warehouse.catalog_name, uri=uri, warehouse=config.warehouse_uri(), **properties)
+            return _rest_catalog(config, properties)
+        catalog = SqlCatalog(config.warehouse.catalog_name, uri=uri, warehouse=config.warehouse_uri(), **properties)
         with suppress(NamespaceAlreadyExistsError):
             catalog.create_namespace(config.warehouse.namespace)
     except ModuleNotFoundError as error:
@@ -91,15 +89,19 @@ def open_catalog(config: Config) -> Catalog:
 
 
 def _rest_catalog(config: Config, properties: dict[str, str]) -> Catalog:
-    """The REST catalog, its properties from the configuration and its secrets from the environment."""
+    """The REST catalog with the namespace, its properties from the configuration and its secrets from
+    the environment."""
     from requests.exceptions import RequestException
 
     uri = config.catalog_uri()
     try:
-        return RestCatalog(
+        catalog = RestCatalog(
             config.warehouse.catalog_name,
             **{**properties, **config.warehouse.catalog_properties, **config.catalog_secrets(), "uri": uri},
         )
+        with suppress(NamespaceAlreadyExistsError):
+            catalog.create_namespace(config.warehouse.namespace)
+        return catalog
     except RequestException as error:
         reason = type(error).__name__
         raise SetupError(f"cannot reach the REST catalog {masked_uri(uri)} ({reason})") from None
