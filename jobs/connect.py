@@ -20,7 +20,6 @@ import click
 
 from seqlake.cli import job_main, script_main
 from seqlake.cli.options import common_options, load_cli_config
-from seqlake.core.config import CATALOG_SECRET_ENV
 from seqlake.core.errors import SeqlakeError
 from seqlake.core.output import emit
 
@@ -97,6 +96,8 @@ def spark_options(config: Config) -> list[str]:
     jars = conf.pop("spark.jars")
     conf.pop("spark.master")
     conf = {k: v for k, v in conf.items() if not k.startswith("spark.pyspark.")}  # the caller's own Python
+    from seqlake.core.config import CATALOG_SECRET_ENV
+
     prefix = f"spark.sql.catalog.{config.warehouse.catalog_name}."
     for key, variable in CATALOG_SECRET_ENV.items():  # printed as the variable, never as the value
         if prefix + key in conf:

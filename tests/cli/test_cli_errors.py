@@ -212,6 +212,8 @@ CASES = {  # name -> (arguments, what the one line says, exit status: 1 a failur
     "bench-samples: seed beyond int64": (["bench-samples", "--seed", BIG], "--seed: must be an integer", 2),
     "bench-samples: unknown scale": (["bench-samples", "--scale", "huge"], "--scale: 'huge' is not one of", 2),
     "bench-validate: no records": (["bench-validate", "--records", "0"], "--records: must be an integer >= 1", 2),
+    "bench-pipeline: too few events": (["bench-pipeline", "--events", "10"], "--events: must be an integer >= 1000", 2),
+    "bench-pipeline: unknown engine": (["bench-pipeline", "--engine", "arrow"], "--engine: 'arrow' is not one of", 2),
     "unknown command": (["frobnicate"], "unknown command 'frobnicate'", 2),
     "config: true as an integer": (
         ["history", "--user", "1", "--config", "{bad:layout.bucket_count=true}"],
