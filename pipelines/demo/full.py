@@ -8,14 +8,18 @@ location, or one an earlier demo marked), and refuses any other unless `--yes`.
 from __future__ import annotations
 
 import time
-from dataclasses import replace
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
 
 from seqlake.core.errors import SeqlakeError
 
 if TYPE_CHECKING:
+    from pyiceberg.table import Table
+
     from seqlake.core.config import Config
+    from seqlake.pipelines.demo.generator import GeneratorStats
     from seqlake.pipelines.demo.report import Report
+    from seqlake.pipelines.ingest.raw_source import LandingResult
 
 RAW_TABLE = "raw_events"
 # The namespace property that marks a warehouse the demo created (and may purge again).
@@ -76,6 +80,44 @@ def reset_demo_tables(config: Config) -> None:
     catalog.update_namespace_properties(config.warehouse.namespace, updates={DEMO_PROPERTY: DEMO_MARK})
 
 
+@dataclass(frozen=True)
+class Generated:
+    """What `generate_and_land` generated, how it landed, and its report section."""
+
+    stats: GeneratorStats
+    landing: LandingResult
+    facts: dict[str, Any]
+
+
+def generate_and_land(config: Config, raw_table: Table, report: Report, window_seconds: int) -> Generated:
+    """Generate the demo's source stream and land it in `raw_table` as delivered (a commit per
+    `window_seconds` of arrival); the report's `generated` section states what was generated."""
+    from seqlake.core.progress import Progress
+    from seqlake.pipelines.demo.generator import EventGenerator
+    from seqlake.pipelines.demo.report import Report, Stopwatch
+    from seqlake.pipelines.ingest.raw_source import land_raw_records
+
+    generator = EventGenerator(config)
+    generating = Progress("generate", rows_unit="records", show_bytes=True)
+    with Stopwatch() as generating_clock:
+        landing = land_raw_records(raw_table, generator.batches(), generating, window_seconds=window_seconds)
+    generating.done()
+    stats = generator.stats
+    gen = report.section("generated")
+    gen["users"] = stats.users
+    gen["events"] = stats.events
+    gen["records"] = stats.records
+    gen["late_events"] = stats.late
+    gen["very_late_events"] = stats.very_late
+    gen["duplicate_records"] = stats.duplicates
+    gen["malformed_records"] = dict(sorted(stats.malformed.items()))
+    gen["max_history_length"] = int(stats.history_lengths.max())
+    gen["source_partitions"] = config.generator.source_partitions
+    gen["windows"] = config.generator.windows
+    Report.throughput(gen, generating_clock.seconds, stats.records, "records")  # generated and landed in raw_events
+    return Generated(stats, landing, gen)
+
+
 def run_demo(config: Config) -> Report:
     from seqlake.core.config import resolve_engine
     from seqlake.core.progress import Progress
@@ -83,10 +125,9 @@ def run_demo(config: Config) -> Report:
     from seqlake.engines.duckdb_session import connect as duckdb_connect
     from seqlake.engines.spark_session import spark_session
     from seqlake.pipelines.compaction.plan import history_tables
-    from seqlake.pipelines.demo.generator import EventGenerator
-    from seqlake.pipelines.demo.report import Report, Stopwatch
+    from seqlake.pipelines.demo.report import Report
     from seqlake.pipelines.demo.verdict import verdict
-    from seqlake.pipelines.ingest.raw_source import create_raw_table, land_raw_records
+    from seqlake.pipelines.ingest.raw_source import create_raw_table
     from seqlake.pipelines.landing.tables import landing_paths
     from seqlake.pipelines.training.capture.serving import serve_and_capture
     from seqlake.pipelines.training.sequence import tenants
@@ -101,27 +142,10 @@ def run_demo(config: Config) -> Report:
     raw_id = table_identifier(config, RAW_TABLE)
 
     # 1. Generate the source stream and land it as delivered, one commit per arrival window.
-    generator = EventGenerator(config)
     raw_table = create_raw_table(catalog, raw_id)
     # A commit per capture period: ingest then moves in steps between which requests are captured.
     step_seconds = config.layout.window_seconds // config.training.captures_per_window
-    generating = Progress("generate", rows_unit="records", show_bytes=True)
-    with Stopwatch() as generating_clock:
-        landing = land_raw_records(raw_table, generator.batches(), generating, window_seconds=step_seconds)
-    generating.done()
-    stats = generator.stats
-    gen = report.section("generated")
-    gen["users"] = stats.users
-    gen["events"] = stats.events
-    gen["records"] = stats.records
-    gen["late_events"] = stats.late
-    gen["very_late_events"] = stats.very_late
-    gen["duplicate_records"] = stats.duplicates
-    gen["malformed_records"] = dict(sorted(stats.malformed.items()))
-    gen["max_history_length"] = int(max(stats.history_lengths))
-    gen["source_partitions"] = config.generator.source_partitions
-    gen["windows"] = config.generator.windows
-    Report.throughput(gen, generating_clock.seconds, stats.records, "records")  # generated and landed in raw_events
+    landing = generate_and_land(config, raw_table, report, window_seconds=step_seconds).landing
 
     # 2. Read the raw table back through every engine: they must agree.
     metadata_location = catalog.load_table(raw_id).metadata_location

@@ -15,11 +15,11 @@ from seqlake.core.progress import Progress
 from seqlake.engines.catalog import open_catalog, table_identifier
 from seqlake.pipelines.compaction.batches import compact_in_batches
 from seqlake.pipelines.compaction.plan import history_tables
-from seqlake.pipelines.demo.full import RAW_TABLE, reset_demo_tables
-from seqlake.pipelines.demo.generator import EventGenerator, user_id_of
+from seqlake.pipelines.demo.full import RAW_TABLE, generate_and_land, reset_demo_tables
+from seqlake.pipelines.demo.generator import user_id_of
 from seqlake.pipelines.demo.report import Report, Stopwatch
 from seqlake.pipelines.ingest.duckdb import ingest_source_in_process
-from seqlake.pipelines.ingest.raw_source import create_raw_table, land_raw_records
+from seqlake.pipelines.ingest.raw_source import create_raw_table
 from seqlake.pipelines.landing.tables import landing_paths
 from seqlake.pipelines.landing.windows import landed_windows
 from seqlake.tableformat.fsck import fsck_table
@@ -43,24 +43,10 @@ def run_small_demo(config: Config) -> Report:
     started = time.monotonic()
     reset_demo_tables(config)
     catalog = open_catalog(config)
-    generator = EventGenerator(config)
     raw_table = create_raw_table(catalog, table_identifier(config, RAW_TABLE))
-    generating = Progress("generate", rows_unit="records", show_bytes=True)
-    with Stopwatch() as generating_clock:
-        landing = land_raw_records(
-            raw_table, generator.batches(), generating, window_seconds=config.layout.window_seconds
-        )
-    generating.done()
-    stats = generator.stats
-    gen = report.section("generated")
-    gen["users"] = stats.users
-    gen["events"] = stats.events
-    gen["records"] = stats.records
-    gen["duplicate_records"] = stats.duplicates
-    gen["malformed_records"] = dict(sorted(stats.malformed.items()))
-    gen["max_history_length"] = int(stats.history_lengths.max())
-    gen["raw_commits"] = landing.commits
-    Report.throughput(gen, generating_clock.seconds, stats.records, "records")  # generated and landed in raw_events
+    generated = generate_and_land(config, raw_table, report, window_seconds=config.layout.window_seconds)
+    stats = generated.stats
+    generated.facts["raw_commits"] = generated.landing.commits
 
     paths = landing_paths(config)
     ingesting = Progress("ingest", measure="steps", rows_unit="records", steps_unit="source commits")
