@@ -15,6 +15,7 @@ Writers take field ids from the table, never from positions in the configuration
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 
 import pyarrow as pa
@@ -317,17 +318,30 @@ SQL_TYPES = {
 }
 
 
-def select_list(found: Projection, names: list[str]) -> list[str]:
-    """SQL expressions that read a file's columns as the current `names` (nulls, casts, renames)."""
+def _as_is(name: str) -> str:
+    return name
+
+
+def select_list(
+    found: Projection,
+    names: list[str],
+    *,
+    sql_types: Mapping[pa.DataType, str] = SQL_TYPES,
+    quote: Callable[[str], str] = _as_is,
+) -> list[str]:
+    """SQL expressions that read a file's columns as the current `names` (nulls, casts, renames).
+
+    `sql_types` names each Arrow type in the engine's SQL; `quote` spells a column name (as is by
+    default: configuration identifiers need no quoting)."""
     expressions = []
     for name in names:
         source, target = found.sources.get(name), found.fields[name]
         if source is None:
-            expressions.append(f"CAST(NULL AS {SQL_TYPES[target.type]}) AS {name}")
+            expressions.append(f"CAST(NULL AS {sql_types[target.type]}) AS {quote(name)}")
         elif name in found.casts:
-            expressions.append(f"CAST({source} AS {SQL_TYPES[target.type]}) AS {name}")
+            expressions.append(f"CAST({quote(source)} AS {sql_types[target.type]}) AS {quote(name)}")
         else:
-            expressions.append(name if source == name else f"{source} AS {name}")
+            expressions.append(quote(name) if source == name else f"{quote(source)} AS {quote(name)}")
     return expressions
 
 

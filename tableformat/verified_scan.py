@@ -28,7 +28,7 @@ from pyiceberg.table import Table
 from pyiceberg.types import PrimitiveType
 
 from seqlake.core.errors import CorruptFileError, SeqlakeError
-from seqlake.tableformat.evolution import Projection, UnknownFieldId, known_field_ids, projection
+from seqlake.tableformat.evolution import Projection, UnknownFieldId, known_field_ids, projection, select_list
 from seqlake.tableformat.io import resolve_uri
 from seqlake.tableformat.schema import history_read_schema
 from seqlake.tableformat.verified import (
@@ -126,15 +126,7 @@ def history_scan(table: Table, sql_types: dict[pa.DataType, str], prefix: str = 
         columns = [file_schema.field(s) for s in dict.fromkeys(found.sources.values()) if s is not None]
         schema = target if found.identity else pa.schema(columns)
         dataset = ds.FileSystemDataset(fragments, schema, VERIFIED_FORMAT, fragments[0].filesystem)
-        select = []
-        for column in target.names:
-            source, wanted = found.sources.get(column), found.fields[column]
-            if source is None:
-                select.append(f"CAST(NULL AS {sql_types[wanted.type]}) AS {_quoted(column)}")
-            elif column in found.casts:
-                select.append(f"CAST({_quoted(source)} AS {sql_types[wanted.type]}) AS {_quoted(column)}")
-            else:
-                select.append(_quoted(source) if source == column else f"{_quoted(source)} AS {_quoted(column)}")
+        select = select_list(found, target.names, sql_types=sql_types, quote=_quoted)
         parts.append(Part(f"{prefix}_{i}", dataset, select))
     if not parts:  # no files: the table's columns, no rows
         parts.append(Part(f"{prefix}_0", target.empty_table(), [_quoted(c) for c in target.names]))
