@@ -73,40 +73,37 @@ def _set_env(root: click.Context, name: str, value: str) -> None:
     root.call_on_close(restore)
 
 
+def _setting_option(flag: str, field: str, help: str, **kind: Any) -> Callable[[F], F]:
+    """An option that sets the invocation's Settings (`field`) as soon as it is parsed."""
+    return click.option(flag, expose_value=False, is_eager=True, callback=_set(field), help=help, **kind)
+
+
 def common_options(command: F) -> F:
     """Add the four shared options to a group or command (each sets the invocation's Settings)."""
     options = [
-        click.option(
+        _setting_option(
             "--config",
+            "config",
+            f"Configuration YAML (else ${ENV_CONFIG}, ./seqlake.yaml, or the packaged default).",
             metavar="FILE",
-            expose_value=False,
-            is_eager=True,
-            callback=_set("config"),
-            help=f"Configuration YAML (else ${ENV_CONFIG}, ./seqlake.yaml, or the packaged default).",
         ),
-        click.option(
+        _setting_option(
             "--profile",
+            "profile",
+            f"Where it runs: local, s3, cluster or rest (conf/profiles/; else ${ENV_PROFILE}).",
             metavar="NAME",
-            expose_value=False,
-            is_eager=True,
-            callback=_set("profile"),
-            help=f"Where it runs: local, s3, cluster or rest (conf/profiles/; else ${ENV_PROFILE}).",
         ),
-        click.option(
+        _setting_option(
             "--log-level",
+            "log_level",
+            "Log messages at this level and above to stderr; Spark's level follows (default: warning).",
             type=click.Choice(logs.LEVELS),
-            expose_value=False,
-            is_eager=True,
-            callback=_set("log_level"),
-            help="Log messages at this level and above to stderr; Spark's level follows (default: warning).",
         ),
-        click.option(
+        _setting_option(
             "--output",
+            "output",
+            "text for people, json: one JSON document on stdout (default: text).",
             type=click.Choice(OUTPUTS),
-            expose_value=False,
-            is_eager=True,
-            callback=_set("output"),
-            help="text for people, json: one JSON document on stdout (default: text).",
         ),
     ]
     for option in reversed(options):
