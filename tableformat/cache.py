@@ -26,13 +26,14 @@ code cuts and orders them; only where the decoded chunks come from differs.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Hashable, Iterable
+from typing import Any
 
 import pyarrow as pa
 from cachetools import LRUCache
 from pyiceberg.table import Table
 
+from seqlake.tableformat.counted_cache import CountedCache
 from seqlake.tableformat.io import FooterCache
 from seqlake.tableformat.reader import HistoryReader, Selection
 
@@ -51,20 +52,20 @@ class _BytesLRU(LRUCache):
         return super().popitem()
 
 
-class HistoryCache:
+class HistoryCache(CountedCache[Hashable, Any]):
     """An LRU of decoded Arrow values bounded by their total `nbytes` (cachetools); safe to share
     between threads.
 
     `hits` and `misses` count lookups (column chunks, for the history reader); a value larger than
     `max_bytes` is never kept."""
 
+    _entries: _BytesLRU
+
     def __init__(self, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
         if max_bytes < 0:
             raise ValueError(f"max_bytes must be >= 0, got {max_bytes}")
+        super().__init__(_BytesLRU(max_bytes))
         self.max_bytes = max_bytes
-        self._entries = _BytesLRU(max_bytes)
-        self._lock = threading.Lock()
-        self.hits = self.misses = 0
 
     @property
     def bytes(self) -> int:
@@ -74,11 +75,6 @@ class HistoryCache:
     def evictions(self) -> int:
         return self._entries.evictions
 
-    @property
-    def hit_rate(self) -> float:
-        lookups = self.hits + self.misses
-        return self.hits / lookups if lookups else 0.0
-
     def __len__(self) -> int:
         return len(self._entries)
 
@@ -86,13 +82,7 @@ class HistoryCache:
         return key in self._entries
 
     def get(self, key: Hashable):
-        with self._lock:
-            value = self._entries.get(key)
-            if value is None:
-                self.misses += 1
-                return None
-            self.hits += 1
-            return value
+        return self.lookup(key)
 
     def put(self, key: Hashable, value) -> None:
         with self._lock:

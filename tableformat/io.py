@@ -17,6 +17,7 @@ from cachetools import LRUCache
 from pyarrow._parquet import ParquetReader  # the reader without ParquetFile's per-open Python set-up
 
 from seqlake.core.errors import CorruptFileError
+from seqlake.tableformat.counted_cache import CountedCache
 from seqlake.tableformat.damage import DAMAGE, describe, table_of, verified_file
 
 
@@ -140,16 +141,14 @@ def is_local(uri: str) -> bool:
     return "://" not in uri or uri.startswith("file:")
 
 
-class FooterCache:
+class FooterCache(CountedCache[str, tuple[pq.FileMetaData, int | None]]):
     """A bounded LRU of parsed Parquet footers (cachetools): a reader that looks up many users in the
     same file parses its footer once. Files are immutable, so an entry never goes stale. Each footer
     is kept with the size the file had when it was read, which a snapshot's manifest must agree with."""
 
     def __init__(self, capacity: int = 1024) -> None:
+        super().__init__(LRUCache(maxsize=capacity))
         self.capacity = capacity
-        self._entries: LRUCache[str, tuple[pq.FileMetaData, int | None]] = LRUCache(maxsize=capacity)
-        self._lock = threading.Lock()
-        self.hits = self.misses = 0
 
     def get(self, uri: str) -> pq.FileMetaData | None:
         found = self.entry(uri)
@@ -157,13 +156,7 @@ class FooterCache:
 
     def entry(self, uri: str) -> tuple[pq.FileMetaData, int | None] | None:
         """(footer, file size when read) of `uri`, counted as a hit or a miss."""
-        with self._lock:
-            found = self._entries.get(uri)
-            if found is None:
-                self.misses += 1
-                return None
-            self.hits += 1
-            return found
+        return self.lookup(uri)
 
     def put(self, uri: str, meta: pq.FileMetaData, size: int | None = None) -> None:
         with self._lock:
