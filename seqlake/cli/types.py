@@ -114,12 +114,13 @@ class IsoTime(click.ParamType):
     """An ISO 8601 time with a time zone (`Z` allowed)."""
 
     name = "time"
+    otherwise = "is not an ISO 8601 time"  # what the error says of a value that is none
 
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> datetime:
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
         if isinstance(value, datetime):
             return value
         try:
-            return parse_time(value, "is not an ISO 8601 time")
+            return parse_time(value, self.otherwise)
         except ValueError as error:
             self.fail(str(error), param, ctx)
 
@@ -135,20 +136,18 @@ def parse_time(value: Any, otherwise: str) -> datetime:
     return moment
 
 
-class SnapshotOrTime(click.ParamType):
+class SnapshotOrTime(IsoTime):
     """A snapshot id (an integer) or an ISO 8601 time with a time zone: an int or a datetime."""
 
     name = "snapshot|time"
+    otherwise = "is neither a snapshot id nor an ISO 8601 time"
 
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int | datetime:
-        if isinstance(value, int | datetime) and not isinstance(value, bool):
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, int) and not isinstance(value, bool):
             return value
         if str(value).strip().isdigit():
             return IntegerAtLeast(0).convert(str(value).strip(), param, ctx)
-        try:
-            return parse_time(value, "is neither a snapshot id nor an ISO 8601 time")
-        except ValueError as error:
-            self.fail(str(error), param, ctx)
+        return super().convert(value, param, ctx)
 
 
 class FrontierText(click.ParamType):
