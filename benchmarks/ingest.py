@@ -33,7 +33,6 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
-from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -42,7 +41,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pyspark.sql import SparkSession
 
-from benchmarks.synthetic import column_values, pick_groups, synthetic_rows
+from benchmarks.synthetic import column_values, pick_groups, publish_synthetic_run, synthetic_rows
 from seqlake.core.config import Config, GeneratorSpec
 from seqlake.core.events import RAW_SCHEMA
 from seqlake.core.windows import window_of, window_start_ms
@@ -52,9 +51,7 @@ from seqlake.pipelines.ingest.spark import ingest_source
 from seqlake.pipelines.landing.schema import landing_schema
 from seqlake.pipelines.landing.tables import LandingPaths
 from seqlake.tableformat.checksum import table_checksum
-from seqlake.tableformat.registry import RunRecord, commit_runs, create_history_table, history_file_uri
-from seqlake.tableformat.run_writer import write_run
-from seqlake.tableformat.schema import history_arrow_schema
+from seqlake.tableformat.registry import create_history_table
 
 RAW = "raw_events"
 HISTORY = "history"
@@ -253,15 +250,7 @@ def _publish_history(side: Side, rows_per_user: int, runs: int, first_window: in
         window = first_window + r
         run_id = f"w{window}"
         data = synthetic_run(config, side.prior_users, count, window, seed + r, config.generator.source_partitions)
-        files = write_run(
-            data.to_batches(max_chunksize=65_536),
-            file_uri=partial(history_file_uri, table.location(), run_id),
-            schema=history_arrow_schema(config),
-            run_id=run_id,
-            bucket_count=config.layout.bucket_count,
-            group_order=list(config.feature_groups),
-        )
-        commit_runs(table, [(RunRecord(run_id, "window", [window, window], len(files), data.num_rows), files)])
+        files = publish_synthetic_run(table, config, data, run_id, [window, window])
         side.history_rows += data.num_rows
         side.history_files += len(files)
         side.history_bytes += sum(f.file_size for f in files)

@@ -39,7 +39,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from benchmarks.shapes import RealisticValues, bursty_offsets
-from benchmarks.synthetic import increasing_per_user, synthetic_rows
+from benchmarks.synthetic import increasing_per_user, publish_synthetic_run, synthetic_rows
 from seqlake.core.config import Config, load_config
 from seqlake.engines.catalog import open_catalog, table_identifier
 from seqlake.engines.duckdb_session import connect
@@ -48,9 +48,7 @@ from seqlake.tableformat.cache import CachedHistoryReader, HistoryCache
 from seqlake.tableformat.io import CountingFileSystem, FooterCache
 from seqlake.tableformat.multi_reader import histories
 from seqlake.tableformat.reader import HistoryReader, Selection
-from seqlake.tableformat.registry import RunRecord, commit_runs, create_history_table, history_file_uri
-from seqlake.tableformat.run_writer import write_run
-from seqlake.tableformat.schema import history_arrow_schema
+from seqlake.tableformat.registry import create_history_table
 
 GROUP = "engagement"
 CHUNK_EVENTS = 16_384
@@ -101,16 +99,8 @@ def engagement_rows(config: Config, lengths: dict[int, int], seed: int, data: st
 
 def write_seqlake(config: Config, data: pa.Table):
     table = create_history_table(open_catalog(config), table_identifier(config, "history"), config, replace=True)
-    files = write_run(
-        data.to_batches(max_chunksize=8192),
-        file_uri=lambda bucket: history_file_uri(table.location(), "w1", bucket),
-        schema=history_arrow_schema(config),
-        run_id="w1",
-        bucket_count=config.layout.bucket_count,
-        group_order=list(config.feature_groups),
-    )
     windows = [w.as_py() for w in pc.min_max(data["window_id"]).values()]
-    commit_runs(table, [(RunRecord("w1", "window", windows, len(files), data.num_rows), files)])
+    publish_synthetic_run(table, config, data, "w1", windows, batch_rows=8192)
     return table
 
 

@@ -28,7 +28,6 @@ import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from functools import partial
 from pathlib import Path
 from typing import TypeVar
 
@@ -36,7 +35,13 @@ import numpy as np
 import pyarrow as pa
 
 from benchmarks.shapes import RealisticValues
-from benchmarks.synthetic import history_lengths, increasing_per_user, pick_groups, synthetic_rows
+from benchmarks.synthetic import (
+    history_lengths,
+    increasing_per_user,
+    pick_groups,
+    publish_synthetic_run,
+    synthetic_rows,
+)
 from seqlake.core.config import Config, load_config
 from seqlake.engines.catalog import open_catalog, table_identifier
 from seqlake.tableformat.cache import CachedHistoryReader, HistoryCache
@@ -44,9 +49,7 @@ from seqlake.tableformat.io import CountingFileSystem, FooterCache, IOStats, Pla
 from seqlake.tableformat.layout import DEFAULT_POLICY
 from seqlake.tableformat.multi_reader import histories
 from seqlake.tableformat.reader import HistoryReader, Selection
-from seqlake.tableformat.registry import RunRecord, commit_runs, create_history_table, history_file_uri
-from seqlake.tableformat.run_writer import write_run
-from seqlake.tableformat.schema import history_arrow_schema
+from seqlake.tableformat.registry import create_history_table
 
 NAMESPACE = "bench_reads"
 TABLE = "history"
@@ -120,17 +123,7 @@ def build_table(
         totals += run_lengths
         data = run_rows(config, user_ids, run_lengths, run, seed, shape)
         run_id = f"w{run + 1}"
-        files = write_run(
-            data.to_batches(max_chunksize=WRITE_BATCH_ROWS),
-            file_uri=partial(history_file_uri, table.location(), run_id),
-            schema=history_arrow_schema(config),
-            run_id=run_id,
-            bucket_count=config.layout.bucket_count,
-            group_order=list(config.feature_groups),
-            policy=policy,
-        )
-        record = RunRecord(run_id, "window", [run + 1], len(files), data.num_rows)
-        commit_runs(table, [(record, files)])
+        publish_synthetic_run(table, config, data, run_id, [run + 1], batch_rows=WRITE_BATCH_ROWS, policy=policy)
     return table, user_ids, totals
 
 

@@ -11,15 +11,21 @@ row's group), the bookkeeping columns, and the storage order. Lengths come from
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from functools import partial
 
 import numpy as np
 import pyarrow as pa
+from pyiceberg.table import Table
 
 from seqlake.core.config import Config
 from seqlake.core.windows import window_of
 from seqlake.pipelines.demo.generator import group_weights, pareto_lengths
 from seqlake.tableformat.bucketing import bucket_of
+from seqlake.tableformat.layout import DEFAULT_POLICY, LayoutPolicy
+from seqlake.tableformat.registry import RunRecord, commit_runs, history_file_uri
+from seqlake.tableformat.run_writer import write_run
 from seqlake.tableformat.schema import history_arrow_schema
+from seqlake.tableformat.writer import WrittenFile
 
 SURFACES = ("feed", "search", "profile", "explore")
 
@@ -29,6 +35,7 @@ __all__ = [
     "synthetic_rows",
     "increasing_per_user",
     "pick_groups",
+    "publish_synthetic_run",
     "skewed_values",
 ]
 
@@ -144,3 +151,30 @@ def synthetic_rows(
         keys.append(bucket_of(user_id, config.layout.bucket_count))
     table = pa.table({k: pa.array(v) if isinstance(v, np.ndarray) else v for k, v in columns.items()})
     return table.take(pa.array(np.lexsort(keys))).cast(history_arrow_schema(config))
+
+
+def publish_synthetic_run(
+    table: Table,
+    config: Config,
+    rows: pa.Table,
+    run_id: str,
+    windows: list[int],
+    *,
+    batch_rows: int | None = 65_536,
+    policy: LayoutPolicy = DEFAULT_POLICY,
+    snapshot_properties: dict[str, str] | None = None,
+) -> list[WrittenFile]:
+    """Write `rows` (in storage order, as `synthetic_rows` gives them) as window run `run_id` of the
+    history table `table`, holding `windows`, and commit it; the written files."""
+    files = write_run(
+        rows.to_batches(max_chunksize=batch_rows),
+        file_uri=partial(history_file_uri, table.location(), run_id),
+        schema=history_arrow_schema(config),
+        run_id=run_id,
+        bucket_count=config.layout.bucket_count,
+        group_order=list(config.feature_groups),
+        policy=policy,
+    )
+    record = RunRecord(run_id, "window", windows, len(files), rows.num_rows)
+    commit_runs(table, [(record, files)], snapshot_properties=snapshot_properties)
+    return files

@@ -7,10 +7,9 @@ from datetime import UTC, datetime, timedelta
 import numpy as np
 import pyarrow as pa
 
-from benchmarks.synthetic import increasing_per_user, pick_groups, synthetic_rows
+from benchmarks.synthetic import increasing_per_user, pick_groups, publish_synthetic_run, synthetic_rows
 from seqlake.core.config import Config
 from seqlake.tableformat.layout import LayoutPolicy
-from seqlake.tableformat.schema import history_arrow_schema
 
 BASE_TS_US = 1_767_571_200_000_000  # 2026-01-05T00:00:00Z
 
@@ -47,22 +46,10 @@ def publish_run(
     return the written files."""
     from seqlake.tableformat.frontier import FRONTIER_PROPERTY, published_frontier
     from seqlake.tableformat.layout import DEFAULT_POLICY
-    from seqlake.tableformat.registry import RunRecord, commit_runs, history_file_uri
-    from seqlake.tableformat.run_writer import write_run
 
-    files = write_run(
-        data.to_batches(max_chunksize=batch_rows),
-        file_uri=lambda bucket: history_file_uri(table.location(), run_id, bucket),
-        schema=history_arrow_schema(config),
-        run_id=run_id,
-        bucket_count=config.layout.bucket_count,
-        group_order=list(config.feature_groups),
-        policy=policy or DEFAULT_POLICY,
-    )
     # A window run holds the window its id names; the synthetic rows' window_id need not say so.
     named = run_id[1:] if run_id.startswith("w") and run_id[1:].isdigit() else None
     windows = [int(named)] if named is not None else pa.compute.unique(data["window_id"]).to_pylist()
-    record = RunRecord(run_id, "window", windows, len(files), data.num_rows)
     properties = None
     if frontier:
         highest = data.group_by("source_partition").aggregate([("lsn", "max")])
@@ -70,8 +57,16 @@ def publish_run(
         properties = {FRONTIER_PROPERTY: published_frontier(table).advanced(own).to_json()}
         if named is not None:
             properties["seqlake.window-id"] = named
-    commit_runs(table, [(record, files)], snapshot_properties=properties)
-    return files
+    return publish_synthetic_run(
+        table,
+        config,
+        data,
+        run_id,
+        windows,
+        batch_rows=batch_rows,
+        policy=policy or DEFAULT_POLICY,
+        snapshot_properties=properties,
+    )
 
 
 def two_partition_rows(

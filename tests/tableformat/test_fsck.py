@@ -10,19 +10,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from benchmarks.synthetic import publish_synthetic_run
 from seqlake.tableformat.footer import FileFacts
 from seqlake.tableformat.fsck import FsckError, fsck_table
 from seqlake.tableformat.layout import DEFAULT_POLICY, parquet_writer_options
-from seqlake.tableformat.registry import (
-    RunRecord,
-    commit_runs,
-    data_file_for,
-    files_of_runs,
-    history_file_uri,
-    run_id_of_path,
-)
-from seqlake.tableformat.run_writer import write_run
-from seqlake.tableformat.schema import history_arrow_schema
+from seqlake.tableformat.registry import data_file_for, files_of_runs, run_id_of_path
 from seqlake.tableformat.writer import WrittenFile
 from tests.conftest import make_config
 from tests.history_data import history_table, publish_run, synthetic_history
@@ -127,15 +119,7 @@ def test_overlapping_ranges_in_one_run_are_found(table):
 def test_file_outside_any_recorded_run_is_found(table):
     config = table.config
     data = synthetic_history(config, {2_000_000: 10})
-    files = write_run(
-        data.to_batches(),
-        file_uri=lambda b: history_file_uri(table.location(), "w9", b),
-        schema=history_arrow_schema(config),
-        run_id="w9",
-        bucket_count=config.layout.bucket_count,
-        group_order=list(config.feature_groups),
-    )
-    commit_runs(table, [(RunRecord("w9", "window", [0, 0], 1, 10), files)])
+    publish_synthetic_run(table, config, data, "w9", [0, 0], batch_rows=None)
     # Forget the run in the property while its file stays live: fsck must notice.
     runs = json.loads(table.metadata.properties["seqlake.runs"])
     del runs["w9"]

@@ -7,7 +7,6 @@ import os
 import subprocess
 import sys
 from dataclasses import dataclass
-from functools import partial
 from pathlib import Path
 
 import pyarrow as pa
@@ -18,13 +17,13 @@ from pyiceberg.expressions import In
 from pyiceberg.table import Table
 from rocksdict import Options, Rdict, ReadOptions
 
+from benchmarks.synthetic import publish_synthetic_run
 from seqlake.core.config import Config
 from seqlake.core.errors import SchemaError, SeqlakeError
 from seqlake.engines.catalog import open_catalog, table_identifier
 from seqlake.jobs.export_sst import main
-from seqlake.tableformat.registry import RunRecord, commit_runs, create_history_table, history_file_uri
-from seqlake.tableformat.run_writer import write_run
-from seqlake.tableformat.schema import KEY_COLUMNS, history_arrow_schema
+from seqlake.tableformat.registry import create_history_table
+from seqlake.tableformat.schema import KEY_COLUMNS
 from seqlake.tableformat.sst_export import (
     UnknownRunError,
     decode_key,
@@ -69,15 +68,7 @@ def lake(tmp_path_factory: pytest.TempPathFactory) -> Lake:
         table = create_history_table(open_catalog(config), table_identifier(config, "history"), config)
         for run, lengths, seed in (("w1", W1, 1), ("w2", W2, 2)):
             data = synthetic_history(config, lengths, seed=seed)
-            files = write_run(
-                data.to_batches(max_chunksize=2000),
-                file_uri=partial(history_file_uri, table.location(), run),
-                schema=history_arrow_schema(config),
-                run_id=run,
-                bucket_count=config.layout.bucket_count,
-                group_order=list(config.feature_groups),
-            )
-            commit_runs(table, [(RunRecord(run, "window", [int(run[1:])], len(files), data.num_rows), files)])
+            publish_synthetic_run(table, config, data, run, [int(run[1:])], batch_rows=2000)
     return Lake(config, table, base)
 
 
