@@ -98,17 +98,36 @@ def ingest_snapshots(
     if pending and check is not None:
         check()
     todo = pending if max_snapshots is None else pending[: max(max_snapshots, 0)]
+    land_batches(config, todo, land, lambda snapshot: f"snapshot {sequence_number(snapshot)}", result, progress)
+    if todo:
+        result.last_version = sequence_number(todo[-1])
+    return result
+
+
+Batch = TypeVar("Batch")
+
+
+def land_batches(
+    config: Config,
+    batches: list[Batch],
+    land: Callable[[Batch, dict[int, int]], tuple[int, Counter]],
+    name: Callable[[Batch], str],
+    result: IngestResult,
+    progress: Progress | None = None,
+) -> IngestResult:
+    """Land `batches` in order, each with the home windows of the moment (`home_windows`), counted into
+    `result`; `name` says which batch landed (in the log and the progress line)."""
     if progress:
-        progress.set_total(len(todo))
-    for snapshot in todo:
-        version = sequence_number(snapshot)
-        landed, counts = land(snapshot, home_windows(current_published_windows(config)))
+        progress.set_total(len(batches))
+    for batch in batches:
+        landed, counts = land(batch, home_windows(current_published_windows(config)))
+        records = landed + sum(counts.values())
         result.batches += 1
-        result.last_version = version
         result.landed += landed
         result.quarantined.update(counts)
-        result.records += landed + sum(counts.values())
-        log.info("source commit %d: %d landed, quarantined %s", version, landed, dict(counts))
+        result.records += records
+        note = name(batch)
+        log.info("%s: %d landed, quarantined %s", note, landed, dict(counts))
         if progress:
-            progress.add(rows=landed + sum(counts.values()), steps=1, note=f"snapshot {version}")
+            progress.add(rows=records, steps=1, note=note)
     return result
