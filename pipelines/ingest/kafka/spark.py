@@ -46,6 +46,8 @@ def batch_records(spark: SparkSession, topic: KafkaTopic, batch: Batch) -> DataF
         .option("assign", json.dumps({topic.topic: [batch.partition]}))
         .option("startingOffsets", json.dumps({topic.topic: {partition: batch.start}}))
         .option("endingOffsets", json.dumps({topic.topic: {partition: batch.end}}))
+        # A batch is one Kafka partition's offsets: split them, so every core reads and validates a share.
+        .option("minPartitions", str(spark.sparkContext.defaultParallelism))
     )
     try:
         messages = reader.load()
