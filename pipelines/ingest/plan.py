@@ -5,7 +5,8 @@ partition, LSN, arrival time, JSON payload). Each source snapshot is one ingest 
 its sequence number: landing and quarantine appends are idempotent per batch, so a re-run or a
 replay after a crash adds nothing twice and loses nothing. How an engine reads, validates and
 appends a snapshot is in its own module (`seqlake.pipelines.ingest.spark`,
-`seqlake.pipelines.ingest.duckdb`).
+`seqlake.pipelines.ingest.duckdb`). A Kafka topic's batches are ranges of a partition's offsets
+(`seqlake.pipelines.ingest.kafka`), landed by the same loop (`land_batches`).
 """
 
 from __future__ import annotations

@@ -110,7 +110,11 @@ class EventSource(click.ParamType):
             except ValueError as error:
                 self.fail(str(error), param, ctx)
         if not _IDENTIFIER.fullmatch(text):
-            self.fail(f"{value!r} is not a table or source name (letters, digits and _) nor a kafka:// URI", param, ctx)
+            self.fail(
+                f"{value!r} is not a table name (letters, digits and _), a configured source nor a kafka:// URI",
+                param,
+                ctx,
+            )
         return text
 
 

@@ -20,12 +20,14 @@ taken up by the next from what the landing tier records:
 from __future__ import annotations
 
 import itertools
+import logging
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from seqlake.core.config import Config
-from seqlake.core.errors import SetupError, SourceError
+from seqlake.core.errors import SourceError
 from seqlake.core.progress import Progress
 from seqlake.core.sources import KafkaTopic
 from seqlake.pipelines.ingest.plan import IngestResult, land_batches
@@ -72,25 +74,27 @@ def partition_app_id(topic: KafkaTopic, partition: int) -> str:
     return f"seqlake-ingest:kafka:{topic.topic}:{partition}"
 
 
-def client_settings(topic: KafkaTopic) -> dict[str, str | int | float | bool]:
+class _ClientLog(logging.LoggerAdapter):
+    """librdkafka's own log lines (a broker refusing a connection, retries), at info: as Spark's, they
+    are not a user's to act on unless asked for (--log-level info); what fails is one SourceError."""
+
+    def log(self, level: int, msg: object, *args: Any, **kwargs: Any) -> None:
+        self.logger.info(msg, *args, **kwargs)
+
+
+def client_settings(topic: KafkaTopic) -> dict[str, Any]:
     """What every librdkafka client of seqlake is given."""
-    return {"bootstrap.servers": topic.bootstrap_servers, "client.id": "seqlake-ingest"}
-
-
-def _kafka():
-    try:
-        import confluent_kafka
-    except ImportError:
-        raise SetupError(
-            "reading a Kafka topic needs confluent-kafka: pip install 'seqlake[kafka]' (the kafka extra)"
-        ) from None
-    return confluent_kafka
+    return {
+        "bootstrap.servers": topic.bootstrap_servers,
+        "client.id": "seqlake-ingest",
+        "logger": _ClientLog(logging.getLogger(__name__), {}),
+    }
 
 
 def topic_offsets(topic: KafkaTopic) -> list[PartitionOffsets]:
     """Each partition's first and end offsets, as the brokers answer now (read_committed: a transaction
     still open ends the range at its first message); one line if they cannot answer."""
-    kafka = _kafka()
+    import confluent_kafka as kafka  # the kafka extra
     from confluent_kafka.admin import AdminClient, OffsetSpec
 
     admin = AdminClient(client_settings(topic))

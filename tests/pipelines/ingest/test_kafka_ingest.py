@@ -21,6 +21,7 @@ import pytest
 from confluent_kafka import Producer, TopicPartition
 
 from seqlake.core.config import Config
+from seqlake.core.errors import SourceError
 from seqlake.core.events import RAW_SCHEMA
 from seqlake.core.sources import KafkaTopic
 from seqlake.engines.catalog import open_catalog, table_identifier
@@ -209,4 +210,9 @@ def test_a_topic_whose_retention_dropped_offsets_the_lake_needs_is_refused_in_on
     [line] = refused.stderr.strip().splitlines()
     assert line.startswith(f"seqlake ingest: error: the Kafka topic {topic.uri} no longer holds messages the lake")
     assert "partition 1 offsets 5..8 " in line and "partition 0" not in line
+    print(line)
     assert content(config, paths) == before  # nothing landed, not even partition 0's new messages
+    # A topic the brokers do not have is one line too.
+    with pytest.raises(SourceError, match=r"^the Kafka topic kafka://\S+/missing cannot be read: ") as missing:
+        ingest_topic_in_process(config, KafkaTopic(kafka_broker.bootstrap_servers, "missing"), paths)
+    assert "\n" not in str(missing.value)
