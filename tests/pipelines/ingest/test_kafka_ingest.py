@@ -210,7 +210,6 @@ def test_a_topic_whose_retention_dropped_offsets_the_lake_needs_is_refused_in_on
     [line] = refused.stderr.strip().splitlines()
     assert line.startswith(f"seqlake ingest: error: the Kafka topic {topic.uri} no longer holds messages the lake")
     assert "partition 1 offsets 5..8 " in line and "partition 0" not in line
-    print(line)
     assert content(config, paths) == before  # nothing landed, not even partition 0's new messages
     # A topic the brokers do not have is one line too.
     with pytest.raises(SourceError, match=r"^the Kafka topic kafka://\S+/missing cannot be read: ") as missing:
