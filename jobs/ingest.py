@@ -1,7 +1,8 @@
-"""Ingest the raw source table into the landing tier (Delta), quarantining malformed records.
+"""Ingest the raw source table, or a Kafka topic, into the landing tier (Delta), quarantining malformed records.
 
-Each source commit is one batch; re-running ingests only what is new, and a replayed batch adds
-nothing twice, whichever engine applied it. Usable as `seqlake ingest` or `spark-submit jobs/ingest.py`.
+Each source commit (each range of a Kafka partition's offsets) is one batch; re-running ingests only what
+is new, and a replayed batch adds nothing twice, whichever engine applied it. Usable as `seqlake ingest`
+or `spark-submit jobs/ingest.py`.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import click
 
 from seqlake.cli import job_main, script_main
 from seqlake.cli.options import common_options, load_cli_config
-from seqlake.cli.types import TABLE_NAME, EngineChoice
+from seqlake.cli.types import EngineChoice, EventSource
 from seqlake.core.output import emit
 
 if TYPE_CHECKING:
@@ -20,7 +21,14 @@ if TYPE_CHECKING:
 
 
 @click.command("ingest", help=__doc__)
-@click.option("--source", default="raw_events", show_default=True, type=TABLE_NAME, help="Raw source table.")
+@click.option(
+    "--source",
+    default="raw_events",
+    show_default=True,
+    type=EventSource(),
+    help="A raw source table, a source named in the configuration's `sources`, or a Kafka topic: "
+    "kafka://HOST:PORT[,HOST:PORT]/TOPIC (each partition a source partition, each offset its LSN).",
+)
 @click.option(
     "--engine",
     type=EngineChoice(),
@@ -32,33 +40,51 @@ if TYPE_CHECKING:
 def command(source: str, engine: Engine | None) -> None:
     from seqlake.core.config import resolve_engine
     from seqlake.core.progress import Progress
+    from seqlake.core.sources import KafkaTopic
     from seqlake.pipelines.landing.tables import landing_paths
     from seqlake.pipelines.tables import load_existing_table
 
     config = load_cli_config()
+    where = config.event_source(source)
+    topic = where if isinstance(where, KafkaTopic) else None
     engine = resolve_engine(engine or config.layout.ingest_engine)
     if engine == "spark":
         import pyspark  # noqa: F401  (without the extra: one line naming it, before anything else)
-    load_existing_table(config, source)  # a missing source is one line, before a JVM starts
+    # A missing source is one line, before a JVM starts.
+    if topic is not None:
+        from seqlake.pipelines.ingest.kafka.plan import topic_offsets
+
+        topic_offsets(topic)
+    else:
+        load_existing_table(config, str(where))
     paths = landing_paths(config)
     spark = None
     if engine == "spark":
         from seqlake.engines.spark_session import spark_session
 
         spark = spark_session(config, "seqlake-ingest")
-    progress = Progress("ingest", measure="steps", rows_unit="records", steps_unit="source commits")
-    if spark is not None:
+    unit = "source commits" if topic is None else "batches"
+    progress = Progress("ingest", measure="steps", rows_unit="records", steps_unit=unit)
+    if topic is not None and spark is not None:
+        from seqlake.pipelines.ingest.kafka.spark import ingest_topic_spark
+
+        result = ingest_topic_spark(spark, config, topic, paths, progress)
+    elif topic is not None:
+        from seqlake.pipelines.ingest.kafka.duckdb import ingest_topic_in_process
+
+        result = ingest_topic_in_process(config, topic, paths, progress)
+    elif spark is not None:
         from seqlake.pipelines.ingest.spark import ingest_source
 
-        result = ingest_source(spark, config, source, paths, progress)
+        result = ingest_source(spark, config, str(where), paths, progress)
     else:
         from seqlake.pipelines.ingest.duckdb import ingest_source_in_process
 
-        result = ingest_source_in_process(config, source, paths, progress)
+        result = ingest_source_in_process(config, str(where), paths, progress)
     seconds = progress.done()
     quarantined = dict(sorted(result.quarantined.items()))
     document = {
-        "source": source,
+        "source": str(where),
         "engine": engine,
         "batches": result.batches,
         "already_ingested": result.skipped,
@@ -67,9 +93,10 @@ def command(source: str, engine: Engine | None) -> None:
         "quarantined": quarantined,
         "seconds": round(seconds, 3),
     }
+    done = "already done" if topic is None else "partitions caught up"
     emit(
         document,
-        f"ingested {result.batches} batches ({result.skipped} already done): {result.records:,} records, "
+        f"ingested {result.batches} batches ({result.skipped} {done}): {result.records:,} records, "
         f"{result.landed:,} landed, {sum(quarantined.values()):,} quarantined {quarantined}",
     )
 

@@ -138,7 +138,19 @@ def ingest_snapshot(
 ) -> tuple[int, Counter]:
     """Land one source snapshot, records of published windows in their `homes`: (landed, Counter of
     quarantine reasons)."""
-    version = sequence_number(snapshot)
+    return land_records(config, snapshot_records(table, snapshot), paths, app_id, sequence_number(snapshot), homes)
+
+
+def land_records(
+    config: Config,
+    records: Iterator[pa.RecordBatch],
+    paths: LandingPaths,
+    app_id: str,
+    version: int,
+    homes: dict[int, int],
+) -> tuple[int, Counter]:
+    """Validate one batch of raw `records` (RAW_SCHEMA's columns) and append it as (app_id, version), records
+    of published windows in their `homes`: (landed, Counter of quarantine reasons)."""
     events = delta_writer.open_table(paths.events)
     quarantine = delta_writer.open_table(paths.quarantine)
     for existing, uri, schema in (
@@ -151,7 +163,7 @@ def ingest_snapshot(
     quarantined = delta_writer.transaction_version(quarantine, app_id) >= version
     with tempfile.TemporaryDirectory(prefix="seqlake-ingest-") as scratch:
         split = _Split(config, homes, Path(scratch) / "quarantine.arrows", keep_malformed=not quarantined)
-        landed = delta_writer.write_files(paths.events, split.landing, split.valid(snapshot_records(table, snapshot)))
+        landed = delta_writer.write_files(paths.events, split.landing, split.valid(records))
         bad = delta_writer.write_files(paths.quarantine, split.quarantine, split.malformed())
     # Quarantine first: a crash between the two commits replays the batch, and each commit skips a
     # version its table already holds.

@@ -5,7 +5,8 @@ partition, LSN, arrival time, JSON payload). Each source snapshot is one ingest 
 its sequence number: landing and quarantine appends are idempotent per batch, so a re-run or a
 replay after a crash adds nothing twice and loses nothing. How an engine reads, validates and
 appends a snapshot is in its own module (`seqlake.pipelines.ingest.spark`,
-`seqlake.pipelines.ingest.duckdb`).
+`seqlake.pipelines.ingest.duckdb`). A Kafka topic's batches are ranges of a partition's offsets
+(`seqlake.pipelines.ingest.kafka`), landed by the same loop (`land_batches`).
 """
 
 from __future__ import annotations
@@ -98,17 +99,36 @@ def ingest_snapshots(
     if pending and check is not None:
         check()
     todo = pending if max_snapshots is None else pending[: max(max_snapshots, 0)]
+    land_batches(config, todo, land, lambda snapshot: f"snapshot {sequence_number(snapshot)}", result, progress)
+    if todo:
+        result.last_version = sequence_number(todo[-1])
+    return result
+
+
+Batch = TypeVar("Batch")
+
+
+def land_batches(
+    config: Config,
+    batches: list[Batch],
+    land: Callable[[Batch, dict[int, int]], tuple[int, Counter]],
+    name: Callable[[Batch], str],
+    result: IngestResult,
+    progress: Progress | None = None,
+) -> IngestResult:
+    """Land `batches` in order, each with the home windows of the moment (`home_windows`), counted into
+    `result`; `name` says which batch landed (in the log and the progress line)."""
     if progress:
-        progress.set_total(len(todo))
-    for snapshot in todo:
-        version = sequence_number(snapshot)
-        landed, counts = land(snapshot, home_windows(current_published_windows(config)))
+        progress.set_total(len(batches))
+    for batch in batches:
+        landed, counts = land(batch, home_windows(current_published_windows(config)))
+        records = landed + sum(counts.values())
         result.batches += 1
-        result.last_version = version
         result.landed += landed
         result.quarantined.update(counts)
-        result.records += landed + sum(counts.values())
-        log.info("source commit %d: %d landed, quarantined %s", version, landed, dict(counts))
+        result.records += records
+        note = name(batch)
+        log.info("%s: %d landed, quarantined %s", note, landed, dict(counts))
         if progress:
-            progress.add(rows=landed + sum(counts.values()), steps=1, note=f"snapshot {version}")
+            progress.add(rows=records, steps=1, note=note)
     return result

@@ -78,6 +78,48 @@ def _check_landing(spark: SparkSession, paths: LandingPaths, config: Config) -> 
     check_landing(to_arrow_schema(spark.read.format("delta").load(paths.events).schema), config)
 
 
+def check_landing_tier(spark: SparkSession, config: Config, paths: LandingPaths) -> None:
+    """Before a run's first batch: a landing tier that exists holds the configured columns."""
+    if is_delta_table(paths.events):
+        _check_landing(spark, paths, config)
+
+
+def land_records(
+    spark: SparkSession,
+    config: Config,
+    raw: DataFrame,
+    paths: LandingPaths,
+    app_id: str,
+    version: int,
+    homes: dict[int, int],
+) -> tuple[int, Counter]:
+    """Validate one batch of `raw` records (RAW_SCHEMA's columns) and append it as (app_id, version),
+    records of published windows in their `homes`: (landed, Counter of quarantine reasons)."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    parsed_spark_schema = from_arrow_schema(parsed_schema(config))
+
+    def parse(batches):
+        for batch in batches:
+            yield redirect_published(parse_batch(batch, config), homes)
+
+    parsed = raw.mapInArrow(parse, parsed_spark_schema).persist()
+    try:
+        counts = Counter({r["reason"]: r["count"] for r in parsed.groupBy("reason").count().collect()})
+        valid = parsed.filter(F.col("reason").isNull()).select(*landing_schema(config).names)
+        bad = parsed.filter(F.col("reason").isNotNull()).select(*QUARANTINE_SCHEMA.names)
+        # Quarantine first: a crash between the two appends replays the batch, and both
+        # appends skip what they already hold.
+        append_idempotent(bad, paths.quarantine, app_id, version)
+        kill_point("ingest_quarantined")
+        append_idempotent(valid, paths.events, app_id, version)
+        kill_point("ingest_landed")
+    finally:
+        parsed.unpersist()
+    return counts.pop(None, 0), counts
+
+
 def ingest_source(
     spark: SparkSession,
     config: Config,
@@ -87,21 +129,14 @@ def ingest_source(
     max_snapshots: int | None = None,
 ) -> IngestResult:
     """Ingest every source snapshot not ingested yet (at most `max_snapshots`), in commit order, on Spark."""
-    from pyspark.sql import functions as F
-    from pyspark.sql.pandas.types import from_arrow_schema
-
     table = load_existing_table(config, source)
     name = spark_name(config, source)
     app_id = ingest_app_id(config, source)
-    parsed_spark_schema = from_arrow_schema(parsed_schema(config))
-    landing_columns = landing_schema(config).names
 
     def check() -> None:
-        if is_delta_table(paths.events):
-            _check_landing(spark, paths, config)
+        check_landing_tier(spark, config, paths)
 
     def land(snapshot: Snapshot, homes: dict[int, int]) -> tuple[int, Counter]:
-        version = sequence_number(snapshot)
         reader = spark.read.format("iceberg")
         if snapshot.parent_snapshot_id is None:
             reader = reader.option("snapshot-id", snapshot.snapshot_id)
@@ -109,25 +144,7 @@ def ingest_source(
             reader = reader.option("start-snapshot-id", snapshot.parent_snapshot_id).option(
                 "end-snapshot-id", snapshot.snapshot_id
             )
-
-        def parse(batches):
-            for batch in batches:
-                yield redirect_published(parse_batch(batch, config), homes)
-
-        parsed = reader.load(name).mapInArrow(parse, parsed_spark_schema).persist()
-        try:
-            counts = Counter({r["reason"]: r["count"] for r in parsed.groupBy("reason").count().collect()})
-            valid = parsed.filter(F.col("reason").isNull()).select(*landing_columns)
-            bad = parsed.filter(F.col("reason").isNotNull()).select(*QUARANTINE_SCHEMA.names)
-            # Quarantine first: a crash between the two appends replays the batch, and both
-            # appends skip what they already hold.
-            append_idempotent(bad, paths.quarantine, app_id, version)
-            kill_point("ingest_quarantined")
-            append_idempotent(valid, paths.events, app_id, version)
-            kill_point("ingest_landed")
-        finally:
-            parsed.unpersist()
-        return counts.pop(None, 0), counts
+        return land_records(spark, config, reader.load(name), paths, app_id, sequence_number(snapshot), homes)
 
     done = last_applied_version(spark, paths.events, app_id)
     return ingest_snapshots(config, table, done, land, progress, max_snapshots, check)

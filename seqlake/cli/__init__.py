@@ -27,7 +27,14 @@ CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 120}
 PIPED_HELP_WIDTH = 120
 
 # Top-level modules of the optional extras (pyproject.toml) and the extra that installs each.
-EXTRAS = {"pyspark": "spark", "delta": "spark", "rocksdict": "sst", "matplotlib": "notebook", "nbclient": "notebook"}
+EXTRAS = {
+    "pyspark": "spark",
+    "delta": "spark",
+    "rocksdict": "sst",
+    "matplotlib": "notebook",
+    "nbclient": "notebook",
+    "confluent_kafka": "kafka",
+}
 
 # name -> (module[:attribute] defining the click command, one-line summary for `seqlake --help`).
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -35,7 +42,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("seqlake.jobs.demo", "run the main job end to end on a warehouse of its own and print its report"),
     "generate": ("seqlake.jobs.generate", "write a deterministic synthetic event stream (raw source records)"),
     "import": ("seqlake.jobs.import_events", "import your own event files (Parquet, CSV, JSON Lines) via a mapping"),
-    "ingest": ("seqlake.jobs.ingest", "ingest the raw source into the landing tier (Delta), quarantining bad records"),
+    "ingest": (
+        "seqlake.jobs.ingest",
+        "ingest the raw source or a Kafka topic into the landing tier (Delta), with quarantine",
+    ),
     "compact": ("seqlake.jobs.compact", "publish closed windows as sorted runs of the history table; merge runs"),
     "history": ("seqlake.jobs.history", "print one user's history (feature groups, columns, time range, Top-K, LSN)"),
     "sql": ("seqlake.jobs.sql", "DuckDB SQL over the warehouse with seqlake's views and macros loaded (sql/)"),

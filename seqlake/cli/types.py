@@ -92,6 +92,32 @@ class _Pattern(click.ParamType):
 # A table or namespace of the configured catalog: letters, digits and underscores, never a path.
 TABLE_NAME = _Pattern("table", _IDENTIFIER, "a table name (letters, digits and _; e.g. history)")
 NAMESPACE_NAME = _Pattern("namespace", _IDENTIFIER, "a namespace name (letters, digits and _; e.g. bench)")
+
+
+class EventSource(click.ParamType):
+    """What `seqlake ingest` reads: a raw source table, a source named in the configuration's `sources`,
+    or a Kafka topic's kafka://HOST:PORT[,HOST:PORT]/TOPIC."""
+
+    name = "source"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        from seqlake.core.sources import KafkaTopic, is_kafka_uri
+
+        text = str(value)
+        if is_kafka_uri(text):
+            try:
+                return KafkaTopic.parse(text).uri
+            except ValueError as error:
+                self.fail(str(error), param, ctx)
+        if not _IDENTIFIER.fullmatch(text):
+            self.fail(
+                f"{value!r} is not a table name (letters, digits and _), a configured source nor a kafka:// URI",
+                param,
+                ctx,
+            )
+        return text
+
+
 # Run ids as seqlake writes them (w<window>, b<first>t<last>n<count>, m...).
 RUN_ID = _Pattern("run", _RUN_ID, "a run id (e.g. w491000; `seqlake runs` lists them)")
 

@@ -28,6 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from seqlake.core.errors import ConfigError, UnreadableFileError
 from seqlake.core.operators import get_operator
 from seqlake.core.resources import default_config, profiles_dir
+from seqlake.core.sources import KafkaTopic, is_kafka_uri
 from seqlake.core.uris import masked_uri
 
 DEFAULT_CONFIG_PATH = default_config()  # packaged: read it with .read_text()
@@ -249,6 +250,21 @@ class GeneratorSpec(_Frozen):
         return value
 
 
+class SourceSpec(_Frozen):
+    """A named event source `seqlake ingest --source NAME` reads: a Kafka topic
+    (kafka://HOST:PORT[,HOST:PORT]/TOPIC, `seqlake.core.sources`)."""
+
+    kafka: str
+
+    @field_validator("kafka")
+    @classmethod
+    def _kafka_uri(cls, value: str) -> str:
+        return KafkaTopic.parse(value).uri  # a ValueError says what is wrong
+
+    def topic(self) -> KafkaTopic:
+        return KafkaTopic.parse(self.kafka)
+
+
 class TrainingSpec(_Frozen):
     """Inference requests and what each capture keeps (versioned late materialization)."""
 
@@ -269,6 +285,7 @@ class Config(_Frozen):
     tenants: dict[Identifier, TenantSpec] = {}
     generator: GeneratorSpec = GeneratorSpec()
     training: TrainingSpec = TrainingSpec()
+    sources: dict[Identifier, SourceSpec] = {}
 
     @model_validator(mode="after")
     def _cross_checks(self) -> Config:
@@ -301,6 +318,13 @@ class Config(_Frozen):
             for column, col in spec.columns.items():
                 out.setdefault(column, col.type)
         return out
+
+    def event_source(self, source: str) -> KafkaTopic | str:
+        """What `seqlake ingest --source SOURCE` reads: the topic of a kafka:// URI or of a source named in
+        `sources`, else the raw source table of that name."""
+        if source in self.sources:
+            return self.sources[source].topic()
+        return KafkaTopic.parse(source) if is_kafka_uri(source) else source
 
     def tenant_columns(self, tenant: str) -> list[str]:
         spec = self.tenants[tenant]

@@ -106,6 +106,11 @@ class ForgetCommitted(SeqlakeError):
 # -- data in and out -----------------------------------------------------------------------------
 
 
+class SourceError(SeqlakeError):
+    """The event source cannot deliver what ingest needs: a Kafka topic that cannot be reached or does
+    not exist, or whose retention dropped messages the lake has not landed yet."""
+
+
 class ImportDataError(SeqlakeError):
     """The source does not fit its mapping (a missing column, an unmapped action value, ...)."""
 

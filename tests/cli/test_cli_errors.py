@@ -123,6 +123,11 @@ CASES = {  # name -> (arguments, what the one line says, exit status: 1 a failur
         2,
     ),
     "ingest: a path as source": (["ingest", "--source", "../raw"], "is not a table name", 2),
+    "ingest: a topic without its brokers' ports": (
+        ["ingest", "--source", "kafka://broker/events"],
+        "'broker' is not a broker address (HOST:PORT)",
+        2,
+    ),
     "import: a path as table": (
         ["import", "--mapping", "otto", "--input", "x", "--table", "a/b"],
         "not a table name",

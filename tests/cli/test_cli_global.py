@@ -94,5 +94,6 @@ def test_a_profile_says_where_every_job_runs(config_file, tmp_path):
     done = seqlake("--profile=nowhere", "--config", str(config_file), "history", "--user", "1", cwd=tmp_path)
     assert done.returncode == 1
     assert done.stderr.splitlines() == [
-        "seqlake history: error: unknown profile 'nowhere' ($SEQLAKE_PROFILE); profiles: cluster, local, rest, s3"
+        "seqlake history: error: unknown profile 'nowhere' ($SEQLAKE_PROFILE); "
+        "profiles: cluster, kafka, local, rest, s3"
     ]

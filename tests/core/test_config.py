@@ -6,6 +6,7 @@ import yaml
 
 from seqlake.core.config import DEFAULT_CONFIG_PATH, load_config, parse_config
 from seqlake.core.errors import ConfigError
+from seqlake.core.sources import KafkaTopic
 
 
 def default_data() -> dict:
@@ -114,6 +115,7 @@ def test_unreadable_and_non_yaml_files_fail_clearly(tmp_path: Path):
             "spark://127.0.0.1:7077",
         ),
         ("rest", None, "http://127.0.0.1:8181", "local[2]"),
+        ("kafka", None, None, "local[2]"),
     ],
 )
 def test_a_profile_overlays_warehouse_catalog_and_master(profile, warehouse, catalog, master, monkeypatch, tmp_path):
@@ -158,3 +160,21 @@ def test_a_rest_catalogs_secrets_come_from_the_environment(monkeypatch):
     from seqlake.engines.spark_session import catalog_options
 
     assert catalog_options(config) == {"type": "rest", "uri": "http://h:8181", "scope": "s", "token": "t0ken"}
+
+
+def test_ingest_reads_a_raw_table_a_kafka_uri_or_a_configured_source(monkeypatch):
+    monkeypatch.setenv("SEQLAKE_PROFILE", "kafka")
+    config = load_config(None)
+    assert config.event_source("events") == KafkaTopic("127.0.0.1:9092", "events")
+    assert config.event_source("kafka://b1:9092,[::1]:9093/clicks.v2") == KafkaTopic("b1:9092,[::1]:9093", "clicks.v2")
+    assert config.event_source("raw_events") == "raw_events"
+    monkeypatch.delenv("SEQLAKE_PROFILE")
+    data = yaml.safe_load(DEFAULT_CONFIG_PATH.read_text())
+    for uri, wrong in (
+        ("kafka://b1:9092", "names no topic"),
+        ("kafka://b1/events", "'b1' is not a broker address (HOST:PORT)"),
+        ("http://b1:9092/events", "is not a kafka:// URI"),
+    ):
+        with pytest.raises(ConfigError, match=re.escape(f"sources.events.kafka = {uri!r}: Value error, ")) as error:
+            parse_config(data | {"sources": {"events": {"kafka": uri}}})
+        assert wrong in str(error.value)

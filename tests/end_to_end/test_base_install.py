@@ -30,6 +30,7 @@ BASE_MODULES = (
     "seqlake.pipelines.compaction.plan",
     "seqlake.pipelines.compaction.spark",
     "seqlake.pipelines.ingest.plan",
+    "seqlake.pipelines.ingest.kafka.duckdb",
     "seqlake.pipelines.reads.fresh",
     "seqlake.pipelines.training.rebuild.duckdb",
     "seqlake.pipelines.training.rebuild.samples",
@@ -42,7 +43,7 @@ BASE_MODULES = (
     "seqlake.pipelines.demo.small",
     "seqlake.jobs.init",
 )
-EXTRA_MODULES = ("pyspark", "delta", "rocksdict", "matplotlib", "nbclient")
+EXTRA_MODULES = ("pyspark", "delta", "rocksdict", "matplotlib", "nbclient", "confluent_kafka")
 
 
 def _python(code: str, cwd: Path = REPO) -> subprocess.CompletedProcess:
@@ -79,6 +80,18 @@ def test_a_command_without_its_extra_names_the_extra():
     assert done.returncode == 1
     assert done.stderr.strip().splitlines() == [
         "seqlake ingest: error: this command needs pyspark: pip install 'seqlake[spark]'"
+    ]
+
+
+def test_a_kafka_source_without_the_kafka_extra_names_it():
+    code = (
+        "import sys; sys.modules['confluent_kafka'] = None\nfrom seqlake.cli import main\n"
+        "sys.exit(main(['ingest', '--engine', 'duckdb', '--source', 'kafka://127.0.0.1:9092/events']))\n"
+    )
+    done = _python(code)
+    assert done.returncode == 1
+    assert done.stderr.strip().splitlines() == [
+        "seqlake ingest: error: this command needs confluent_kafka: pip install 'seqlake[kafka]'"
     ]
 
 
