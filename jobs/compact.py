@@ -127,9 +127,10 @@ def compact_windows(
         "merged_into": merges,
     }
     if maintain:
+        from seqlake.pipelines.landing.tables import LandingTier
         from seqlake.pipelines.maintenance.steps import run_maintenance
 
-        reports = run_maintenance(config, spark=spark, paths=paths)  # DuckDB: no JVM, the landing VACUUM waits
+        reports = run_maintenance(config, landing=LandingTier(paths, spark))  # the compaction's engine
         lines += [report.line() for report in reports]
         document["maintenance"] = reports
     return document, "\n".join(lines)

@@ -14,12 +14,17 @@ again is a no-op; a forget killed half way, run again, ends where an unkilled on
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
 
 from seqlake.cli import job_main, script_main
 from seqlake.cli.options import common_options, load_cli_config
-from seqlake.cli.types import IntegerAtLeast
+from seqlake.cli.types import LANDING_ENGINE_HELP, EngineChoice, IntegerAtLeast
 from seqlake.core.output import emit
+
+if TYPE_CHECKING:
+    from seqlake.core.config import Engine
 
 
 @click.command("forget", help=__doc__)
@@ -31,27 +36,25 @@ from seqlake.core.output import emit
     required=True,
     help="A user id (repeat for more).",
 )
-@click.option("--skip-landing", is_flag=True, help="Leave the landing tier (Delta, needs Spark) as it is.")
+@click.option("--skip-landing", is_flag=True, help="Leave the landing tier (Delta) as it is.")
+@click.option("--engine", type=EngineChoice(), help=LANDING_ENGINE_HELP)
 @click.option("--by", "requested_by", help="Who asks, for the audit (default: $SEQLAKE_ACTOR, else the OS user).")
 @common_options
-def command(users: tuple[int, ...], skip_landing: bool, requested_by: str | None) -> None:
+def command(users: tuple[int, ...], skip_landing: bool, engine: Engine | None, requested_by: str | None) -> None:
+    from seqlake.core.config import resolve_engine
     from seqlake.pipelines.forget.remove import forget_users
-    from seqlake.pipelines.landing.tables import landing_paths
+    from seqlake.pipelines.landing.tables import landing_tier
     from seqlake.pipelines.tables import HISTORY, load_existing_table
 
     config = load_cli_config()
     load_existing_table(config, HISTORY)  # a warehouse without history is a mistake, not a new lake
-    spark = None
+    landing = None
     if not skip_landing:
-        from seqlake.engines.spark_session import spark_session
-
-        spark = spark_session(config, "seqlake-forget")
+        landing = landing_tier(config, resolve_engine(engine or config.layout.ingest_engine), "seqlake-forget")
     from seqlake.core.progress import Progress
 
     progress = Progress("forget", measure="steps", rows_unit="rows", steps_unit="tables")
-    reports = forget_users(
-        config, list(users), spark=spark, paths=landing_paths(config), progress=progress, requested_by=requested_by
-    )
+    reports = forget_users(config, list(users), landing=landing, progress=progress, requested_by=requested_by)
     progress.done()
     total = sum(r.removed for r in reports)
     chosen = sorted(set(users))

@@ -10,27 +10,35 @@ training pointer, the raw source table's snapshots. The options override the con
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
 
 from seqlake.cli import job_main, script_main
 from seqlake.cli.options import common_options, load_cli_config
-from seqlake.cli.types import HOURS
+from seqlake.cli.types import HOURS, LANDING_ENGINE_HELP, EngineChoice
 from seqlake.core.output import emit
+
+if TYPE_CHECKING:
+    from seqlake.core.config import Engine
 
 
 @click.command("maintain", help=__doc__)
 @click.option("--snapshot-retention-hours", type=HOURS, help="Expire snapshots older than this.")
 @click.option("--orphan-safety-hours", type=HOURS, help="Never remove a file younger than this.")
 @click.option("--landing-retention-hours", type=HOURS, help="Delta VACUUM retention of the landing tier.")
-@click.option("--skip-landing", is_flag=True, help="Do not VACUUM the landing tier's Delta tables (no JVM).")
+@click.option("--skip-landing", is_flag=True, help="Do not VACUUM the landing tier's Delta tables.")
+@click.option("--engine", type=EngineChoice(), help=LANDING_ENGINE_HELP)
 @common_options
 def command(
     snapshot_retention_hours: float | None,
     orphan_safety_hours: float | None,
     landing_retention_hours: float | None,
     skip_landing: bool,
+    engine: Engine | None,
 ) -> None:
-    from seqlake.pipelines.landing.tables import landing_paths
+    from seqlake.core.config import resolve_engine
+    from seqlake.pipelines.landing.tables import landing_tier
     from seqlake.pipelines.maintenance.steps import run_maintenance
 
     config = load_cli_config()
@@ -44,15 +52,12 @@ def command(
         if value is not None
     }
     config = config.model_copy(update={"maintenance": config.maintenance.model_copy(update=overrides)})
-    spark = None
-    if not skip_landing:
-        from seqlake.engines.spark_session import spark_session
-
-        spark = spark_session(config, "seqlake-maintain")
+    chosen = "duckdb" if skip_landing else resolve_engine(engine or config.layout.ingest_engine)
+    landing = landing_tier(config, chosen, "seqlake-maintain")  # no JVM when the landing VACUUM is skipped
     from seqlake.core.progress import Progress
 
     progress = Progress("maintain", measure="steps", steps_unit="steps", show_bytes=True)
-    reports = run_maintenance(config, spark=spark, paths=landing_paths(config), progress=progress)
+    reports = run_maintenance(config, landing=landing, vacuum=not skip_landing, progress=progress)
     progress.done()
     # Dropped detail rows and rewritten small files are freed as orphans, counted by that step.
     total = sum(r.bytes for r in reports if r.step not in ("drop-detail", "rewrite-small-files"))

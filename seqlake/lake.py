@@ -313,20 +313,21 @@ class Lake:
     # -- deletion ------------------------------------------------------------------------------------
 
     def forget(self, user_ids: Iterable[int], *, spark=None) -> list[StepReport]:
-        """Remove every row of the users from the history table and every table holding a `user_id`,
-        and with a Spark session from the landing tier too, one commit per table, which also records
-        the forget so that no job that read before it brings their rows back
-        (`seqlake.pipelines.forget.remove.forget_users`). Returns one report per table (rows removed); the bytes are
-        gone once `maintain` expires the snapshots from before it and removes the orphan files.
+        """Remove every row of the users from the landing tier, the history table and every table holding
+        a `user_id`, one commit per table, which also records the forget so that no job that read before
+        it brings their rows back (`seqlake.pipelines.forget.remove.forget_users`). The landing tier is
+        changed in-process (delta-rs), or by Delta's own writer with a Spark session. Returns one report
+        per table (rows removed); the bytes are gone once `maintain` expires the snapshots from before it
+        and removes the orphan files.
 
         Raises:
             UsersRemain: a table still holds a row of theirs afterwards; SetupError: no warehouse there.
         """
         from seqlake.pipelines.forget.remove import forget_users
-        from seqlake.pipelines.landing.tables import landing_paths
+        from seqlake.pipelines.landing.tables import LandingTier, landing_paths
 
         self._check_warehouse()
-        reports = forget_users(self.config, list(user_ids), spark=spark, paths=landing_paths(self.config))
+        reports = forget_users(self.config, list(user_ids), landing=LandingTier(landing_paths(self.config), spark))
         self.refresh()
         return reports
 

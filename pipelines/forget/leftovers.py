@@ -27,14 +27,14 @@ from pyiceberg.expressions import In
 from pyiceberg.table import Table
 
 from seqlake.core.config import Config
-from seqlake.core.payload import DIGIT_RUN, USER_ID_VALUE
 from seqlake.engines.duckdb_session import connect
 from seqlake.pipelines.forget import audit as forget_audit
+from seqlake.pipelines.forget.landing import user_rows_in_landing
 from seqlake.pipelines.landing.tables import LandingPaths, is_delta_table
 from seqlake.pipelines.maintenance.steps import user_tables
 from seqlake.tableformat.forgets import forgets_of
 from seqlake.tableformat.fsck import Finding
-from seqlake.tableformat.io import engine_location, resolve_uri
+from seqlake.tableformat.io import resolve_uri
 from seqlake.tableformat.schema import TIMESTAMP_US
 
 INVARIANT = "forgotten-user"
@@ -127,25 +127,6 @@ def _table_rows(table: Table, users: list[int]) -> pa.Table:
     return table.scan(row_filter=In("user_id", users), selected_fields=tuple(columns)).to_arrow()
 
 
-def _landing_rows(con, uri: str, users: pa.Array, quarantine: bool) -> pa.Table:
-    con.register("_forgotten_users", pa.table({"user_id": users}))
-    if not quarantine:
-        return con.execute(
-            "SELECT user_id, lsn, source_partition FROM delta_scan(?) "
-            "WHERE user_id IN (SELECT user_id FROM _forgotten_users)",
-            [engine_location(uri)],
-        ).to_arrow_table()
-    # Quarantined records are raw payloads: the users each names, by forget's own rule
-    # (`seqlake.core.payload.named_user_ids`), so fsck judges exactly what forget removes.
-    return con.execute(
-        "WITH named AS (SELECT lsn, source_partition, unnest(flatten(list_transform("
-        "regexp_extract_all(payload, ?, 1), v -> regexp_extract_all(v, ?)))) AS digits FROM delta_scan(?)) "
-        "SELECT DISTINCT TRY_CAST(digits AS BIGINT) AS user_id, lsn, source_partition FROM named "
-        "WHERE TRY_CAST(digits AS BIGINT) IN (SELECT user_id FROM _forgotten_users)",
-        [USER_ID_VALUE, DIGIT_RUN, engine_location(uri)],
-    ).to_arrow_table()
-
-
 def forgotten_findings(config: Config, paths: LandingPaths | None, options: str = "") -> list[Finding]:
     """One finding per table (landing included) holding live rows of forgotten users that predate
     their forget; none when no forget was ever recorded. `options` (--config, --profile) go into the
@@ -171,7 +152,7 @@ def forgotten_findings(config: Config, paths: LandingPaths | None, options: str 
         with connect(extensions=("delta",)) as con:
             for name, uri, quarantine in (("events", paths.events, False), ("quarantine", paths.quarantine, True)):
                 if is_delta_table(uri):
-                    rows = _landing_rows(con, uri, pa.array(users, pa.int64()), quarantine)
+                    rows = user_rows_in_landing(con, uri, pa.array(users, pa.int64()), quarantine)
                     per_table[name].append(_predating(rows, by_lsn, by_time))
         for name, parts in per_table.items():
             finding = _finding(f"landing/{name}", pa.concat_tables(parts), requests, options)

@@ -1,8 +1,9 @@
 """Forget users: remove every stored row of some users, one commit per table, in this order:
 
-- The landing tier (Delta, on Spark): the users' events, and quarantined records whose payload names
-  one of them as far as one can be read from it (`seqlake.core.payload.named_user_ids`: a numeric or
-  mangled id, a truncated payload), never a cast that fails on a malformed id.
+- The landing tier (Delta, on Spark or in-process: `seqlake.pipelines.forget.landing`): the users'
+  events, and quarantined records whose payload names one of them as far as one can be read from it
+  (`seqlake.core.payload.named_user_ids`: a numeric or mangled id, a truncated payload), never a cast
+  that fails on a malformed id.
 - Every other Iceberg table of the namespace with a `user_id` column (detail, compaction quarantine,
   each tenant's training, fat-row and samples tables, the samples quarantine): one copy-on-write delete.
 - The history table, last: each file of a live run that holds one of the users is rewritten without
@@ -47,13 +48,13 @@ from pyiceberg.table import Table
 
 from seqlake.core.config import Config
 from seqlake.core.errors import RunsChanged, SeqlakeError, UsersRemain
-from seqlake.core.payload import DIGIT_RUN, USER_ID_VALUE
 from seqlake.core.progress import Progress
 from seqlake.engines.duckdb_session import connect
 from seqlake.pipelines.compaction.plan import COMMIT_ATTEMPTS, delete_files, history_tables
 from seqlake.pipelines.faults import kill_point
 from seqlake.pipelines.forget import audit as forget_audit
-from seqlake.pipelines.landing.tables import LandingPaths, is_delta_table
+from seqlake.pipelines.forget.landing import FORGET_STEP, forget_landing, landing_rows
+from seqlake.pipelines.landing.tables import LandingPaths, LandingTier, is_delta_table
 from seqlake.pipelines.maintenance.steps import StepReport, user_tables
 from seqlake.pipelines.tables import HISTORY
 from seqlake.tableformat.deletes import nothing_matched_is_fine
@@ -72,7 +73,6 @@ from seqlake.tableformat.schema import history_arrow_schema, history_read_schema
 
 log = logging.getLogger(__name__)
 
-FORGET_STEP = "forget"
 READ_ROWS = 65_536
 
 
@@ -243,56 +243,6 @@ def _commit_record(table: Table, updated: Forgets) -> None:
         raise RunsChanged(f"{'.'.join(table.name())} changed while recording a forget: {error}") from error
 
 
-# -- landing (Delta) ---------------------------------------------------------------------------------
-
-
-def names_users(users: Sequence[int]):
-    """A Spark condition on a quarantined record: its raw payload names one of the users, as
-    `seqlake.core.payload.named_user_ids` reads it (the same two regular expressions, and try-casts that
-    give null, never an error, for a run of digits beyond a BIGINT)."""
-    from pyspark.sql import functions as F
-
-    values = F.regexp_extract_all(F.col("payload"), F.lit(USER_ID_VALUE), F.lit(1))
-    digits = F.flatten(F.transform(values, lambda value: F.regexp_extract_all(value, F.lit(DIGIT_RUN), F.lit(0))))
-    return F.exists(digits, lambda run: run.try_cast("bigint").isin(list(users)))
-
-
-def _landing_conditions(paths: LandingPaths, users: Sequence[int]) -> dict:
-    """Each landing table's Spark condition for the users' rows: events by id, quarantine by payload."""
-    from pyspark.sql import functions as F
-
-    return {paths.events: F.col("user_id").isin(list(users)), paths.quarantine: names_users(users)}
-
-
-def forget_landing(spark, paths: LandingPaths, users: Sequence[int]) -> list[StepReport]:
-    """Delta DELETE of the users' landing events and of quarantined records naming them; a table
-    without their rows gets no commit."""
-    from delta.tables import DeltaTable
-
-    chosen = _users(users)
-    reports = []
-    for uri, condition in _landing_conditions(paths, chosen).items():
-        report = StepReport(FORGET_STEP, f"landing/{uri.rstrip('/').rsplit('/', 1)[-1]}", unit="rows")
-        reports.append(report)
-        if not is_delta_table(uri):
-            report.notes.append("no table")
-            continue
-        report.removed = spark.read.format("delta").load(uri).where(condition).count()
-        if report.removed:
-            DeltaTable.forPath(spark, uri).delete(condition)
-    return reports
-
-
-def landing_rows(spark, paths: LandingPaths, users: Sequence[int]) -> int:
-    """Rows of the users in the landing tier: their events, and quarantined records naming them."""
-    chosen = _users(users)
-    return sum(
-        spark.read.format("delta").load(uri).where(condition).count()
-        for uri, condition in _landing_conditions(paths, chosen).items()
-        if is_delta_table(uri)
-    )
-
-
 # -- all of it ---------------------------------------------------------------------------------------
 
 
@@ -327,12 +277,11 @@ def forget_users(
     config: Config,
     users: Sequence[int],
     *,
-    spark=None,
-    paths: LandingPaths | None = None,
+    landing: LandingTier | None = None,
     progress: Progress | None = None,
     requested_by: str | None = None,
 ) -> list[StepReport]:
-    """Remove the users from the landing tier (with a Spark session), every table holding a
+    """Remove the users from the landing tier (when given, on its engine), every table holding a
     `user_id` and the history table (last); then check that none of their rows is left in any of
     them and that every table records the request. `progress` counts the tables done and the rows
     removed. The request is audited (`seqlake.pipelines.forget.audit`): who, which users, when, the rows each
@@ -345,8 +294,9 @@ def forget_users(
     chosen = _users(users)
     history, _ = history_tables(config)
     held = {table.name()[-1]: user_rows(table, chosen) for table in [history, *tables_with_users(config)]}
-    if spark is not None and paths is not None:
-        held["landing"] = landing_rows(spark, paths, chosen)
+    if landing is not None:
+        held["landing"] = landing_rows(landing, chosen)
+    paths = landing.paths if landing is not None else None
     marks = warehouse_marks(history, paths if paths is not None and is_delta_table(paths.events) else None)
     held_rows = {name: rows for name, rows in held.items() if rows}
     request = forget_audit.begin(config, chosen, held_rows, requested_by, marks)
@@ -354,9 +304,8 @@ def forget_users(
     now = datetime.now(UTC)
     fence = Fence(Epoch(request.forget_id, tuple(chosen), now.isoformat()), forget_audit.finished(config), now)
     found: dict[str, StepReport] = {}
-    landing = spark is not None and paths is not None
-    if progress is not None:
-        progress.set_total(1 + len(tables_with_users(config)) + (2 if landing else 0))  # landing: events and quarantine
+    if progress is not None:  # landing: events and quarantine
+        progress.set_total(1 + len(tables_with_users(config)) + (2 if landing is not None else 0))
 
     def done(report: StepReport) -> None:
         if report.target in found:  # another pass over the table
@@ -368,9 +317,8 @@ def forget_users(
             progress.add(rows=report.removed, steps=1, note=report.target)
         kill_point("forget_committed")
 
-    if landing:
-        assert paths is not None  # landing says so
-        for report in forget_landing(spark, paths, chosen):
+    if landing is not None:
+        for report in forget_landing(landing, chosen):
             done(report)
     remaining: dict[str, int] = {}
     # Users a finished forget still listed in history's record removed, with no row of theirs
@@ -387,8 +335,8 @@ def forget_users(
         if not remaining and not unrecorded:
             break
         log.info("forget: a pass left %s (rows) and %s (without the record); passing again", remaining, unrecorded)
-    if spark is not None and paths is not None:
-        remaining |= {"landing": landing_rows(spark, paths, chosen)}
+    if landing is not None:
+        remaining |= {"landing": landing_rows(landing, chosen)}
     remaining = {name: rows for name, rows in remaining.items() if rows}
     if remaining:
         raise UsersRemain(f"rows of the forgotten users remain: {remaining}")

@@ -84,8 +84,9 @@ def applied_version(uri: str, app_id: str) -> int:
     return transaction_version(open_table(uri), app_id)
 
 
-def check_appendable(table, uri: str, schema: pa.Schema) -> None:
-    """One line, naming `--engine spark`, unless plain Parquet files of `schema` may be appended to `table`."""
+def check_writable_in_process(table, uri: str) -> None:
+    """One line, naming `--engine spark`, unless delta-rs may commit plain Parquet files to `table`:
+    appends, and the rewrites of a delete."""
     protocol = table.protocol()
     features = set(protocol.writer_features or ()) | set(protocol.reader_features or ())
     unsupported = sorted(features - APPENDABLE_FEATURES)
@@ -96,6 +97,11 @@ def check_appendable(table, uri: str, schema: pa.Schema) -> None:
             f"the landing table {delta_uri(uri)} uses Delta features the in-process engine does not write "
             f"({', '.join(unsupported)}): use --engine spark"
         )
+
+
+def check_appendable(table, uri: str, schema: pa.Schema) -> None:
+    """One line, naming `--engine spark`, unless plain Parquet files of `schema` may be appended to `table`."""
+    check_writable_in_process(table, uri)
     columns = {field.name: field.type for field in pa.schema(table.schema().to_arrow())}
     wrong = [
         f"{field.name} ({_type_name(columns.get(field.name))}, configured {_type_name(field.type)})"

@@ -32,11 +32,33 @@ class LandingPaths:
         return self.events.rsplit("/", 1)[0]
 
 
+@dataclass(frozen=True)
+class LandingTier:
+    """The landing tier's tables and the engine that changes them (forget, vacuum): a Spark session
+    (Delta's own writer), or None for the in-process engine (DuckDB reads, delta-rs commits)."""
+
+    paths: LandingPaths
+    spark: SparkSession | None = None
+
+    @property
+    def engine(self) -> str:
+        return "duckdb" if self.spark is None else "spark"
+
+
 def landing_paths(config: Config) -> LandingPaths:
     """The landing tier of the configured namespace: two namespaces of one warehouse never share one (a
     compaction would publish the other's events)."""
     root = f"{config.warehouse_uri()}/landing/{config.warehouse.namespace}"
     return LandingPaths(events=f"{root}/events", quarantine=f"{root}/quarantine")
+
+
+def landing_tier(config: Config, engine: str, app_name: str) -> LandingTier:
+    """The configured landing tier on `engine` (spark: a session named `app_name`; duckdb: no JVM)."""
+    if engine != "spark":
+        return LandingTier(landing_paths(config))
+    from seqlake.engines.spark_session import spark_session
+
+    return LandingTier(landing_paths(config), spark_session(config, app_name))
 
 
 def is_delta_table(uri: str) -> bool:

@@ -14,7 +14,7 @@
   killed before its first commit to that table left them; nothing can ever reference them), older
   than the safety interval; no engine needed.
 - `vacuum_landing`: Delta's VACUUM of the landing and quarantine tables (files their log no longer
-  references, and leftovers of killed writes), on Spark.
+  references, and leftovers of killed writes), on Spark or in-process (delta-rs).
 
 The raw source table is never expired: ingest reads its snapshots one by one.
 """
@@ -22,6 +22,7 @@ The raw source table is never expired: ingest reads its snapshots one by one.
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -38,7 +39,8 @@ from seqlake.core.progress import Progress
 from seqlake.engines.catalog import open_catalog
 from seqlake.pipelines.compaction.plan import history_tables
 from seqlake.pipelines.faults import kill_point
-from seqlake.pipelines.landing.tables import LandingPaths, is_delta_table
+from seqlake.pipelines.landing.delta_writer import check_writable_in_process, open_table
+from seqlake.pipelines.landing.tables import LandingPaths, LandingTier, is_delta_table
 from seqlake.tableformat.evolution import known_field_ids, projection
 from seqlake.tableformat.forgets import forgets_of
 from seqlake.tableformat.io import resolve_uri
@@ -310,9 +312,25 @@ def remove_landing_leftovers(
     return reports
 
 
-def vacuum_landing(spark, paths: LandingPaths, retention: timedelta) -> list[StepReport]:
+def vacuum_landing(tier: LandingTier, retention: timedelta) -> list[StepReport]:
     """Delta VACUUM of the landing and quarantine tables: files their log no longer references, and
-    untracked leftovers, older than `retention`. Listed first (DRY RUN) to report what goes."""
+    untracked leftovers, older than `retention`, on the tier's engine. Listed first (a dry run) to report
+    what goes."""
+    reports = []
+    for uri in (tier.paths.events, tier.paths.quarantine):
+        report = StepReport("vacuum-landing", uri.rsplit("/", 1)[-1])
+        reports.append(report)
+        if not is_delta_table(uri):
+            report.notes.append("no table")
+            continue
+        vacuum = _vacuum_on_spark if tier.spark is not None else _vacuum_in_process
+        sizes = vacuum(tier.spark, uri, retention)
+        report.removed, report.bytes = len(sizes), sum(sizes)
+    return reports
+
+
+def _vacuum_on_spark(spark, uri: str, retention: timedelta) -> list[int]:
+    """Delta's own VACUUM; the sizes of the files it removed."""
     hours = retention.total_seconds() / 3600
     # Delta refuses a retention below 7 days unless told; the caller's retention is the policy.
     spark.conf.set("spark.databricks.delta.retentionDurationCheck.enabled", "false")
@@ -321,42 +339,49 @@ def vacuum_landing(spark, paths: LandingPaths, retention: timedelta) -> list[Ste
     spark.conf.set(
         "spark.sql.sources.parallelPartitionDiscovery.parallelism", str(spark.sparkContext.defaultParallelism * 4)
     )
-    reports = []
-    for uri in (paths.events, paths.quarantine):
-        report = StepReport("vacuum-landing", uri.rsplit("/", 1)[-1])
-        reports.append(report)
-        if not is_delta_table(uri):
-            report.notes.append("no table")
-            continue
-        target = f"delta.`{uri}`"
-        doomed = [row["path"] for row in spark.sql(f"VACUUM {target} RETAIN {hours} HOURS DRY RUN").collect()]
-        sizes = [_file_size(path) for path in doomed]
-        spark.sql(f"VACUUM {target} RETAIN {hours} HOURS").collect()
-        report.removed, report.bytes = len(doomed), sum(sizes)
-    return reports
+    target = f"delta.`{uri}`"
+    doomed = [row["path"] for row in spark.sql(f"VACUUM {target} RETAIN {hours} HOURS DRY RUN").collect()]
+    sizes = [_file_size(path) for path in doomed]
+    spark.sql(f"VACUUM {target} RETAIN {hours} HOURS").collect()
+    return sizes
+
+
+def _vacuum_in_process(_spark, uri: str, retention: timedelta) -> list[int]:
+    """delta-rs's VACUUM, full (untracked leftovers too, as Delta's own); the sizes of the files it
+    removed. delta-rs takes whole hours: the retention is rounded up, so nothing younger than asked goes."""
+    table = open_table(uri)
+    assert table is not None  # the caller checked that there is a table
+    check_writable_in_process(table, uri)
+    hours = math.ceil(retention.total_seconds() / 3600)
+    options = {"retention_hours": hours, "enforce_retention_duration": False, "full": True}
+    fs, root = resolve_uri(uri)
+    listed = table.vacuum(dry_run=True, **options)
+    sizes = {name: fs.get_file_info(f"{root.rstrip('/')}/{name}").size or 0 for name in listed}
+    removed = table.vacuum(dry_run=False, **options)
+    return [sizes.get(name, 0) for name in removed]
 
 
 def run_maintenance(
     config: Config,
     *,
-    spark=None,
-    paths: LandingPaths | None = None,
+    landing: LandingTier | None = None,
+    vacuum: bool = True,
     now: datetime | None = None,
     progress: Progress | None = None,
 ) -> list[StepReport]:
-    """Every step in order: drop detail past retention, expire snapshots, remove orphan files, remove
-    the leftovers of landing folders that hold no table yet (with `paths`), and (with a Spark session)
-    vacuum the landing tier. Dropped detail files become orphans once the snapshots holding them
-    expire, so the order frees them in one run when the retention allows. `progress` counts the steps
-    done (per table) and the bytes removed."""
+    """Every step in order: drop detail past retention, expire snapshots, remove orphan files, and with
+    the landing tier, remove the leftovers of its folders that hold no table yet and (unless `vacuum` is
+    off) vacuum it on the tier's engine. Dropped detail files become orphans once the snapshots holding
+    them expire, so the order frees them in one run when the retention allows. `progress` counts the
+    steps done (per table) and the bytes removed."""
     spec = config.maintenance
     now = now or datetime.now(UTC)
     tables = maintained_tables(config)
     history, detail, training = tables[0], tables[1], tables[2:]
-    landing = spark is not None and paths is not None
     rewritten = [t for t in tables if t.name()[-1].startswith(SMALL_FILE_TABLES)]
     if progress is not None:
-        progress.set_total(1 + len(rewritten) + 2 * len(tables) + (paths is not None) + (1 if landing else 0))
+        landing_steps = 0 if landing is None else 1 + vacuum
+        progress.set_total(1 + len(rewritten) + 2 * len(tables) + landing_steps)
     reports: list[StepReport] = []
 
     def done(*step: StepReport) -> None:
@@ -377,9 +402,8 @@ def run_maintenance(
     safety = timedelta(hours=spec.orphan_safety_hours)
     for table in tables:
         done(remove_orphan_files(table, safety, now=now))
-    if paths is not None:
-        done(*remove_landing_leftovers(paths, safety, now=now))
-    if landing:
-        assert paths is not None  # landing says so
-        done(*vacuum_landing(spark, paths, timedelta(hours=spec.landing_retention_hours)))
+    if landing is not None:
+        done(*remove_landing_leftovers(landing.paths, safety, now=now))
+        if vacuum:
+            done(*vacuum_landing(landing, timedelta(hours=spec.landing_retention_hours)))
     return reports

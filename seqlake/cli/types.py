@@ -36,6 +36,13 @@ class EngineChoice(click.Choice):
         return super().convert(value, param, ctx)
 
 
+# forget's and maintain's --engine: what changes the landing tier's Delta tables.
+LANDING_ENGINE_HELP = (
+    "Engine that changes the landing tier: spark (Delta's own writer) or duckdb (in-process, delta-rs) "
+    "(default: layout.ingest_engine of the configuration; auto: spark when pyspark is installed, else duckdb)."
+)
+
+
 class IntegerAtLeast(click.ParamType):
     """An integer in [minimum, maximum] (by default up to the largest 64-bit integer)."""
 

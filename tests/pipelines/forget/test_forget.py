@@ -31,8 +31,10 @@ from seqlake.pipelines.compaction.plan import history_tables
 from seqlake.pipelines.compaction.quarantine import compaction_quarantine_schema, compaction_quarantine_table
 from seqlake.pipelines.demo.full import RAW_TABLE
 from seqlake.pipelines.faults import KILL_AT_ENV
-from seqlake.pipelines.forget.remove import forget_users, landing_rows, tables_with_users, user_rows
+from seqlake.pipelines.forget.landing import forget_landing, landing_rows
+from seqlake.pipelines.forget.remove import forget_users, tables_with_users, user_rows
 from seqlake.pipelines.ingest.raw_source import land_raw_records
+from seqlake.pipelines.landing.tables import LandingPaths, LandingTier
 from seqlake.pipelines.maintenance.steps import run_maintenance, vacuum_landing
 from seqlake.pipelines.training.capture.online_view import ViewSnapshot
 from seqlake.pipelines.training.capture.pointers import Request, capture_requests, fat_rows, training_rows
@@ -136,9 +138,22 @@ def users_on_disk(roots: list[Path], users: list[int], leaving_out: tuple[str, .
             if "user_id" in rows.schema.names:
                 hits += pc.sum(pc.is_in(rows["user_id"], value_set=wanted)).as_py() or 0
             if "payload" in rows.schema.names:
-                hits += pc.sum(pc.match_substring_regex(rows["payload"], pattern)).as_py() or 0
+                # delta-rs's rewrites (an in-process forget) store strings as Arrow string views
+                payloads = rows["payload"].cast(pa.string())
+                hits += pc.sum(pc.match_substring_regex(payloads, pattern)).as_py() or 0
             if hits:
                 found[str(path)] = hits
+    return found
+
+
+def landing_contents(paths: LandingPaths) -> dict[str, str]:
+    """A digest of each landing table's rows, in any order."""
+    found = {}
+    with connect(extensions=("delta",)) as con:
+        for name, uri in (("events", paths.events), ("quarantine", paths.quarantine)):
+            rows = con.execute("SELECT * FROM delta_scan(?)", [uri.removeprefix("file://")]).to_arrow_table()
+            text = "\n".join(sorted(repr(row) for row in rows.to_pylist()))
+            found[name] = hashlib.sha256(text.encode()).hexdigest()
     return found
 
 
@@ -178,7 +193,7 @@ def test_forget_removes_the_users_everywhere_even_when_killed_then_maintain_remo
     held = {t.name()[-1]: user_rows(t, doomed) for t in tables}
     landed = landing_count(lake, doomed)
     # The generated stream quarantines some records, and some of them may name the users: forget removes those too.
-    quarantined = landing_rows(spark, lake.paths, doomed) - landed
+    quarantined = landing_rows(LandingTier(lake.paths, spark), doomed) - landed
     in_landing = {"landing/events": landed} | ({"landing/quarantine": quarantined} if quarantined else {})
     # Every kind of table holds the users before: the test could fail.
     assert landed > 0 and all(held.values()), held
@@ -207,14 +222,22 @@ def test_forget_removes_the_users_everywhere_even_when_killed_then_maintain_remo
     for user in doomed:
         assert HistoryReader(history).read_user(user).num_rows == 0
 
-    # In-process with the landing tier: only the landing tier still holds them; every table records
-    # the request (a job that read the landing rows meanwhile must drop them): one commit each.
-    reports = forget_users(config, doomed, spark=spark, paths=lake.paths)
+    # With the landing tier, in-process: only the landing tier still holds them; every table records
+    # the request (a job that read the landing rows meanwhile must drop them): one commit each. Delta's
+    # own DELETE on Spark, on a copy of the landing tier, leaves the same rows.
+    copy = tmp_path / "landing-copy"
+    shutil.copytree(Path(lake.paths.root.removeprefix("file://")), copy)
+    on_spark = LandingPaths(events=f"{copy.as_uri()}/events", quarantine=f"{copy.as_uri()}/quarantine")
+    spark_reports = forget_landing(LandingTier(on_spark, spark), doomed)
+    in_process = LandingTier(lake.paths)
+    reports = forget_users(config, doomed, landing=in_process)
     assert {r.target: r.removed for r in reports if r.removed} == in_landing
-    assert landing_rows(spark, lake.paths, doomed) == 0
+    assert {r.target: r.removed for r in spark_reports if r.removed} == in_landing
+    assert landing_rows(in_process, doomed) == landing_rows(LandingTier(on_spark, spark), doomed) == 0
+    assert landing_contents(lake.paths) == landing_contents(on_spark)
     assert commits(tables) == {name: count + 2 for name, count in before.items()}
     # Again: nothing to remove, nothing to record (a finished forget lists them), no commit anywhere.
-    assert sum(r.removed for r in forget_users(config, doomed, spark=spark, paths=lake.paths)) == 0
+    assert sum(r.removed for r in forget_users(config, doomed, landing=in_process)) == 0
     assert commits(tables) == {name: count + 2 for name, count in before.items()}
 
     # Still on disk: old snapshots reference the replaced files. `maintain` then removes them, whatever
@@ -225,7 +248,7 @@ def test_forget_removes_the_users_everywhere_even_when_killed_then_maintain_remo
     assert config.maintenance.keep_snapshots > 1
     spec = config.maintenance.model_copy(update={"snapshot_retention_hours": 0})
     run_maintenance(config.model_copy(update={"maintenance": spec}), now=datetime.now(UTC) + timedelta(days=2))
-    vacuum_landing(spark, lake.paths, timedelta(0))
+    vacuum_landing(in_process, timedelta(0))
     assert users_on_disk(roots, doomed) == {}
     assert table_contents(lake) == expected
     fsck_table(history_tables(config)[0])
@@ -239,6 +262,9 @@ def small_demo(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     config = root / "seqlake.yaml"
     packaged = yaml.safe_load(DEFAULT_CONFIG_PATH.read_text())  # the small demo's own data, as a user runs it
     packaged["warehouse"] = {**packaged["warehouse"], "path": str(root / "warehouse")}
+    # The base install's engines, as `seqlake init` writes them without pyspark: forget and maintain
+    # change the landing tier in-process (Spark's DELETE: test_forget_removes_the_users_everywhere...).
+    packaged["layout"] |= {"ingest_engine": "duckdb", "compaction_engine": "duckdb"}
     config.write_text(yaml.safe_dump(packaged, sort_keys=False))
     assert cli_main(["demo", "--config", str(config), "--small"]) == 0
     shutil.copytree(root / "warehouse", root / "pristine", symlinks=True)
@@ -257,7 +283,7 @@ def demo_config(small_demo: tuple[Path, Path]) -> Path:
 
 
 def seqlake_process(config: Path, *args: str) -> str:
-    """A seqlake command in its own process (one that starts Spark, bound to this warehouse); stdout."""
+    """A seqlake command in its own process, as a user runs it; stdout."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("SEQLAKE_")}
     done = subprocess.run(
         [sys.executable, "-m", "seqlake.cli", args[0], "--config", str(config), *args[1:]],
@@ -319,7 +345,7 @@ def test_fsck_reports_rows_a_forget_left_with_the_command_that_removes_them(demo
     assert tables <= {"seqlake.history", "seqlake.history_detail", "landing/events", "landing/quarantine"}
     command = broken[0].split("remove them: ")[1]
     assert command == f"seqlake forget --config {config} --user {user}"
-    seqlake_process(config, *command.split()[1:])  # the landing tier too: on Spark
+    seqlake_process(config, *command.split()[1:])  # the landing tier too
     assert "OK" in run("fsck").stdout
     assert user_rows(history_tables(load_config(str(config)))[0], [user]) == 0
 

@@ -29,6 +29,7 @@ from seqlake.pipelines.compaction.spark import compact_batch
 from seqlake.pipelines.faults import run_at
 from seqlake.pipelines.forget.leftovers import forgotten_findings
 from seqlake.pipelines.forget.remove import forget_users, tables_with_users
+from seqlake.pipelines.landing.tables import LandingTier
 from seqlake.pipelines.training.backfill.plan import write_backfill
 from seqlake.pipelines.training.capture.online_view import ViewSnapshot
 from seqlake.pipelines.training.capture.pointers import Request, capture_batch, request_table
@@ -47,7 +48,7 @@ from seqlake.tableformat.fsck import fsck_table
 from seqlake.tableformat.reader import HistoryReader
 from tests.pipelines.compaction.test_publication_races import Lake, closed_unpublished, deliver, new_lake
 
-pytestmark = pytest.mark.spark  # forget removes the landing tier's rows on Spark
+pytestmark = pytest.mark.spark  # Spark's writers are among those a forget meets
 
 SEED = 4242  # every case and its run without the forget see the same stream
 
@@ -206,7 +207,7 @@ def run_case(spark, lake_config, case: Case, forget: bool) -> tuple[Lake, list[i
     windows = case.prepare(lake)
     users = landing_users(lake, windows[:2])[:2]  # the most active users of published windows
     if forget:
-        with run_at(case.point, lambda: forget_users(lake.config, users, spark=spark, paths=lake.paths)):
+        with run_at(case.point, lambda: forget_users(lake.config, users, landing=LandingTier(lake.paths))):
             case.write(spark, lake, windows)
     else:
         case.write(spark, lake, windows)

@@ -18,7 +18,6 @@ from contextlib import suppress
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -28,6 +27,7 @@ from seqlake.pipelines.compaction.plan import history_tables
 from seqlake.pipelines.faults import run_at
 from seqlake.pipelines.forget.leftovers import forgotten_findings
 from seqlake.pipelines.forget.remove import forget_users, tables_with_users
+from seqlake.pipelines.landing.tables import LandingTier
 from seqlake.pipelines.training.rebuild.samples import write_arrow_samples
 from seqlake.pipelines.training.sequence import Tenant, tenants
 from seqlake.pipelines.training.tables import training_table_name
@@ -39,8 +39,6 @@ from tests.pipelines.compaction.test_publication_races import (
     new_lake,
 )
 from tests.pipelines.forget.test_forget_fence import capture, landing_users, rows_of
-
-pytestmark = pytest.mark.spark  # forget removes the landing tier's rows on Spark
 
 EXAMPLES = int(os.environ.get("SEQLAKE_FORGET_EXAMPLES", "3"))
 
@@ -84,8 +82,8 @@ def steps(draw):
 class Run:
     """One interleaving on a fresh lake; the users it forgot, and the forgets a kill left unfinished."""
 
-    def __init__(self, spark, lake: Lake) -> None:
-        self.spark, self.lake = spark, lake
+    def __init__(self, lake: Lake) -> None:
+        self.lake = lake
         self.forgotten: set[int] = set()
         self.unfinished: list[list[int]] = []
         self.captures = 0
@@ -94,7 +92,7 @@ class Run:
         self.forgotten.update(users)
         self.stop_sending()
         try:
-            forget_users(self.lake.config, users, spark=self.spark, paths=self.lake.paths)
+            forget_users(self.lake.config, users, landing=LandingTier(self.lake.paths))
         except Killed:
             self.unfinished.append(users)
             raise
@@ -159,7 +157,7 @@ class Run:
         """Killed forgets run again; the rest of the stream arrives; a forget runs inside one more
         job's gap (`race`: the job, the point, which user); every window is published."""
         for users in self.unfinished:
-            forget_users(self.lake.config, users, spark=self.spark, paths=self.lake.paths)
+            forget_users(self.lake.config, users, landing=LandingTier(self.lake.paths))
         deliver(self.lake, len(self.lake.chunks))
         job, point, argument = race
         if job == "samples" and self.job("samples", argument) is None:
@@ -188,10 +186,10 @@ RACES = st.tuples(st.sampled_from(["compact", "capture", "samples"]), st.integer
 @settings(max_examples=EXAMPLES, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
 @given(plan=st.lists(steps(), min_size=4, max_size=9), first=st.integers(0, 7), race=RACES)
 def test_any_interleaving_with_forgets_and_kills_keeps_them_forgotten_and_every_other_event_once(
-    spark, lake_config, plan, first, race
+    lake_config, plan, first, race
 ):
     lake = new_lake(lake_config, max_runs=2)
-    run = Run(spark, lake)
+    run = Run(lake)
     deliver(lake)
     run.forget(run.pick_users(first))  # at least one forget in every interleaving
     for step in plan:

@@ -13,6 +13,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 import yaml
 
@@ -21,7 +22,8 @@ from seqlake.core.payload import named_user_ids, validate_payload
 from seqlake.engines.duckdb_session import connect
 from seqlake.pipelines.compaction.plan import history_tables
 from seqlake.pipelines.demo.generator import EventGenerator
-from seqlake.pipelines.forget.remove import names_users, tables_with_users, user_rows
+from seqlake.pipelines.forget.landing import names_users, user_rows_in_landing
+from seqlake.pipelines.forget.remove import tables_with_users, user_rows
 from seqlake.pipelines.landing.tables import landing_paths
 from seqlake.tableformat.io import engine_location
 from tests.pipelines.compaction.test_no_event_lost import make_warehouse
@@ -65,6 +67,27 @@ def test_spark_selects_the_quarantined_payloads_the_reference_names(spark, lake_
         got = sorted(row.payload for row in frame.where(names_users(users)).collect())
         assert got == sorted(p for p in payloads if named_user_ids(p) & set(users))
     assert [p for p in CRAFTED if 1000031 in named_user_ids(p)] == CRAFTED[:5] + [CRAFTED[8]]
+
+
+def test_duckdb_selects_the_quarantined_payloads_the_reference_names(tmp_path: Path, lake_config: Config) -> None:
+    from deltalake import write_deltalake
+
+    payloads = CRAFTED + generated_malformed(lake_config)
+    records = pa.table(
+        {
+            "source_partition": pa.array([n % 3 for n in range(len(payloads))], pa.int32()),
+            "lsn": pa.array(range(len(payloads)), pa.int64()),
+            "payload": payloads,
+        }
+    )
+    write_deltalake(str(tmp_path / "quarantine"), records)
+    by_key = {(n % 3, n): p for n, p in enumerate(payloads)}
+    named = Counter(u for p in payloads for u in named_user_ids(p))
+    with connect(extensions=("delta",)) as con:
+        for users in ([1000031], [1000000, 1000007], [5, 10000310], [2**63 - 1], sorted(named)[:3]):
+            held = user_rows_in_landing(con, (tmp_path / "quarantine").as_uri(), pa.array(users, pa.int64()), True)
+            keys = set(zip(held["source_partition"].to_pylist(), held["lsn"].to_pylist(), strict=True))
+            assert sorted(by_key[k] for k in keys) == sorted(p for p in payloads if named_user_ids(p) & set(users))
 
 
 def quarantined(config: Config) -> list[str]:

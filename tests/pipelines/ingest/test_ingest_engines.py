@@ -257,8 +257,8 @@ def test_maintain_removes_the_files_a_killed_in_process_ingest_left_once_past_th
 ) -> None:
     # Killed (SIGKILL) after a quarantine commit, before the landing one. Killed in the first snapshot,
     # no landing table exists yet: its files lie in a folder no Delta log will ever reference (removed
-    # by maintain without a JVM, after the orphan safety interval). In the second, they are untracked
-    # files of the table (removed by the landing VACUUM, on Spark).
+    # by maintain after the orphan safety interval). In the second, they are untracked files of the
+    # table (removed by the landing VACUUM; in-process here, Spark's in test_maintenance.py).
     config = source_config(lake_config, f"ingest_leftovers_{snapshot}")
     stats, snapshots = land_source(config)
     config_file = write_config(config, tmp_path / "seqlake.yaml")
@@ -281,7 +281,7 @@ def test_maintain_removes_the_files_a_killed_in_process_ingest_left_once_past_th
         assert untracked_files(paths.events) == left
         maintain("--skip-landing", "--orphan-safety-hours", "0")
     else:
-        maintain("--landing-retention-hours", "0")
+        maintain("--landing-retention-hours", "0", "--engine", "duckdb")
     assert not any(path.exists() for path in left)
     # The next run lands every record once, as an ingest never killed does.
     done = seqlake_ingest(config_file, "--engine", "duckdb")

@@ -22,6 +22,7 @@ from seqlake.core.config import Config, load_config
 from seqlake.engines.catalog import open_catalog, table_identifier
 from seqlake.pipelines.compaction.duckdb import merge_runs_if_needed_duckdb
 from seqlake.pipelines.compaction.plan import history_tables
+from seqlake.pipelines.landing.tables import LandingTier
 from seqlake.pipelines.maintenance.steps import (
     detail_keep_from,
     drop_detail_windows,
@@ -167,19 +168,21 @@ def test_run_maintenance_reports_each_step_and_is_idempotent(lake: Config) -> No
 
 
 @pytest.mark.spark
-def test_vacuum_removes_old_leftovers_of_the_landing_tier_only(spark, lake_config) -> None:
+@pytest.mark.parametrize("engine", ["spark", "duckdb"])
+def test_vacuum_removes_old_leftovers_of_the_landing_tier_only(spark, lake_config, engine) -> None:
     from tests.pipelines.compaction.test_publication_races import deliver, new_lake
 
     lake = new_lake(lake_config)
     deliver(lake, 2)
     root = Path(lake.paths.events.removeprefix("file://"))
     count = spark.read.format("delta").load(lake.paths.events).count()
+    tier = LandingTier(lake.paths, spark if engine == "spark" else None)
     stale = root / "part-killed-writer.snappy.parquet"
     stale.write_bytes(b"z" * 4321)
     age(stale, 48)
     fresh = root / "part-running-writer.snappy.parquet"
     fresh.write_bytes(b"w" * 10)
-    events, quarantine = vacuum_landing(spark, lake.paths, timedelta(hours=1))
+    events, quarantine = vacuum_landing(tier, timedelta(hours=1))
     assert (events.removed, events.bytes) == (1, 4321)
     assert not stale.exists() and fresh.exists()
     assert quarantine.target == "quarantine"
