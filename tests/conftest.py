@@ -66,6 +66,33 @@ def spark(lake_config: Config):
     session.stop()
 
 
+# The test files that take longest, longest first (from `make test`'s durations). `make test` runs each
+# file whole on one worker (--dist loadfile), handing files out in collection order: starting the long
+# ones first keeps a long file from running alone at the end while the other worker idles.
+LONG_FILES = (
+    "tests/end_to_end/test_remote_cluster.py",
+    "tests/end_to_end/test_remote_rest.py",
+    "tests/pipelines/compaction/test_batch_compaction.py",
+    "tests/pipelines/forget/test_forget_fence.py",
+    "tests/pipelines/compaction/test_no_event_lost.py",
+    "tests/pipelines/ingest/test_ingest_engines.py",
+    "tests/end_to_end/test_faults_in_every_job.py",
+    "tests/pipelines/compaction/test_exactly_once.py",
+    "tests/pipelines/forget/test_forget.py",
+    "tests/pipelines/ingest/test_set_based_validation.py",
+    "tests/pipelines/ingest/test_kafka_ingest.py",
+    "tests/pipelines/ingest/test_importers.py",
+    "tests/benchmarks/test_samples_bench.py",
+    "tests/end_to_end/test_demo.py",
+    "tests/benchmarks/test_compaction_bench.py",
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    rank = {name: n for n, name in enumerate(LONG_FILES)}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(LONG_FILES)))  # stable: the rest in order
+
+
 _MEASUREMENTS: list[str] = []
 MEASURED = "seqlake-measurement"
 
