@@ -8,7 +8,7 @@ import pytest
 from seqlake.core.errors import SimulatedCrash
 from seqlake.pipelines.compaction.duckdb import compact_batch_duckdb, merge_runs_if_needed_duckdb
 from seqlake.pipelines.compaction.plan import CRASH_POINTS, history_tables, plan_batches
-from seqlake.pipelines.compaction.spark import compact_batch, compact_window
+from seqlake.pipelines.compaction.spark import compact_batch
 from seqlake.tableformat.checksum import table_checksum
 from seqlake.tableformat.registry import live_runs
 from seqlake.tableformat.schema import KEY_COLUMNS
@@ -41,12 +41,13 @@ def detail_ids(lake) -> list[dict]:
 
 
 @pytest.fixture(scope="module")
-def one_by_one(spark, lake_config):
-    """The reference: the same stream, every window compacted on its own, in order."""
+def one_by_one(lake_config):
+    """The reference: the same stream, every window compacted on its own, in order, in-process (Spark's
+    batches are held to it: the engines publish the same runs)."""
     lake = new_lake(lake_config, max_runs=100, seed=SEED, **SHAPE)
     deliver(lake, len(lake.chunks))
     for window in closed_unpublished(lake, end_of_stream=True):
-        assert compact_window(spark, lake.config, lake.paths, window).published
+        assert compact_batch_duckdb(lake.config, lake.paths, [window]).published
     return lake
 
 
@@ -56,7 +57,7 @@ def test_plan_batches_bounds_rows_per_pass() -> None:
     assert plan_batches({}, 10) == []
 
 
-def test_a_batch_publishes_what_window_by_window_publishes(spark, lake_config, one_by_one) -> None:
+def test_a_spark_batch_publishes_what_duckdb_window_by_window_publishes(spark, lake_config, one_by_one) -> None:
     lake = new_lake(lake_config, max_runs=100, seed=SEED, **SHAPE)
     deliver(lake, len(lake.chunks))
     windows = closed_unpublished(lake, end_of_stream=True)
@@ -109,7 +110,7 @@ def test_batches_interleaved_with_late_imports_and_single_windows(spark, lake_co
 # -- the DuckDB engine ---------------------------------------------------------------------------------
 
 
-def test_duckdb_engine_publishes_what_spark_publishes(spark, lake_config, one_by_one) -> None:
+def test_duckdb_batches_publish_what_window_by_window_publishes(lake_config, one_by_one) -> None:
     lake = new_lake(lake_config, max_runs=100, seed=SEED, **SHAPE)
     deliver(lake, len(lake.chunks))
     windows = closed_unpublished(lake, end_of_stream=True)
@@ -121,7 +122,7 @@ def test_duckdb_engine_publishes_what_spark_publishes(spark, lake_config, one_by
 
 
 @pytest.mark.parametrize("point", ["after_write", "after_detail", "after_commit"])
-def test_duckdb_batch_killed_anywhere_reruns_to_the_same_content(spark, lake_config, one_by_one, point) -> None:
+def test_duckdb_batch_killed_anywhere_reruns_to_the_same_content(lake_config, one_by_one, point) -> None:
     lake = new_lake(lake_config, max_runs=2, seed=SEED, **SHAPE)
     deliver(lake, len(lake.chunks))
     windows = closed_unpublished(lake, end_of_stream=True)

@@ -131,7 +131,7 @@ def test_a_window_left_out_of_a_merge_stays_publishable(tmp_path: Path) -> None:
 
 
 # On the in-process engine: Spark's compaction publishes the same runs from the same plan
-# (tests/pipelines/compaction/test_batch_compaction.py::test_duckdb_engine_publishes_what_spark_publishes).
+# (test_batch_compaction.py::test_a_spark_batch_publishes_what_duckdb_window_by_window_publishes).
 @pytest.mark.parametrize("engine", ["duckdb"])
 def test_old_events_imported_after_their_windows_were_published_reach_history(tmp_path: Path, engine: str) -> None:
     config = make_warehouse(tmp_path)
