@@ -47,13 +47,13 @@ def window_sources(config: Config, windows: list[int]) -> list[WindowSource]:
     """Where each window's events still are: landing rows (Delta) and detail rows (Iceberg)."""
     from pyiceberg.expressions import EqualTo
 
-    from seqlake.engines.duckdb_session import connect
+    from seqlake.engines.duckdb_session import lake_cursor
     from seqlake.pipelines.landing.tables import landing_paths
     from seqlake.pipelines.tables import load_existing_table
 
     landed: set[int] = set()
     try:
-        with connect(extensions=("delta",)) as con:
+        with lake_cursor() as con:
             rows = con.execute(
                 "SELECT DISTINCT window_id FROM delta_scan(?) WHERE window_id BETWEEN ? AND ?",
                 [landing_paths(config).events, min(windows), max(windows)],

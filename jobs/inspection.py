@@ -74,10 +74,10 @@ def delta_location(config: Config, name: str) -> str:
 
 def delta_files(location: str) -> list[tuple[str, int]] | None:
     """(file, rows) of a Delta table's live files (DuckDB reads its log); None if there is no table."""
-    from seqlake.engines.duckdb_session import connect
+    from seqlake.engines.duckdb_session import lake_cursor
 
     try:
-        with connect(extensions=("delta",)) as con:
+        with lake_cursor() as con:
             return con.execute(
                 "SELECT filename, count(*) FROM delta_scan(?, filename = true) GROUP BY filename ORDER BY filename",
                 [location],
@@ -194,12 +194,12 @@ def describe_iceberg(table: Table) -> dict[str, Any]:
 
 def describe_delta(config: Config, name: str) -> dict[str, Any]:
     from seqlake.core.errors import SchemaError
-    from seqlake.engines.duckdb_session import connect
+    from seqlake.engines.duckdb_session import lake_cursor
 
     facts = delta_facts(config, name)
     if facts is None:
         raise SchemaError(f"the Delta table {name} does not exist at {delta_location(config, name)} (nothing landed)")
-    with connect(extensions=("delta",)) as con:
+    with lake_cursor() as con:
         columns = con.execute("DESCRIBE SELECT * FROM delta_scan(?)", [facts["location"]]).fetchall()
     schema = [{"name": c[0], "type": c[1], "required": c[2] == "NO"} for c in columns]
     return {**facts, "table": name, "schema": schema}

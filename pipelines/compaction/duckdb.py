@@ -19,7 +19,7 @@ import pyarrow as pa
 from pyiceberg.expressions import In
 
 from seqlake.core.config import Config
-from seqlake.engines.duckdb_session import connect, sql_literal
+from seqlake.engines.duckdb_session import connect, lake_cursor, sql_literal
 from seqlake.pipelines.compaction.aggregation import first_arrivals_sql
 from seqlake.pipelines.compaction.plan import (
     CompactionResult,
@@ -131,7 +131,7 @@ def _compact_batch_duckdb(
     if isinstance(plan, CompactionResult):
         return plan  # every window is published already
     history, detail, todo, point = plan.history, plan.detail, plan.windows, plan.point
-    with connect(extensions=("delta",)) as con:
+    with lake_cursor() as con:
         events = batch_events_duckdb(con, config, paths, todo, detail, plan.published)
         # Users of a forget under way (it cleaned detail, not history yet) stay out of the batch.
         events = drop_users(events, missed_users(history, point, detail.refresh()))

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 import pyarrow as pa
 
 from seqlake.core.payload import DIGIT_RUN, USER_ID_VALUE
-from seqlake.engines.duckdb_session import connect
+from seqlake.engines.duckdb_session import lake_cursor
 from seqlake.pipelines.landing.delta_writer import check_writable_in_process, open_table
 from seqlake.pipelines.landing.tables import LandingPaths, LandingTier, is_delta_table
 from seqlake.pipelines.maintenance.steps import StepReport
@@ -59,7 +59,7 @@ def user_rows_in_landing(con, uri: str, users: pa.Array, quarantine: bool) -> pa
 
 def _held_in_process(uri: str, users: list[int], quarantine: bool) -> pa.Table:
     """The rows of `users` in the table at `uri`, as `user_rows_in_landing` gives them."""
-    with connect(extensions=("delta",)) as con:
+    with lake_cursor() as con:
         return user_rows_in_landing(con, uri, pa.array(users, pa.int64()), quarantine)
 
 

@@ -27,7 +27,7 @@ from pyiceberg.expressions import In
 from pyiceberg.table import Table
 
 from seqlake.core.config import Config
-from seqlake.engines.duckdb_session import connect
+from seqlake.engines.duckdb_session import lake_cursor
 from seqlake.pipelines.forget import audit as forget_audit
 from seqlake.pipelines.forget.landing import user_rows_in_landing
 from seqlake.pipelines.landing.tables import LandingPaths, is_delta_table
@@ -149,7 +149,7 @@ def forgotten_findings(config: Config, paths: LandingPaths | None, options: str 
             findings.append(finding)
     if paths is not None:
         per_table: dict[str, list[pa.Table]] = defaultdict(list)
-        with connect(extensions=("delta",)) as con:
+        with lake_cursor() as con:
             for name, uri, quarantine in (("events", paths.events, False), ("quarantine", paths.quarantine, True)):
                 if is_delta_table(uri):
                     rows = user_rows_in_landing(con, uri, pa.array(users, pa.int64()), quarantine)

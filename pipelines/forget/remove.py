@@ -49,7 +49,7 @@ from pyiceberg.table import Table
 from seqlake.core.config import Config
 from seqlake.core.errors import RunsChanged, SeqlakeError, UsersRemain
 from seqlake.core.progress import Progress
-from seqlake.engines.duckdb_session import connect
+from seqlake.engines.duckdb_session import lake_cursor
 from seqlake.pipelines.compaction.plan import COMMIT_ATTEMPTS, delete_files, history_tables
 from seqlake.pipelines.faults import kill_point
 from seqlake.pipelines.forget import audit as forget_audit
@@ -253,7 +253,7 @@ def warehouse_marks(history: Table, paths: LandingPaths | None) -> str:
     lsn = {int(p): int(v) for p, v in published_frontier(history).items()}
     arrival = None
     if paths is not None:
-        with connect(extensions=("delta",)) as con:
+        with lake_cursor() as con:
             for uri in (paths.events, paths.quarantine):
                 if not is_delta_table(uri):
                     continue

@@ -51,10 +51,10 @@ def parsed_schema(config: Config) -> pa.Schema:
 
 def landing_columns(location: str) -> pa.Schema:
     """The landing Delta table's columns, read through DuckDB's delta extension (no JVM)."""
-    from seqlake.engines.duckdb_session import connect
+    from seqlake.engines.duckdb_session import lake_cursor
     from seqlake.tableformat.io import engine_location
 
-    with connect(extensions=("delta",)) as con:
+    with lake_cursor() as con:
         return con.execute("SELECT * FROM delta_scan(?) LIMIT 0", [engine_location(location)]).to_arrow_table().schema
 
 

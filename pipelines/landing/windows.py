@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from seqlake.engines.duckdb_session import connect
+from seqlake.engines.duckdb_session import lake_cursor
 from seqlake.pipelines.landing.tables import LandingPaths, duckdb_scan
 
 
@@ -60,7 +60,7 @@ class LandedWindows:
 
 def landed_windows(paths: LandingPaths) -> LandedWindows:
     """The windows the landing tier holds, their rows and its watermark, read with DuckDB."""
-    with connect(extensions=("delta",)) as con:
+    with lake_cursor() as con:
         scan = duckdb_scan(con)
         return LandedWindows.of(scan(paths.events, window_counts_sql), scan(paths.quarantine, window_counts_sql))
 

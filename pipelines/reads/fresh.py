@@ -14,7 +14,7 @@ from dataclasses import replace
 import pyarrow as pa
 
 from seqlake.core.config import Config
-from seqlake.engines.duckdb_session import connect
+from seqlake.engines.duckdb_session import lake_cursor
 from seqlake.pipelines.compaction.duckdb_aggregate import aggregate_window_local
 from seqlake.pipelines.landing.schema import landing_schema
 from seqlake.pipelines.landing.tables import LandingPaths, is_delta_table
@@ -29,7 +29,7 @@ def unpublished_events(config: Config, paths: LandingPaths, user_id: int, above:
     if not is_delta_table(paths.events):
         return landing_schema(config).empty_table()  # nothing has landed yet
     published = Frontier(above).sql("e.source_partition", "e.lsn")
-    with connect(extensions=("delta",)) as con:
+    with lake_cursor() as con:
         rows = con.execute(
             f"SELECT e.* FROM delta_scan(?) AS e WHERE e.user_id = ? AND NOT ({published})",
             [engine_location(paths.events), int(user_id)],

@@ -22,7 +22,7 @@ from pyiceberg.expressions import AlwaysTrue, And, EqualTo
 
 from seqlake.core.config import Config
 from seqlake.core.errors import ForgetCommitted
-from seqlake.engines.duckdb_session import connect, sql_literal
+from seqlake.engines.duckdb_session import lake_cursor, sql_literal
 from seqlake.pipelines.compaction.plan import history_tables
 from seqlake.pipelines.faults import kill_point
 from seqlake.pipelines.tables import load_existing_table
@@ -152,7 +152,7 @@ def fatrow_match(
     else:
         assert parquet_glob is not None, "fatrow_match needs samples_table or parquet_glob"
         rebuilt = f"read_parquet({sql_literal(parquet_glob)})"
-    with connect() as con:
+    with lake_cursor() as con:
         counted = con.execute(
             f"SELECT count(*) FROM iceberg_scan({sql_literal(fatrow.metadata_location)}) AS f "
             f"JOIN {rebuilt} AS s USING (request_id) WHERE {same}"
