@@ -110,11 +110,11 @@ def test_demo_lands_every_record_and_all_engines_agree(spark, lake_config, tmp_p
     assert (
         f"retrieval: {served['requests']:,} requests, {served['requests']:,} verified samples, 0 quarantined" in printed
     )
-    assert "100.00% equal to the fat-row reference (arrow, lsn)" in printed
+    assert "100.00% equal to the fat-row reference (duckdb, lsn)" in printed
     as_arrow = ["--config", str(config_file), "--tenant", "retrieval", "--engine", "arrow", "--output", "json"]
     assert samples_main(as_arrow) == 0
     document = json.loads(capsys.readouterr().out)
-    assert document["engine"] == "arrow"  # the in-process engine's name in reports and quarantine rows
+    assert document["engine"] == "duckdb"  # the former name is taken, reports give the engine's name
     (rebuilt,) = document["tenants"]
     requests = served["requests"]
     assert rebuilt | {"bytes_read": 0} == {

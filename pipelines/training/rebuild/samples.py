@@ -18,7 +18,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 from pyiceberg.exceptions import CommitFailedException
-from pyiceberg.expressions import AlwaysTrue, And, EqualTo
+from pyiceberg.expressions import AlwaysTrue, And, EqualTo, In
 
 from seqlake.core.config import Config
 from seqlake.core.errors import ForgetCommitted
@@ -28,7 +28,7 @@ from seqlake.pipelines.faults import kill_point
 from seqlake.pipelines.tables import load_existing_table
 from seqlake.pipelines.training.rebuild.bucket_files import BucketFiles
 from seqlake.pipelines.training.rebuild.duckdb import Reconstruction
-from seqlake.pipelines.training.rebuild.plan import Mode
+from seqlake.pipelines.training.rebuild.plan import Mode, quarantine_engines
 from seqlake.pipelines.training.rebuild.prefetch import PrefetchingIterator
 from seqlake.pipelines.training.sequence import Tenant
 from seqlake.pipelines.training.tables import (
@@ -79,7 +79,6 @@ def write_arrow_samples(
     fs = CountingFileSystem()
     reconstruction = _reconstruction(config, tenant, mode, fs)
     point = read_point(reconstruction.history)  # loaded before the pointers: what the commits check
-    engine = f"arrow/{mode}"
     requests = samples = quarantined = 0
     with tempfile.TemporaryDirectory(prefix="seqlake-replay-") as scratch:
         samples_out: BucketFiles | None = None
@@ -105,19 +104,22 @@ def write_arrow_samples(
                 samples_out.commit(point, replacing=AlwaysTrue())
         if mode == "lsn":
             kill_point("samples_committed")
-            _replace_quarantine(config, tenant.name, engine, failures, point)
+            _replace_quarantine(config, tenant.name, quarantine_engines("duckdb", mode), failures, point)
             matched = fatrow_match(config, tenant, samples_table=samples_table_name(tenant)) if compare else 0
         else:
             matched = fatrow_match(config, tenant, parquet_glob=f"{scratch}/*.parquet") if requests else 0
     return ReconstructionResult(tenant.name, mode, requests, samples, quarantined, matched, fs.stats.bytes_read)
 
 
-def _replace_quarantine(config: Config, tenant: str, engine: str, failures: list[pa.Table], point: ReadPoint) -> None:
-    """This tenant's and engine's rows of the quarantine table become `failures`, in one commit; no
-    commit when there is nothing to remove or add. Rows of users a forget removed after the job's
-    read (`point`) are left out, the commit fenced on that check (`seqlake.tableformat.forgets`)."""
+def _replace_quarantine(
+    config: Config, tenant: str, engines: list[str], failures: list[pa.Table], point: ReadPoint
+) -> None:
+    """This tenant's rows of the quarantine table written by `engines` (the engine's name and its former
+    names) become `failures`, in one commit; no commit when there is nothing to remove or add. Rows of
+    users a forget removed after the job's read (`point`) are left out, the commit fenced on that check
+    (`seqlake.tableformat.forgets`)."""
     table = create_bucketed_table(config, QUARANTINE, QUARANTINE_SCHEMA)
-    rows = And(EqualTo("tenant", tenant), EqualTo("engine", engine))
+    rows = And(EqualTo("tenant", tenant), In("engine", engines))
     for _ in range(ATTEMPTS):
         holds = may_hold(table.refresh(), rows)
         if not failures and not holds:

@@ -26,7 +26,7 @@ from seqlake.pipelines.compaction.aggregation import aggregation_sql
 from seqlake.pipelines.compaction.plan import history_tables
 from seqlake.pipelines.faults import kill_point
 from seqlake.pipelines.tables import DETAIL, HISTORY
-from seqlake.pipelines.training.rebuild.plan import Mode, fragment_columns, reason_sql
+from seqlake.pipelines.training.rebuild.plan import Mode, fragment_columns, quarantine_engine, reason_sql
 from seqlake.pipelines.training.sequence import ORDER_KEYS, Tenant
 from seqlake.pipelines.training.sequence_digest import (
     lanes_checksum_sql,
@@ -245,7 +245,7 @@ def write_spark_samples(spark: SparkSession, config: Config, tenant: Tenant) -> 
             F.lit(True)
         )
         remove_missed(samples, point)
-        engine = "spark/lsn"
+        engine = quarantine_engine("spark", "lsn")
         failed = results.where(~F.col("ok")).select(
             F.lit(tenant.name).alias("tenant"),
             "request_id",
