@@ -140,9 +140,15 @@ def _replace_quarantine(
 
 
 def fatrow_match(
-    config: Config, tenant: Tenant, samples_table: str | None = None, parquet_glob: str | None = None
+    config: Config,
+    tenant: Tenant,
+    samples_table: str | None = None,
+    parquet_glob: str | None = None,
+    as_of: str | None = None,
 ) -> int:
-    """How many fat rows a rebuilt sequence equals exactly (every sequence column, in order)."""
+    """How many fat rows a rebuilt sequence equals exactly (every sequence column, in order): the
+    sequences of `samples_table` (as of the metadata file `as_of`, if given: samples a later job has
+    replaced since) or of the Parquet files of `parquet_glob`."""
     fatrow = load_existing_table(config, fatrow_table_name(tenant))
     columns = [f.name for f in sequence_table_schema(tenant) if f.name.startswith(SEQUENCE)]
     same = " AND ".join(f"s.{c} IS NOT DISTINCT FROM f.{c}" for c in columns)
@@ -150,7 +156,7 @@ def fatrow_match(
         samples = load_existing_table(config, samples_table)
         if samples.current_snapshot() is None or fatrow.current_snapshot() is None:
             return 0
-        rebuilt = f"iceberg_scan({sql_literal(samples.metadata_location)})"
+        rebuilt = f"iceberg_scan({sql_literal(as_of or samples.metadata_location)})"
     else:
         assert parquet_glob is not None, "fatrow_match needs samples_table or parquet_glob"
         rebuilt = f"read_parquet({sql_literal(parquet_glob)})"
