@@ -31,8 +31,9 @@ REQUIRED_JARS = ("iceberg-spark-runtime", "delta-spark", "delta-storage", "sqlit
 LOG_SETTINGS = Path(__file__).with_name("log4j2.properties")
 # A driver JVM that lives for a minute or two (a short job in local mode, such as the demo's
 # cross-checks) spends less CPU with the JIT's quick tier alone and one garbage-collector thread than
-# it gains from the optimizing tier: about a third less on the demo's samples jobs.
-QUICK_JVM_OPTIONS = ("-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC")
+# it gains from the optimizing tier: about a third less on the demo's samples jobs. The quick tier's
+# code cache is small by default (48 MiB), and a full one stops compiling: room for Spark's generated code.
+QUICK_JVM_OPTIONS = ("-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC", "-XX:ReservedCodeCacheSize=240m")
 
 
 def jars_dir() -> Path:
