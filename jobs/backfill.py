@@ -70,13 +70,12 @@ def command(
         rows, leakage = write_spark_backfill(spark, config, labels, chosen, as_of, out, ts_column)
         table = out or f"backfill_{chosen.name}"
     seconds = time.perf_counter() - started
-    ran = "arrow" if engine == "duckdb" else engine  # as the samples job's reports name it
     rate = rows / seconds if seconds else 0.0
     where = f"written to {table}" if table else "no label rows, nothing written"
     document = {
         "tenant": chosen.name,
         "as_of": as_of,
-        "engine": ran,
+        "engine": engine,
         "rows": rows,
         "table": table,
         "leakage": leakage,
@@ -84,7 +83,7 @@ def command(
     }
     emit(
         document,
-        f"{chosen.name}: {rows:,} label rows backfilled ({as_of}, {ran}), {where}, {rate:,.0f} label rows/s\n"
+        f"{chosen.name}: {rows:,} label rows backfilled ({as_of}, {engine}), {where}, {rate:,.0f} label rows/s\n"
         f"{leakage.summary()}",
     )
 

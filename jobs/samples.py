@@ -54,7 +54,6 @@ def command(tenants: tuple[str, ...], engine: Engine, mode: Literal["lsn", "time
 
     if engine == "spark" and mode == "time":
         raise click.UsageError("--mode time runs on the duckdb engine only")
-    ran = "arrow" if engine == "duckdb" else engine  # as reports and samples_quarantine rows name it
     config = load_cli_config()
     names = list(tenants) or list(config.tenants)
     if not names:
@@ -86,7 +85,7 @@ def command(tenants: tuple[str, ...], engine: Engine, mode: Literal["lsn", "time
         lines.append(
             f"{tenant.name}: {requests:,} requests, {samples:,} verified samples, {failures:,} quarantined, "
             + (f"{rate:.2%} equal to the fat-row reference" if rate is not None else "no fat-row table to compare with")
-            + f" ({ran}, {mode}){extra}"
+            + f" ({engine}, {mode}){extra}"
         )
         results.append(
             {
@@ -100,7 +99,7 @@ def command(tenants: tuple[str, ...], engine: Engine, mode: Literal["lsn", "time
             }
         )
     progress.done()
-    emit({"engine": ran, "mode": mode, "tenants": results}, "\n".join(lines))
+    emit({"engine": engine, "mode": mode, "tenants": results}, "\n".join(lines))
 
 
 main = job_main(command)

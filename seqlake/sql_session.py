@@ -343,7 +343,11 @@ def run_script(
         try:
             cursor = con.execute(statement, bound or None)  # the statement judged, not its text parsed again
             rows = cursor.fetchall() if not definition and cursor is not None and cursor.description else None
-        except duckdb.Error as error:
+        except (duckdb.Error, RuntimeError) as error:
+            if interrupted(error):  # Ctrl-C stopped the statement: the caller decides what goes on
+                raise KeyboardInterrupt from None
+            if not isinstance(error, duckdb.Error):
+                raise
             needed = _needs(session, statement.query)
             if needed and definition:
                 created = _CREATED.match(_strip_comments(statement.query))
@@ -368,6 +372,14 @@ def run_script(
             if on_result is not None:
                 on_result(result)
     return results
+
+
+def interrupted(error: BaseException) -> bool:
+    """Whether `error` is how DuckDB stops a statement on Ctrl-C (SIGINT while it runs): its
+    InterruptException, or the RuntimeError its Python client raises when the signal arrives."""
+    if isinstance(error, duckdb.InterruptException):
+        return True
+    return type(error) is RuntimeError and str(error) == "Query interrupted"
 
 
 def readable_folders(session: SqlSession) -> list[str]:

@@ -211,7 +211,7 @@ def reference_rebuild(
         sequences.append(result.sequence)
         ok.append(result.ok)
         if not result.ok:
-            bad.append(_quarantine_row(tenant, row, result, engine=f"arrow/{mode}"))
+            bad.append(_quarantine_row(tenant, row, result, engine=f"duckdb/{mode}"))
     assembled = pointers.select(list(REQUEST_COLUMNS))
     for name, values in lists_of(sequences, tenant, SEQUENCE).items():
         assembled = assembled.append_column(name, values)

@@ -9,7 +9,7 @@
 - `remove_orphan_files`: files under a table's location that no live snapshot or metadata file
   references, and never one younger than the safety interval (a job may be writing it now).
 - `rewrite_small_files`: the many small files that per-step appends leave in the training and fat-row
-  tables, rewritten into one file per bucket (`maintenance.small_file_bytes`).
+  tables, rewritten into one file per bucket (`maintenance.small_file_bytes`), in one commit.
 - `remove_landing_leftovers`: the files of a landing folder that holds no Delta table yet (an ingest
   killed before its first commit to that table left them; nothing can ever reference them), older
   than the safety interval; no engine needed.
@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import math
+import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -32,7 +33,10 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 from pyiceberg.exceptions import CommitFailedException, ValidationException
 from pyiceberg.expressions import LessThan
-from pyiceberg.table import Table
+from pyiceberg.io.pyarrow import pyarrow_to_schema, write_file
+from pyiceberg.manifest import DataFile
+from pyiceberg.partitioning import PartitionFieldValue, PartitionKey
+from pyiceberg.table import Table, WriteTask
 
 from seqlake.core.config import Config
 from seqlake.core.progress import Progress
@@ -213,9 +217,12 @@ SMALL_FILE_TABLES = ("training_", "fatrow_")  # tables that grow by many small a
 
 def rewrite_small_files(table: Table, small_bytes: int, min_files: int = 2) -> StepReport:
     """Rewrite the small data files of each partition (bucket) into one, where a partition holds at
-    least `min_files` files under `small_bytes`: one commit per partition that deletes those files
-    and appends their rows (pyiceberg validates that no concurrent commit removed them first). Memory
-    holds one partition's small files at a time. The replaced files go once their snapshots expire."""
+    least `min_files` files under `small_bytes`, in one commit for the table that deletes those files
+    and adds the new ones (pyiceberg validates that no concurrent commit removed them first). Memory
+    holds one partition's small files at a time: each partition's new file is written before the next
+    partition is read. One commit, not one per partition: each commit rewrites every manifest listing
+    a replaced file, and the appends that made the small files left one manifest each. The replaced
+    files go once their snapshots expire."""
     report = StepReport("rewrite-small-files", table.name()[-1])
     table.refresh()
     if table.current_snapshot() is None:
@@ -232,8 +239,10 @@ def rewrite_small_files(table: Table, small_bytes: int, min_files: int = 2) -> S
             by_partition.setdefault(key, []).append(task.file)
     target, loose = table_arrow_schema(table.schema())
     known = known_field_ids(table)
-    written = 0
-    for files in by_partition.values():
+    replaced: list[DataFile] = []
+    written: list[DataFile] = []
+    write_uuid = uuid.uuid4()
+    for (spec_id, partition), files in by_partition.items():
         if len(files) < min_files:
             continue
         parts = []
@@ -245,26 +254,49 @@ def rewrite_small_files(table: Table, small_bytes: int, min_files: int = 2) -> S
                 parts.append(found.apply(parquet.read(columns=found.file_columns(target.names)), target.names))
         # As the files hold them (plain, not large, strings and lists): rewritten files read alike.
         rows = pa.concat_tables([p.cast(parts[0].schema) for p in parts])
-        tagged = {"seqlake.operation": "rewrite-small-files"}
-        try:
-            with table.transaction() as tx:
-                with tx.update_snapshot(snapshot_properties=tagged).overwrite() as replaced:
-                    for data_file in files:
-                        replaced.delete_data_file(data_file)
-                tx.append(rows, snapshot_properties=tagged)
-        except (CommitFailedException, ValidationException):
-            # A concurrent commit (a forget, another rewrite) changed these files: never write rows
-            # it removed back in. The next maintenance plans again.
-            report.notes.append("a partition changed while rewriting it: left for the next run")
-            table.refresh()
-            continue
-        kill_point("maintain_rewrote")
-        report.removed += len(files)
-        report.bytes += sum(f.file_size_in_bytes for f in files)
-        written += 1
-    if written:
-        report.notes.append(f"{report.removed} files rewritten as {written}")
+        written += _write_partition(table, rows, spec_id, partition, write_uuid, len(written))
+        replaced += files
+    if not replaced:
+        return report
+    tagged = {"seqlake.operation": "rewrite-small-files"}
+    try:
+        with table.transaction() as tx, tx.update_snapshot(snapshot_properties=tagged).overwrite() as swap:
+            for data_file in replaced:
+                swap.delete_data_file(data_file)
+            for data_file in written:
+                swap.append_data_file(data_file)
+    except (CommitFailedException, ValidationException):
+        # A concurrent commit (a forget, another rewrite) changed these files: never write rows it
+        # removed back in. The new files were never committed; the next maintenance plans again.
+        for data_file in written:
+            table.io.delete(data_file.file_path)
+        report.notes.append("a partition changed while rewriting it: left for the next run")
+        table.refresh()
+        return report
+    kill_point("maintain_rewrote")
+    report.removed = len(replaced)
+    report.bytes = sum(f.file_size_in_bytes for f in replaced)
+    report.notes.append(f"{report.removed} files rewritten as {len(written)}")
     return report
+
+
+def _write_partition(
+    table: Table, rows: pa.Table, spec_id: int, partition: tuple, write_uuid: uuid.UUID, task_id: int
+) -> list[DataFile]:
+    """`rows` (all of one partition) as data files of that partition, through pyiceberg's own Parquet
+    writer (field ids, statistics, the table's write properties); nothing is committed."""
+    metadata = table.metadata
+    spec, schema = metadata.specs()[spec_id], metadata.schema()
+    key = PartitionKey(
+        [PartitionFieldValue(field, value) for field, value in zip(spec.fields, partition, strict=True)], spec, schema
+    )
+    file_schema = pyarrow_to_schema(
+        rows.schema, name_mapping=schema.name_mapping, format_version=metadata.format_version
+    )
+    task = WriteTask(
+        write_uuid=write_uuid, task_id=task_id, schema=file_schema, record_batches=rows.to_batches(), partition_key=key
+    )
+    return list(write_file(table.io, metadata, iter([task])))
 
 
 # -- landing -----------------------------------------------------------------------------------------

@@ -218,10 +218,10 @@ class SparkSpec(_Frozen):
 
 class GeneratorSpec(_Frozen):
     seed: int = 7
-    users: int = Field(default=2000, ge=1)
+    users: int = Field(default=1000, ge=1)
     heavy_users: int = Field(default=2, ge=0)
     min_events: int = Field(default=5, ge=1)
-    max_events: int = Field(default=100_000, ge=1)
+    max_events: int = Field(default=50_000, ge=1)
     length_alpha: float = Field(default=1.1, gt=0)
     windows: int = Field(default=12, ge=1)
     source_partitions: int = Field(default=4, ge=1, le=1024)
@@ -271,7 +271,7 @@ class TrainingSpec(_Frozen):
     requests_per_active_user_per_day: float = Field(default=24.0, gt=0)
     fragment_events: int = Field(default=8, ge=0)  # W: the captured recent fragment
     click_share: float = Field(default=0.1, ge=0, le=1)  # labels of simulated requests
-    captures_per_window: int = Field(default=2, ge=1)  # capture points per processing window
+    captures_per_window: int = Field(default=1, ge=1)  # capture points per processing window
 
 
 class Config(_Frozen):

@@ -173,7 +173,7 @@ def test_backfill_takes_duckdb_and_arrow_its_former_name_alike(tmp_path):
         assert done.returncode == 0, done.stderr[-2000:]
         documents.append({key: value for key, value in json.loads(done.stdout).items() if key != "seconds"})
     as_duckdb, as_arrow = documents
-    assert as_duckdb["rows"] == 2 and as_duckdb["engine"] == "arrow"  # reports keep the in-process engine's name
+    assert as_duckdb["rows"] == 2 and as_duckdb["engine"] == "duckdb"  # one name in every report
     assert as_arrow == as_duckdb
 
 

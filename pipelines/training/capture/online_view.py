@@ -70,11 +70,12 @@ class ViewSnapshot:
             [engine_location(paths.events)],
         )
 
-    def closed_windows(self) -> list[int]:
-        """Unpublished windows every source partition has moved past (the watermark), from the view.
+    def unpublished_windows(self) -> LandedWindows:
+        """The unpublished windows, their rows and the watermark, from the view (every row of an
+        unpublished window is above the frontier: LSNs grow with arrival, windows publish in order).
         A partition with nothing above the frontier has not moved past anything yet."""
         counts = self._con.execute(window_counts_sql(_ABOVE)).fetchall()
-        return LandedWindows.of(counts, waiting=self.frontier).closed()
+        return LandedWindows.of(counts, waiting=self.frontier)
 
     def active_users(self, since: datetime | None) -> list[int]:
         """Users with events that arrived after `since` (all landed users if None), ascending."""

@@ -4,7 +4,8 @@ The source is ingested one snapshot (a fraction of a processing window) at a tim
 the online view is fixed, the users active since the previous step send requests, and every tenant's
 model input is captured: its pointer and fragment go to the normalized training table, the whole
 sequence to the fat-row table. Windows are compacted as soon as the watermark closes them, so later
-captures read them from history while late events keep arriving around them.
+captures read them from history while late events keep arriving around them. Ingest and compaction
+run on the configured engines; Spark is needed only where one of them is spark.
 """
 
 from __future__ import annotations
@@ -12,16 +13,13 @@ from __future__ import annotations
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-
-from pyspark.sql import SparkSession
+from typing import TYPE_CHECKING
 
 from seqlake.core.config import Config, resolve_engine
 from seqlake.core.progress import Progress
-from seqlake.engines.catalog import spark_name
 from seqlake.pipelines.compaction.batches import compact_in_batches
 from seqlake.pipelines.compaction.plan import history_tables
 from seqlake.pipelines.ingest.plan import IngestResult, ingest_app_id
-from seqlake.pipelines.ingest.spark import ingest_source
 from seqlake.pipelines.landing.tables import LandingPaths, last_applied_version
 from seqlake.pipelines.landing.windows import closed_windows, landed_windows
 from seqlake.pipelines.training.capture.online_view import ViewSnapshot
@@ -39,6 +37,9 @@ from seqlake.pipelines.training.tables import (
 from seqlake.tableformat.reader import HistoryReader
 from seqlake.tableformat.registry import published_windows
 
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
 
 @dataclass
 class ServingResult:
@@ -55,16 +56,22 @@ class ServingResult:
 
 
 def _compact(
-    spark: SparkSession, config: Config, paths: LandingPaths, windows: list[int], result: ServingResult
+    spark: SparkSession | None,
+    config: Config,
+    paths: LandingPaths,
+    windows: list[int],
+    result: ServingResult,
+    rows: dict[int, int] | None = None,
 ) -> None:
     """Publish the closed windows not yet published, in batches, on the configured engine
-    (`layout.compaction_engine`), merging runs after each batch."""
+    (`layout.compaction_engine`), merging runs after each batch. `rows`: the landed rows of each
+    window, when the caller counted them already."""
     started = time.monotonic()
     history, _ = history_tables(config)
     done = published_windows(history)
     todo = [w for w in windows if w not in done]
     if todo:
-        rows = landed_windows(paths).rows
+        rows = rows if rows is not None else landed_windows(paths).rows
         engine = resolve_engine(config.layout.compaction_engine)
         for batch in compact_in_batches(config, paths, {w: rows.get(w, 0) for w in todo}, engine, spark):
             published = batch.result
@@ -75,17 +82,21 @@ def _compact(
     result.seconds["compaction"] += time.monotonic() - started
 
 
-def ingest_step(spark: SparkSession, config: Config, source: str, paths: LandingPaths) -> IngestResult:
+def ingest_step(spark: SparkSession | None, config: Config, source: str, paths: LandingPaths) -> IngestResult:
     """The next source snapshot, on the configured engine (`layout.ingest_engine`)."""
     if resolve_engine(config.layout.ingest_engine) == "duckdb":
         from seqlake.pipelines.ingest.duckdb import ingest_source_in_process
 
         return ingest_source_in_process(config, source, paths, max_snapshots=1)
+    from seqlake.pipelines.ingest.spark import ingest_source
+
+    if spark is None:
+        raise ValueError("the spark ingest engine needs a Spark session")
     return ingest_source(spark, config, source, paths, max_snapshots=1)
 
 
 def serve_and_capture(
-    spark: SparkSession, config: Config, source: str, paths: LandingPaths, progress: Progress | None = None
+    spark: SparkSession | None, config: Config, source: str, paths: LandingPaths, progress: Progress | None = None
 ) -> ServingResult:
     """Ingest `source` step by step, capturing requests at each step and compacting closed windows.
 
@@ -100,7 +111,6 @@ def serve_and_capture(
     fatrow = {t.name: create_bucketed_table(config, fatrow_table_name(t), sequence_table_schema(t)) for t in profiles}
     ingested = last_applied_version(spark, paths.events, ingest_app_id(config, source))
     state = start_state([*training.values(), *fatrow.values()], ingested)
-    closed: list[int] = []
     reader = None
     while True:
         records = 0
@@ -129,7 +139,7 @@ def serve_and_capture(
             users = view.active_users(since) if view.now is not None else []
             requests = simulator.requests(users, view.now, state.points) if users and view.now is not None else []
             landing = view.landing_rows(sorted({r.user_id for r in requests}))
-            closed = view.closed_windows()
+            unpublished = view.unpublished_windows()
             done = state.next(step_id, view.now)
             batch = request_table(requests)
             for tenant in profiles:
@@ -145,21 +155,8 @@ def serve_and_capture(
         state = done
         result.capture_points += 1
         result.requests += len(requests)
-        _compact(spark, config, paths, closed, result)
+        _compact(spark, config, paths, unpublished.closed(), result, unpublished.rows)
         if progress:
             progress.add(rows=records, steps=1, note=f"{len(requests)} requests captured")
     _compact(spark, config, paths, closed_windows(paths, end_of_stream=True), result)
-    started = time.monotonic()
-    rewrite_small_files(spark, config, [*map(training_table_name, profiles), *map(fatrow_table_name, profiles)])
-    result.seconds["capture"] += time.monotonic() - started
     return result
-
-
-def rewrite_small_files(spark: SparkSession, config: Config, tables: list[str]) -> None:
-    """Bin-pack the many small files that per-step appends leave (one per bucket and step) with
-    Iceberg's rewrite procedure, as a scheduled maintenance job would."""
-    for table in tables:
-        # Fully qualified: the catalog and the namespace may share a name.
-        spark.sql(
-            f"CALL {config.warehouse.catalog_name}.system.rewrite_data_files(table => '{spark_name(config, table)}')"
-        ).collect()

@@ -27,7 +27,7 @@ from seqlake.core.errors import SeqlakeError
 from seqlake.engines.duckdb_session import connect
 from seqlake.pipelines.landing.schema import landing_schema
 from seqlake.pipelines.training.rebuild.gather import SequenceRows, gather_sequences
-from seqlake.pipelines.training.rebuild.plan import Mode
+from seqlake.pipelines.training.rebuild.plan import Mode, quarantine_engine
 from seqlake.pipelines.training.rebuild.prefetch import PrefetchingIterator, ordered_map
 from seqlake.pipelines.training.sequence import Tenant
 from seqlake.pipelines.training.sequence_digest import checksum_bytes, fold_checksums, row_lanes
@@ -321,7 +321,7 @@ def rebuild_batch(
             "tenant": pa.repeat(pa.scalar(tenant.name), len(ok)),
             "request_id": pointers["request_id"],
             "user_id": pointers["user_id"],
-            "engine": pa.repeat(pa.scalar(f"arrow/{mode}"), len(ok)),
+            "engine": pa.repeat(pa.scalar(quarantine_engine("duckdb", mode)), len(ok)),
             "reason": reason,
             "expected_checksum": hex_strings(expected),
             "actual_checksum": hex_strings(actual),

@@ -20,13 +20,30 @@ keeps the plain per-pointer version they are checked against.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from seqlake.pipelines.training.sequence import Tenant
 from seqlake.pipelines.training.tables import FRAGMENT
 
+if TYPE_CHECKING:
+    from seqlake.core.config import Engine
+
 Mode = Literal["lsn", "time"]
 MODES: tuple[Mode, ...] = ("lsn", "time")
+# What the in-process engine was called before it took DuckDB's name; quarantine rows written then
+# still carry it, and a run on the engine replaces them too.
+FORMER_ENGINE_NAMES = {"duckdb": ("arrow",)}
+
+
+def quarantine_engine(engine: Engine, mode: Mode) -> str:
+    """The `engine` value of the quarantine rows a rebuild writes: `duckdb/lsn`, `spark/lsn`."""
+    return f"{engine}/{mode}"
+
+
+def quarantine_engines(engine: Engine, mode: Mode) -> list[str]:
+    """The `engine` values of the quarantine rows a rebuild on `engine` replaces: its own, and those
+    written under the engine's former names."""
+    return [f"{name}/{mode}" for name in (engine, *FORMER_ENGINE_NAMES.get(engine, ()))]
 
 
 def fragment_columns(tenant: Tenant) -> list[str]:

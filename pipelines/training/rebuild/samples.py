@@ -18,7 +18,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 from pyiceberg.exceptions import CommitFailedException
-from pyiceberg.expressions import AlwaysTrue, And, EqualTo
+from pyiceberg.expressions import AlwaysTrue, And, EqualTo, In
 
 from seqlake.core.config import Config
 from seqlake.core.errors import ForgetCommitted
@@ -28,7 +28,7 @@ from seqlake.pipelines.faults import kill_point
 from seqlake.pipelines.tables import load_existing_table
 from seqlake.pipelines.training.rebuild.bucket_files import BucketFiles
 from seqlake.pipelines.training.rebuild.duckdb import Reconstruction
-from seqlake.pipelines.training.rebuild.plan import Mode
+from seqlake.pipelines.training.rebuild.plan import Mode, quarantine_engines
 from seqlake.pipelines.training.rebuild.prefetch import PrefetchingIterator
 from seqlake.pipelines.training.sequence import Tenant
 from seqlake.pipelines.training.tables import (
@@ -79,7 +79,6 @@ def write_arrow_samples(
     fs = CountingFileSystem()
     reconstruction = _reconstruction(config, tenant, mode, fs)
     point = read_point(reconstruction.history)  # loaded before the pointers: what the commits check
-    engine = f"arrow/{mode}"
     requests = samples = quarantined = 0
     with tempfile.TemporaryDirectory(prefix="seqlake-replay-") as scratch:
         samples_out: BucketFiles | None = None
@@ -105,19 +104,22 @@ def write_arrow_samples(
                 samples_out.commit(point, replacing=AlwaysTrue())
         if mode == "lsn":
             kill_point("samples_committed")
-            _replace_quarantine(config, tenant.name, engine, failures, point)
+            _replace_quarantine(config, tenant.name, quarantine_engines("duckdb", mode), failures, point)
             matched = fatrow_match(config, tenant, samples_table=samples_table_name(tenant)) if compare else 0
         else:
             matched = fatrow_match(config, tenant, parquet_glob=f"{scratch}/*.parquet") if requests else 0
     return ReconstructionResult(tenant.name, mode, requests, samples, quarantined, matched, fs.stats.bytes_read)
 
 
-def _replace_quarantine(config: Config, tenant: str, engine: str, failures: list[pa.Table], point: ReadPoint) -> None:
-    """This tenant's and engine's rows of the quarantine table become `failures`, in one commit; no
-    commit when there is nothing to remove or add. Rows of users a forget removed after the job's
-    read (`point`) are left out, the commit fenced on that check (`seqlake.tableformat.forgets`)."""
+def _replace_quarantine(
+    config: Config, tenant: str, engines: list[str], failures: list[pa.Table], point: ReadPoint
+) -> None:
+    """This tenant's rows of the quarantine table written by `engines` (the engine's name and its former
+    names) become `failures`, in one commit; no commit when there is nothing to remove or add. Rows of
+    users a forget removed after the job's read (`point`) are left out, the commit fenced on that check
+    (`seqlake.tableformat.forgets`)."""
     table = create_bucketed_table(config, QUARANTINE, QUARANTINE_SCHEMA)
-    rows = And(EqualTo("tenant", tenant), EqualTo("engine", engine))
+    rows = And(EqualTo("tenant", tenant), In("engine", engines))
     for _ in range(ATTEMPTS):
         holds = may_hold(table.refresh(), rows)
         if not failures and not holds:
@@ -138,9 +140,15 @@ def _replace_quarantine(config: Config, tenant: str, engine: str, failures: list
 
 
 def fatrow_match(
-    config: Config, tenant: Tenant, samples_table: str | None = None, parquet_glob: str | None = None
+    config: Config,
+    tenant: Tenant,
+    samples_table: str | None = None,
+    parquet_glob: str | None = None,
+    as_of: str | None = None,
 ) -> int:
-    """How many fat rows a rebuilt sequence equals exactly (every sequence column, in order)."""
+    """How many fat rows a rebuilt sequence equals exactly (every sequence column, in order): the
+    sequences of `samples_table` (as of the metadata file `as_of`, if given: samples a later job has
+    replaced since) or of the Parquet files of `parquet_glob`."""
     fatrow = load_existing_table(config, fatrow_table_name(tenant))
     columns = [f.name for f in sequence_table_schema(tenant) if f.name.startswith(SEQUENCE)]
     same = " AND ".join(f"s.{c} IS NOT DISTINCT FROM f.{c}" for c in columns)
@@ -148,7 +156,7 @@ def fatrow_match(
         samples = load_existing_table(config, samples_table)
         if samples.current_snapshot() is None or fatrow.current_snapshot() is None:
             return 0
-        rebuilt = f"iceberg_scan({sql_literal(samples.metadata_location)})"
+        rebuilt = f"iceberg_scan({sql_literal(as_of or samples.metadata_location)})"
     else:
         assert parquet_glob is not None, "fatrow_match needs samples_table or parquet_glob"
         rebuilt = f"read_parquet({sql_literal(parquet_glob)})"

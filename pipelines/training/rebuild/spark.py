@@ -26,7 +26,7 @@ from seqlake.pipelines.compaction.aggregation import aggregation_sql
 from seqlake.pipelines.compaction.plan import history_tables
 from seqlake.pipelines.faults import kill_point
 from seqlake.pipelines.tables import DETAIL, HISTORY
-from seqlake.pipelines.training.rebuild.plan import Mode, fragment_columns, reason_sql
+from seqlake.pipelines.training.rebuild.plan import Mode, fragment_columns, quarantine_engine, reason_sql
 from seqlake.pipelines.training.sequence import ORDER_KEYS, Tenant
 from seqlake.pipelines.training.sequence_digest import (
     lanes_checksum_sql,
@@ -204,14 +204,14 @@ def reconstruct_with_spark(spark: SparkSession, config: Config, tenant: Tenant, 
     sequences = pointers.select(*(f.name for f in request_fields), "checksum", "length").join(
         lists, list(KEY_COLUMNS), "left"
     )
-    for field, name in zip(tenant.schema, seq, strict=True):
-        empty = F.array().cast(from_arrow_type(pa.list_(field.type)))
-        sequences = sequences.withColumn(name, F.coalesce(F.col(name), empty))
-    for name in lane_lists:
-        sequences = sequences.withColumn(name, F.coalesce(F.col(name), F.array().cast("array<bigint>")))
+    # A request with no rows gets empty lists; one projection for every column (a withColumn per
+    # column would analyse the growing plan once per column).
+    empty = {s: F.array().cast(from_arrow_type(pa.list_(f.type))) for f, s in zip(tenant.schema, seq, strict=True)}
+    empty |= {name: F.array().cast("array<bigint>") for name in lane_lists}
+    sequences = sequences.withColumns({name: F.coalesce(F.col(name), value) for name, value in empty.items()})
     # The rows' digests came along in the lists: the checksum folds them lane by lane.
-    checked = sequences.withColumn("_actual", F.expr(lanes_checksum_sql(lane_lists, "spark"))).withColumn(
-        "actual_length", F.size(seq[0])
+    checked = sequences.withColumns(
+        {"_actual": F.expr(lanes_checksum_sql(lane_lists, "spark")), "actual_length": F.size(seq[0])}
     )
     reason = F.expr(reason_sql("actual_length", "length", "_actual", "checksum"))
     return checked.select(
@@ -245,7 +245,7 @@ def write_spark_samples(spark: SparkSession, config: Config, tenant: Tenant) -> 
             F.lit(True)
         )
         remove_missed(samples, point)
-        engine = "spark/lsn"
+        engine = quarantine_engine("spark", "lsn")
         failed = results.where(~F.col("ok")).select(
             F.lit(tenant.name).alias("tenant"),
             "request_id",

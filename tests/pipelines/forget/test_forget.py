@@ -88,7 +88,7 @@ def build(spark, lake_config):
     # Quarantines hold rows of the users too: a checksum mismatch, an aggregate that did not fit.
     mismatch: dict[str, str | int] = {
         "tenant": "ranking",
-        "engine": "arrow",
+        "engine": "duckdb/lsn",
         "reason": "checksum",
         "expected_checksum": "a",
     }

@@ -188,7 +188,7 @@ CASES = {
     # it); on DuckDB only.
     "duckdb merge": Case(three_runs, lambda spark, lake, ws: merge_runs_if_needed_duckdb(lake.config), "merge_written"),
     "capture step": Case(published_two, lambda spark, lake, ws: capture(lake, 1), "capture_appended"),
-    "arrow samples": Case(
+    "duckdb samples": Case(
         published_and_captured,
         lambda spark, lake, ws: write_arrow_samples(lake.config, Tenant(lake.config, "ranking"), compare=False),
         "samples_written",

@@ -498,7 +498,7 @@ def backfill_on_samples(config_path, config, history, samples, tmp_path, capsys,
             assert backfill_main([*args, "--as-of", as_of, "--out", f"bf_{name}_{as_of.replace('-', '_')}"]) == 0
             printed = capsys.readouterr().out
             measurement(f"backfill {name} ({as_of}): " + " / ".join(printed.strip().splitlines()))
-            assert f"{count:,} label rows backfilled ({as_of}, arrow)" in printed
+            assert f"{count:,} label rows backfilled ({as_of}, duckdb)" in printed
             rows, events = leakage[name]
             assert f"leakage under event-time semantics: {rows:,} of {count:,} label rows" in printed
             assert f"would receive {events:,} sequence rows that arrived after their ts" in printed

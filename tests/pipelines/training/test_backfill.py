@@ -78,7 +78,7 @@ def test_arrival_semantics_equal_the_samples_of_captured_requests(spark, lake_co
     )
     assert out == 0
     printed = capsys.readouterr().out
-    assert "2 label rows backfilled (event-time, arrow)" in printed
+    assert "2 label rows backfilled (event-time, duckdb)" in printed
     assert "2 of 2 label rows (100.00%) would receive 4 sequence rows that arrived after their ts" in printed
     by_time = load_existing_table(config, "bf_time").scan().to_arrow()
     assert minutes(pa.table({"event_ts": by_time["seq_event_ts"][0].values})) == [0, 1, 2, 3, 4, 5]

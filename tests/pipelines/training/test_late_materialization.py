@@ -34,6 +34,7 @@ from seqlake.pipelines.training.rebuild.spark import pointer_history_join, recon
 from seqlake.pipelines.training.sequence import Tenant
 from seqlake.pipelines.training.tables import (
     QUARANTINE,
+    QUARANTINE_SCHEMA,
     all_table_names,
     create_bucketed_table,
     drop_tables,
@@ -249,11 +250,18 @@ def test_corrupted_history_under_a_capture_is_quarantined(spark, lake_config):
     else:
         pytest.fail("no history file holds the captured item")
 
+    # A row an earlier release quarantined under the in-process engine's former name, arrow: the
+    # engine's next run replaces it like its own.
+    former = {"tenant": tenant.name, "request_id": "r1", "user_id": USER, "engine": "arrow/lsn", "reason": "old"}
+    former |= {"expected_checksum": "a", "actual_checksum": "b", "expected_length": 1, "actual_length": 1}
+    create_bucketed_table(config, QUARANTINE, QUARANTINE_SCHEMA).append(
+        pa.Table.from_pylist([former], schema=QUARANTINE_SCHEMA)
+    )
     result = write_arrow_samples(config, tenant, "lsn")
     assert (result.samples, result.quarantined) == (0, 1)
     quarantine = load_existing_table(config, QUARANTINE).scan().to_arrow().to_pylist()
     assert [(q["request_id"], q["reason"], q["engine"]) for q in quarantine] == [
-        ("r1", "checksum mismatch", "arrow/lsn")
+        ("r1", "checksum mismatch", "duckdb/lsn")
     ]
     assert load_existing_table(config, samples_table_name(tenant)).scan().to_arrow().num_rows == 0
 
@@ -261,7 +269,7 @@ def test_corrupted_history_under_a_capture_is_quarantined(spark, lake_config):
     assert write_spark_samples(spark, config, tenant) == (0, 1)
     quarantine = load_existing_table(config, QUARANTINE).scan().to_arrow().to_pylist()
     assert sorted((q["engine"], q["reason"]) for q in quarantine) == [
-        ("arrow/lsn", "checksum mismatch"),
+        ("duckdb/lsn", "checksum mismatch"),
         ("spark/lsn", "checksum mismatch"),
     ]
     assert load_existing_table(config, samples_table_name(tenant)).scan().to_arrow().num_rows == 0
