@@ -119,8 +119,8 @@ def _prepared(column: pa.ChunkedArray, category: str) -> pa.ChunkedArray:
         return pc.cast(column, pa.int32())
     if category == "text" and pa.types.is_string_view(column.type):
         return pc.cast(column, pa.large_string())
-    if category == "other":
-        return pc.is_valid(column)  # the rows the reference maps
+    if category == "other":  # TRUE where there is a value (the reference maps those rows), else NULL
+        return pc.if_else(pc.is_valid(column), pa.scalar(True), pa.scalar(None, pa.bool_()))
     return column
 
 
@@ -228,7 +228,9 @@ class _Source:
     def d(self) -> str:
         """The float any number reads as (Python's float(), correctly rounded)."""
         if self.text:
-            return self._once("d", f"CASE WHEN {self.is_int} THEN TRY_CAST({self.t} AS DOUBLE) ELSE {self.fd} END")
+            from_int = f"TRY_CAST({self.t} AS DOUBLE)"
+            from_int = f"CASE WHEN {from_int} = 0 THEN 0.0 ELSE {from_int} END"  # an integer has no -0.0
+            return self._once("d", f"CASE WHEN {self.is_int} THEN {from_int} ELSE {self.fd} END")
         return f"CAST({self.c} AS DOUBLE)" if self.category in ("int", "float") else "NULL::DOUBLE"
 
     @property
@@ -246,7 +248,7 @@ class _Source:
         if self.text:
             return json_string_sql(self.c)
         if self.category == "bool":
-            return f"CASE WHEN {self.c} THEN 'true' ELSE 'false' END"
+            return f"CASE WHEN {self.c} THEN 'true' WHEN NOT {self.c} THEN 'false' END"
         return _NULL  # ints and floats read as numbers; other categories are the reference's
 
     def handed_back(self, times_too: bool = True) -> str:
@@ -340,7 +342,7 @@ class _Source:
         if self.category == "float":
             return f"CAST({self.d} AS VARCHAR)"
         if self.category == "bool":
-            return f"CASE WHEN {self.c} THEN 'True' ELSE 'False' END"
+            return f"CASE WHEN {self.c} THEN 'True' WHEN NOT {self.c} THEN 'False' END"
         return _NULL
 
     def as_string(self) -> _Value:
@@ -355,7 +357,7 @@ class _Source:
                 f"ELSE CAST({self.d} AS VARCHAR) END"
             )
         if self.category == "bool":
-            return f"CASE WHEN {self.c} THEN 'true' ELSE 'false' END"
+            return f"CASE WHEN {self.c} THEN 'true' WHEN NOT {self.c} THEN 'false' END"
         return self.str_text()
 
     def time_ms(self, unit: str) -> tuple[str, _Value]:
