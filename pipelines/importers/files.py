@@ -1,15 +1,18 @@
 """Import one event file (Parquet, CSV, JSON lines, `::`-style .dat) as raw source records.
 
-The file is read in batches; each row becomes a record (``events.RAW_SCHEMA``) whose payload the
-mapping builds (see `payloads`). Records of a file:
+The file is read in batches of Arrow columns; one DuckDB statement maps each batch of rows to
+records (``events.RAW_SCHEMA``), writing the payloads the per-row reference writes (`payloads_sql`,
+`payloads`). Records of a file:
 - source partition: ``first_partition + user_id % source_partitions`` (one partition per file by
   default); records whose user id is not an integer go to ``first_partition``;
 - arrival time: the ``arrival_time`` column if the mapping names one, else the event time; a record
   without a usable time (it will be quarantined) arrives with the previous usable time of the file;
 - LSN: position in arrival order within the partition, 0..n-1. Arrival order is (arrival time,
   partition, row position in the file): a total order, so the output is the same bytes on every run.
-  Records are staged in a temporary Parquet file and sorted by DuckDB, which spills to disk (out of
-  core); a file already in arrival order is streamed back without a sort.
+  Records are staged in a temporary Arrow file and sorted by DuckDB, which spills to disk past its
+  memory limit (out of core); a file already in arrival order is streamed back without a sort.
+Memory holds a batch at a time (`batch_rows`, at least `MAP_ROWS` rows mapped by one statement),
+whatever the file's size.
 
 A .dat or CSV line with the wrong number of fields becomes a record whose payload keeps the line's
 text (`payload.unreadable_line_payload`; quarantined as unreadable_line), so nothing is lost without a
@@ -22,8 +25,11 @@ an event (`header` with `fields` on a file that has no header line: its first ev
 from __future__ import annotations
 
 import csv
+import queue
 import tempfile
+from collections import deque
 from collections.abc import Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -54,6 +60,7 @@ STAGE_SCHEMA = pa.schema(
     ]
 )
 MAP_ROWS = 1 << 17  # source rows one statement maps (at least: batch_rows if larger)
+MAP_THREADS = 2  # statements mapping batches at once
 MEMORY_LIMIT = "1GB"  # DuckDB's, for a sort of the staged records: past it, it spills to disk
 
 
@@ -76,11 +83,13 @@ class ImportStats:
         self.min_event_ms = event_ms if self.min_event_ms is None else min(self.min_event_ms, event_ms)
         self.max_event_ms = event_ms if self.max_event_ms is None else max(self.max_event_ms, event_ms)
 
-    def saw_out_of_range(self, event_ms: int, count: int = 1) -> None:
+    def saw_out_of_range(self, event_ms: int, count: int = 1, last_ms: int | None = None) -> None:
+        """`count` events outside the bounds, from `event_ms` to `last_ms` (default: the same)."""
+        last_ms = event_ms if last_ms is None else last_ms
         self.out_of_range += count
         low, high = self.min_out_of_range_ms, self.max_out_of_range_ms
         self.min_out_of_range_ms = event_ms if low is None else min(low, event_ms)
-        self.max_out_of_range_ms = event_ms if high is None else max(high, event_ms)
+        self.max_out_of_range_ms = last_ms if high is None else max(high, last_ms)
 
 
 def out_of_range_error(source: str, stats: ImportStats, events: EventsSpec) -> ImportDataError:
@@ -153,10 +162,11 @@ def import_file(
             "temp_directory": str(Path(tmp) / "duckdb"),
         }
         with connect(extensions=(), settings=settings) as con:
-            stager = _Stager(BatchMapper(mapper, con), stats, Path(tmp) / "staged.arrow")
+            stager = _Stager(mapper.events, stats, Path(tmp) / "staged.arrow")
+            tables = _numbered(_grouped(_sources(path, mapper, batch_rows), max(batch_rows, MAP_ROWS)))
             try:
-                for table in _grouped(_sources(path, mapper, batch_rows), max(batch_rows, MAP_ROWS)):
-                    stager.add(table)
+                for mapped in _mapped(tables, mapper, con):
+                    stager.add(mapped)
             finally:
                 stager.close()
             if stats.out_of_range and not allow_out_of_range:
@@ -193,6 +203,44 @@ def _grouped(tables: Iterable[pa.Table], rows: int) -> Iterator[pa.Table]:
             pending, count = [], 0
     if pending:
         yield pa.concat_tables(pending)
+
+
+def _numbered(tables: Iterable[pa.Table]) -> Iterator[pa.Table]:
+    """The tables with `_seq`: each row's position in the file."""
+    seq = 0
+    for table in tables:
+        rows = table.num_rows
+        yield table.append_column("_seq", pa.array(np.arange(seq, seq + rows, dtype=np.int64)))
+        seq += rows
+
+
+def _mapped(tables: Iterable[pa.Table], mapper: EventMapper, con: Any) -> Iterator[MappedBatch]:
+    """The tables mapped by `MAP_THREADS` statements at a time (each on a cursor of its own), in order."""
+    idle: queue.SimpleQueue[BatchMapper] = queue.SimpleQueue()
+    cursors = [con.cursor() for _ in range(MAP_THREADS)]
+    for cursor in cursors:
+        idle.put(BatchMapper(mapper, cursor))
+
+    def work(table: pa.Table) -> MappedBatch:
+        batch_mapper = idle.get()
+        try:
+            return batch_mapper.map(table)
+        finally:
+            idle.put(batch_mapper)
+
+    pending: deque[Future[MappedBatch]] = deque()
+    pool = ThreadPoolExecutor(max_workers=MAP_THREADS, thread_name_prefix="seqlake-import-map")
+    try:
+        for table in tables:
+            pending.append(pool.submit(work, table))
+            if len(pending) > MAP_THREADS:
+                yield pending.popleft().result()
+        while pending:
+            yield pending.popleft().result()
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+        for cursor in cursors:
+            cursor.close()
 
 
 def _with_raw(columns: dict[str, Any], rows: int, raw: pa.Array | None = None) -> pa.Table:
@@ -423,15 +471,13 @@ class _Order:
 
 
 class _Stager:
-    """Maps tables of source rows to staged records (partition, arrival ms, file position, payload),
-    written to an Arrow file; counts what the import saw."""
+    """Stages mapped records (partition, arrival ms, file position, payload) in an Arrow file, in
+    file order, and counts what the import saw."""
 
-    def __init__(self, mapper: BatchMapper, stats: ImportStats, path: Path) -> None:
-        self.mapper = mapper
+    def __init__(self, events: EventsSpec, stats: ImportStats, path: Path) -> None:
         self.stats = stats
-        self.events = mapper.mapper.events
+        self.events = events
         self.path = path
-        self.seq = 0  # position in the file of the next row
         self.last_arrival: int | None = None
         self.first_arrival: int | None = None
         self.order = _Order()
@@ -439,11 +485,7 @@ class _Stager:
         self._sink: pa.OSFile | None = None
         self._writer: pa.ipc.RecordBatchFileWriter | None = None
 
-    def add(self, table: pa.Table) -> None:
-        rows = table.num_rows
-        table = table.append_column("_seq", pa.array(np.arange(self.seq, self.seq + rows, dtype=np.int64)))
-        self.seq += rows
-        mapped = self.mapper.map(table)
+    def add(self, mapped: MappedBatch) -> None:
         self._count(mapped)
         arrival = self._arrival(mapped.arrival)
         if not len(arrival):
@@ -483,8 +525,7 @@ class _Stager:
             stats.saw(int(times[usable].max()))
         outside = times[~usable]
         if len(outside):
-            stats.saw_out_of_range(int(outside.min()), len(outside))
-            stats.saw_out_of_range(int(outside.max()), 0)
+            stats.saw_out_of_range(int(outside.min()), len(outside), int(outside.max()))
         for value in mapped.handed_back_ms:
             if usable_time(value, events) is not None:
                 stats.saw(value)

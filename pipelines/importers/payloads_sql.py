@@ -38,7 +38,6 @@ from seqlake.pipelines.importers.payloads import TIME_FACTORS_MS, EventMapper, u
 # character class.
 WHITESPACE = "".join(c for c in map(chr, range(0x110000)) if c.isspace())
 _SPACE = "[" + "".join(f"\\x{{{ord(c):x}}}" for c in WHITESPACE) + "]"
-_PLAIN_INT_RE = "-?[1-9][0-9]*|0"
 _INT_RE = "[+-]?[0-9]+"
 _FLOAT_RE = r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?"
 # Text Python reads as a number with digits other than ASCII ones (str.isdecimal, float()).
@@ -49,7 +48,7 @@ _ISO_RE = (
     r"(?:[T ]([0-9]{2}):([0-9]{2})(?::([0-9]{2})(?:\.([0-9]{1,6}))?)?(Z|[+-][0-9]{2}:[0-9]{2})?)?$"
 )
 _ISO_PARTS = ["y", "mo", "d", "h", "mi", "s", "f", "z"]
-_TIME_BOUND = 10**30  # integer times are scaled in 128 bits: beyond this, the reference's
+_TIME_BOUND = 10**30  # integer times are scaled in 128 bits: larger ones go to the reference
 _OFFSET_BOUND = 2**62  # a user id offset this large: every row to the reference
 _SHORT_ESCAPES = {8: "\\b", 9: "\\t", 10: "\\n", 12: "\\f", 13: "\\r"}  # else \u00XX (Python's)
 _MS_PER_DAY = 86_400_000
@@ -177,10 +176,22 @@ class _Source:
     # -- what a value reads as (payloads._number) -------------------------------------------------------
 
     @property
+    def n(self) -> str:
+        """The value as a 64-bit integer, if DuckDB reads it as one (it reads more than Python does)."""
+        return self._once("n", f"TRY_CAST({self.c} AS BIGINT)")
+
+    @property
     def plain(self) -> str:
-        """An integer as Python writes it (most values): its JSON is its text."""
+        """An integer of 64 bits as Python writes it (most values): its JSON is its text."""
         if self.text:
-            return self._once("plain", f"coalesce(regexp_full_match({self.c}, '{_PLAIN_INT_RE}'), false)")
+            return self._once("plain", f"coalesce(CAST({self.n} AS VARCHAR) = {self.c}, false)")
+        return "false"
+
+    @property
+    def short(self) -> str:
+        """A plain integer below 10**15: it fits 64 bits also as milliseconds of seconds."""
+        if self.text:
+            return self._once("short", f"({self.plain} AND abs({self.n}) < 1000000000000000)")
         return "false"
 
     @property
@@ -214,7 +225,8 @@ class _Source:
     def h(self) -> str:
         """The integer in 128 bits (NULL when the value is no integer, or one too large)."""
         if self.text:
-            return self._once("h", f"CASE WHEN {self.is_int} THEN TRY_CAST({self.t} AS HUGEINT) END")
+            parsed = f"CASE WHEN {self.plain} THEN {self.n} WHEN {self.is_int} THEN TRY_CAST({self.t} AS HUGEINT) END"
+            return self._once("h", parsed)
         return f"CAST({self.c} AS HUGEINT)" if self.category == "int" else "NULL::HUGEINT"
 
     @property
@@ -251,15 +263,15 @@ class _Source:
             return f"CASE WHEN {self.c} THEN 'true' WHEN NOT {self.c} THEN 'false' END"
         return _NULL  # ints and floats read as numbers; other categories are the reference's
 
-    def handed_back(self, times_too: bool = True) -> str:
-        """Rows the reference maps whatever the role: numbers in non-ASCII digits, other types, and
-        (unless read as times) timestamps and dates."""
+    def handed_back(self) -> str:
+        """Rows the reference maps whatever the role: numbers in non-ASCII digits, values of other
+        types, and timestamps and dates (but as the time: `time_ms`)."""
         if self.text:
             unicode = f"(strlen({self.t}) <> length({self.t}) AND regexp_full_match({self.t}, '{_UNICODE_NUMBER_RE}'))"
             return self._once("unicode", f"CASE WHEN {self.c} IS NULL OR {self.plain} THEN false ELSE {unicode} END")
         if self.category == "other":
             return f"coalesce({self.c}, false)"  # the column holds whether a value is there
-        if times_too and self.category in ("time", "date"):
+        if self.category in ("time", "date"):
             return f"({self.c} IS NOT NULL)"
         return "false"
 
@@ -276,7 +288,8 @@ class _Source:
         if scale is None:
             from_float = f"TRY_CAST({self.fd} AS HUGEINT)"
             json = (
-                f"CASE WHEN {self.c} IS NULL THEN NULL WHEN {self.is_int} THEN {self.int_text} "
+                f"CASE {f'WHEN {self.plain} THEN {self.c} ' if self.text else ''}WHEN {self.c} IS NULL THEN NULL "
+                f"WHEN {self.is_int} THEN {self.int_text} "
                 f"WHEN {self.is_float} THEN CASE WHEN {_whole(self.fd)} THEN CAST({from_float} AS VARCHAR) "
                 f"ELSE {json_float_sql(self.fd)} END ELSE {self.original()} END"
             )
@@ -377,8 +390,13 @@ class _Source:
         from_int = f"CASE WHEN abs({h}) < {_TIME_BOUND} THEN {from_int} END"
         scaled = self._once(f"tx{unit}", f"({self.fd} * {float(TIME_FACTORS_MS[unit])!r})")
         from_float = f"CASE WHEN isfinite({scaled}) THEN TRY_CAST(round_even({scaled}, 0) AS HUGEINT) END"
-        number = f"CASE WHEN {self.is_int} THEN {from_int} WHEN {self.is_float} THEN {from_float} END"
-        number_ms = self._once(f"ms{unit}", f"TRY_CAST({number} AS BIGINT)")
+        number = (
+            f"TRY_CAST(CASE WHEN {self.is_int} THEN {from_int} WHEN {self.is_float} THEN {from_float} END AS BIGINT)"
+        )
+        if self.text:  # most times: a plain integer, scaled in 64 bits
+            quick = {"s": f"{self.n} * 1000", "ms": self.n, "us": _floor_div(self.n, 1000)}[unit]
+            number = f"CASE WHEN {self.short} THEN {quick} ELSE {number} END"
+        number_ms = self._once(f"ms{unit}", number)
         # an integer time beyond 64 bits (or beyond 128 before scaling): the reference's
         readable = f"{self.is_int} OR ({self.is_float} AND isfinite({scaled}))"
         number_ref = f"CASE WHEN {readable} THEN {number_ms} IS NULL ELSE false END"
@@ -428,8 +446,9 @@ class _Source:
         month_days = f"CASE WHEN {mo} IN (4, 6, 9, 11) THEN 30 WHEN {mo} = 2 THEN {february} ELSE 31 END"
         valid = self._once(
             "isovalid",
-            f"coalesce({parts}.y <> '' AND {y} >= 1 AND {mo} BETWEEN 1 AND 12 AND {d} BETWEEN 1 AND {month_days} "
-            f"AND {h} < 24 AND {mi} < 60 AND {s} < 60 AND {zone_valid}, false)",
+            f"CASE WHEN {parts} IS NULL THEN false ELSE coalesce({parts}.y <> '' AND {y} >= 1 AND {mo} BETWEEN 1 "
+            f"AND 12 AND {d} BETWEEN 1 AND {month_days} AND {h} < 24 AND {mi} < 60 AND {s} < 60 AND {zone_valid}, "
+            "false) END",
         )
         # days since 1970-01-01 of a proleptic Gregorian date (years from 1)
         year = f"({y} - CASE WHEN {mo} <= 2 THEN 1 ELSE 0 END)"
@@ -502,14 +521,17 @@ class BatchMapper:
         return self._finish(table, out)
 
     def _finish(self, source: pa.Table, out: pa.Table) -> MappedBatch:
-        """Unreadable lines' payloads, rows handed back to the reference, unknown actions."""
+        """Unreadable lines' payloads, the rows handed back to the reference, unknown actions."""
         mapper, m = self.mapper, self.mapper.mapping
+        seq = out.column("_seq").to_numpy()
+        if not np.array_equal(seq, source.column("_seq").to_numpy()):  # DuckDB keeps the order; in case
+            out = out.take(np.argsort(seq, kind="stable"))
+            seq = out.column("_seq").to_numpy()
 
         def flags(name: str) -> np.ndarray:
             return out.column(name).to_numpy(zero_copy_only=False).astype(bool)
 
         raw, ref, unknown = flags("raw"), flags("ref"), flags("unknown")
-        seq = out.column("_seq").to_numpy()
         keep = ~unknown if m.unknown_action == "skip" else np.ones(len(seq), dtype=bool)
         first_unknown = int(seq[unknown][0]) if m.unknown_action == "error" and unknown.any() else None
         python = raw | ref
@@ -521,34 +543,36 @@ class BatchMapper:
             if mapper.id_scheme != 2:
                 self._add_ids(texts, out.column("given_id").to_pylist(), python)
             parts, arrivals = partition.to_pylist(), arrival.to_pylist()
-            index = {int(s): i for i, s in enumerate(source.column("_seq").to_numpy())}
-            times = handed_back_ms
             for i in map(int, python.nonzero()[0]):
-                position = int(seq[i])
                 if raw[i]:
-                    texts[i] = unreadable_line_payload(source.column("_raw")[index[position]].as_py())
+                    texts[i] = unreadable_line_payload(source.column("_raw")[i].as_py())
                     continue
-                if first_unknown is not None and position > first_unknown:
+                if first_unknown is not None and seq[i] > first_unknown:
                     break  # the unknown action before it stops the import
-                row = {n: source.column(n)[index[position]].as_py() for n in mapper.source_columns()}
-                mapped = mapper.event(row, position)
+                mapped = mapper.event({n: source.column(n)[i].as_py() for n in mapper.source_columns()}, int(seq[i]))
                 if mapped is None:  # an unknown action, skipped
                     keep[i] = False
                     continue
                 parts[i], event_ms, arrival_value, texts[i] = mapped
                 arrivals[i] = self._arrival(event_ms, arrival_value)
-                times.append(event_ms)
+                handed_back_ms.append(event_ms)
             payload = pa.array(texts, pa.string())
             partition, arrival = pa.array(parts, pa.int32()), pa.array(arrivals, pa.int64())
         if first_unknown is not None:
             self._refuse_action(source, first_unknown)
-        mask = pa.array(keep)
+        event_ms = out.column("event_ms").combine_chunks()
+        columns = [out.column("_seq").combine_chunks(), partition, arrival, payload]
+        if not keep.all():
+            mask = pa.array(keep)
+            columns = [pc.filter(column, mask) for column in columns]
+        if python.any() or not keep.all():
+            event_ms = pc.filter(event_ms, pa.array(keep & ~python))
         return MappedBatch(
-            seq=pc.filter(out.column("_seq").combine_chunks(), mask),
-            partition=pc.filter(partition, mask),
-            arrival=pc.filter(arrival, mask),
-            payload=pc.filter(payload, mask),
-            event_ms=pc.filter(out.column("event_ms").combine_chunks(), pa.array(keep & ~python)),
+            seq=columns[0],
+            partition=columns[1],
+            arrival=columns[2],
+            payload=columns[3],
+            event_ms=event_ms,
             handed_back_ms=handed_back_ms,
             rows=len(seq) - int(raw.sum()),
             unreadable=int(raw.sum()),
@@ -575,8 +599,8 @@ class BatchMapper:
     def _refuse_action(self, source: pa.Table, position: int) -> None:
         m = self.mapper.mapping
         assert m.action is not None  # only an action value is unknown
-        index = source.column("_seq").to_pylist().index(position)
-        value = source.column(m.action)[index].as_py()
+        first = int(source.column("_seq")[0].as_py())
+        value = source.column(m.action)[position - first].as_py()
         raise ImportDataError(
             f"action = {m.action!r}: value {value!r} (event {position}) is not in action_flags "
             f"{sorted(m.action_flags)}; set unknown_action: skip or null to import it anyway"
@@ -625,7 +649,7 @@ class BatchMapper:
         unknown = "false"
         if m.action:
             action = sources[m.action]
-            refs.append(action.handed_back(times_too=True) if not action.text else "false")
+            refs.append(action.handed_back() if not action.text else "false")
             cases = " ".join(f"WHEN {_lit(k)} THEN {int(v)}" for k, v in m.action_flags.items())
             flags = derived.add(f"{action.c}_flags", f"CASE {action.action_key()} {cases} END")
             unknown = f"({action.c} IS NOT NULL AND {flags} IS NULL)"
@@ -633,7 +657,7 @@ class BatchMapper:
         given = _NULL
         if m.event_id:
             identifier = sources[m.event_id]
-            refs.append(identifier.handed_back(times_too=True) if not identifier.text else "false")
+            refs.append(identifier.handed_back() if not identifier.text else "false")
             given = f"CASE WHEN {identifier.c} IS NOT NULL THEN {json_string_sql(identifier.str_text())} END"
         arrival = f"CASE WHEN {event_ms} BETWEEN {events.min_event_ms} AND {events.max_event_ms} THEN {event_ms} END"
         if m.arrival_time:
