@@ -19,6 +19,7 @@ quarantined as event_ts_out_of_range, and the summary names them).
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import struct
 from collections.abc import Iterator
@@ -123,6 +124,9 @@ def command(
     from seqlake.pipelines.importers.ids import SCHEME_PROPERTY, table_scheme
     from seqlake.pipelines.ingest.raw_source import create_raw_table
 
+    # The modules just loaded hold most of the process's objects: the collector's full passes, which
+    # the progress display's allocations trigger while records stream, need not walk them again.
+    gc.freeze()
     config = load_cli_config()
     chosen = load_mapping(mapping)
     chosen.check(config, str(mapping))

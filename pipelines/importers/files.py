@@ -159,6 +159,7 @@ def import_file(
     with tempfile.TemporaryDirectory(prefix="seqlake-import-") as tmp:
         settings: dict[str, str | int | float | list[str]] = {
             "memory_limit": MEMORY_LIMIT,
+            "threads": 1,  # a statement per thread (MAP_THREADS); the sort sets its own
             "temp_directory": str(Path(tmp) / "duckdb"),
         }
         with connect(extensions=(), settings=settings) as con:

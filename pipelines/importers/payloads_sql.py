@@ -667,13 +667,13 @@ class BatchMapper:
                 f"CASE WHEN {arrival_ms} BETWEEN {events.min_event_ms} AND {events.max_event_ms} THEN {arrival_ms} END"
             )
             arrival = f"coalesce({usable}, {arrival})"
-        content = _object_sql(fields)
-        hashed = event_id_sql("_content", mapper.id_scheme)
-        payload = "_content"
+        body = _object_body_sql(fields)  # the event's JSON object without its opening brace
+        hashed = event_id_sql("concat('{', _body)", mapper.id_scheme)
+        payload = "concat('{', _body)"  # the content: the id is added in Python
         if hashed is not None:
             hashed_id = f"""concat('"', {hashed}, '"')"""
             given_or_hashed = f"coalesce(_given, {hashed_id})" if m.event_id else hashed_id
-            payload = f"""concat('{{"event_id":', {given_or_hashed}, ',', _content[2:])"""
+            payload = f"""concat('{{"event_id":', {given_or_hashed}, ',', _body)"""
         handed_back = " OR ".join(f"coalesce({r}, false)" for r in refs if r != "false") or "false"
         relation = "_source_rows"
         for level, layer in enumerate(derived.layers()):
@@ -689,16 +689,17 @@ class BatchMapper:
                 CASE WHEN _raw IS NULL THEN {arrival} END AS arrival,
                 coalesce(_raw IS NULL AND {unknown}, false) AS unknown,
                 coalesce(_raw IS NULL AND ({handed_back}), false) AS ref,
-                CASE WHEN _raw IS NULL THEN {content} END AS _content,
+                CASE WHEN _raw IS NULL THEN {body} END AS _body,
                 CASE WHEN _raw IS NULL THEN {given} END AS _given
               FROM {relation})"""
 
 
-def _object_sql(fields: list[tuple[str, str, bool]]) -> str:
-    """The JSON object of the fields (key, JSON value: SQL, or `_CONSTANT` and its JSON text; whether
-    the value can be NULL: then the field is left out), as one concat. The feature group (second)
-    is always there: the fields after it start with their comma, the first ends with one."""
-    parts: list[str | tuple[str]] = ["{"]  # text, or (SQL,)
+def _object_body_sql(fields: list[tuple[str, str, bool]]) -> str:
+    """The JSON object of the fields without its opening brace (key, JSON value: SQL, or `_CONSTANT`
+    and its JSON text; whether the value can be NULL: then the field is left out), as one concat.
+    The feature group (second) is always there: the fields after it start with their comma, the
+    first ends with one."""
+    parts: list[str | tuple[str]] = []  # text, or (SQL,)
 
     def text(value: str) -> None:
         if parts and isinstance(parts[-1], str):
