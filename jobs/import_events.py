@@ -19,10 +19,10 @@ quarantined as event_ts_out_of_range, and the summary names them).
 
 from __future__ import annotations
 
+import functools
 import gc
 import hashlib
 import struct
-from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -36,7 +36,6 @@ from seqlake.core.invocation import command_options
 from seqlake.core.output import emit
 
 if TYPE_CHECKING:
-    import pyarrow as pa
     from pyiceberg.table import Table
 
 IMPORT_PROPERTY = "seqlake.import.digest"
@@ -120,7 +119,7 @@ def command(
     from seqlake.core.progress import Progress
     from seqlake.engines.catalog import open_catalog, table_identifier
     from seqlake.pipelines.importers import ImportStats, import_file, load_mapping, mapping_digest
-    from seqlake.pipelines.importers.commit import land_import
+    from seqlake.pipelines.importers.commit import RawFiles
     from seqlake.pipelines.importers.ids import SCHEME_PROPERTY, table_scheme
     from seqlake.pipelines.ingest.raw_source import create_raw_table
 
@@ -149,9 +148,17 @@ def command(
     scheme = table_scheme(properties for _, properties in import_summaries(raw))
     stats = [ImportStats() for _ in inputs]
 
-    def batches() -> Iterator[pa.RecordBatch]:
+    progress = Progress("import", rows_unit="records", show_bytes=True)
+    properties = {
+        IMPORT_PROPERTY: digest,
+        "seqlake.import.files": ",".join(p.name for p in inputs),
+        SCHEME_PROPERTY: str(scheme),
+    }
+    written = RawFiles(raw, progress)
+    try:
         for index, path in enumerate(inputs):
-            yield from import_file(
+            mark = written.mark()
+            records = import_file(
                 path,
                 chosen,
                 config,
@@ -160,15 +167,14 @@ def command(
                 stats=stats[index],
                 allow_out_of_range=allow_out_of_range,
                 id_scheme=scheme,
+                restart=functools.partial(written.rollback, mark),  # written as they come, while in order
             )
-
-    progress = Progress("import", rows_unit="records", show_bytes=True)
-    properties = {
-        IMPORT_PROPERTY: digest,
-        "seqlake.import.files": ",".join(p.name for p in inputs),
-        SCHEME_PROPERTY: str(scheme),
-    }
-    result = land_import(raw, batches(), properties, progress)
+            for batch in records:
+                written.write(batch)
+        result = written.commit(properties)
+    except BaseException:
+        written.abort()
+        raise
     seconds = progress.done()
     files = []
     lines = []

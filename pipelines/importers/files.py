@@ -28,7 +28,7 @@ import csv
 import queue
 import tempfile
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -61,6 +61,8 @@ STAGE_SCHEMA = pa.schema(
 )
 MAP_ROWS = 1 << 17  # source rows one statement maps (at least: batch_rows if larger)
 MAP_THREADS = 2  # statements mapping batches at once
+SORT_THREADS = 2  # DuckDB's, to sort the records of a file out of arrival order
+WAITING_ROWS = 1 << 20  # streaming: records held before the first usable time (more: staged)
 MEMORY_LIMIT = "1GB"  # DuckDB's, for a sort of the staged records: past it, it spills to disk
 
 
@@ -78,6 +80,10 @@ class ImportStats:
     out_of_range: int = 0  # events whose time is outside the configured bounds (quarantined at ingest)
     min_out_of_range_ms: int | None = None
     max_out_of_range_ms: int | None = None
+
+    def reset(self) -> None:
+        """Nothing seen yet (a file read again from its start)."""
+        self.__dict__.update(ImportStats().__dict__)
 
     def saw(self, event_ms: int) -> None:
         self.min_event_ms = event_ms if self.min_event_ms is None else min(self.min_event_ms, event_ms)
@@ -138,12 +144,18 @@ def import_file(
     stats: ImportStats | None = None,
     allow_out_of_range: bool = False,
     id_scheme: int = CURRENT_SCHEME,
+    restart: Callable[[], None] | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """Raw source records (RAW_SCHEMA batches of at most `batch_rows`) of one event file, in arrival
     order; the same bytes on every run. See the module docstring for partitions, LSNs and arrival.
     Events without an id column get ids of `id_scheme` (`ids`). Raises ImportDataError, before
     yielding any record, if events lie outside the configured event times and `allow_out_of_range`
-    is not set."""
+    is not set.
+
+    With `restart`, records stream as they are mapped while the file is in arrival order; if it turns
+    out not to be, `restart()` is called (the caller forgets every record it received from this
+    call), `stats` start again and the whole file follows, sorted. The refusal of events outside
+    the event times then comes after the records."""
     if mapping.format is None:
         raise ConfigError(
             "invalid import mapping: format = None: a file import needs format parquet, csv, jsonl or dat"
@@ -156,6 +168,27 @@ def import_file(
         return
     stats = stats if stats is not None else ImportStats()
     mapper = EventMapper(mapping, config, first_partition, id_scheme)
+    if restart is not None:
+        try:
+            yield from _import(path, mapper, config, batch_rows, stats, allow_out_of_range, streaming=True)
+            return
+        except _Disorder:
+            restart()
+            stats.reset()
+    yield from _import(path, mapper, config, batch_rows, stats, allow_out_of_range, streaming=False)
+
+
+def _import(
+    path: Path,
+    mapper: EventMapper,
+    config: Config,
+    batch_rows: int,
+    stats: ImportStats,
+    allow_out_of_range: bool,
+    streaming: bool,
+) -> Iterator[pa.RecordBatch]:
+    """The file's records: staged, then in arrival order; or `streaming`, as they are mapped
+    (raising `_Disorder` when they are not in arrival order)."""
     with tempfile.TemporaryDirectory(prefix="seqlake-import-") as tmp:
         settings: dict[str, str | int | float | list[str]] = {
             "memory_limit": MEMORY_LIMIT,
@@ -163,17 +196,22 @@ def import_file(
             "temp_directory": str(Path(tmp) / "duckdb"),
         }
         with connect(extensions=(), settings=settings) as con:
-            stager = _Stager(mapper.events, stats, Path(tmp) / "staged.arrow")
+            stager = _Stager(mapper.events, stats, None if streaming else Path(tmp) / "staged.arrow")
+            numbering = _Numbering(stats)
             tables = _numbered(_grouped(_sources(path, mapper, batch_rows), max(batch_rows, MAP_ROWS)))
             try:
                 for mapped in _mapped(tables, mapper, con):
-                    stager.add(mapped)
+                    for batch in _sliced(stager.add(mapped), batch_rows):
+                        yield numbering.records(batch)
+                for batch in _sliced(stager.rest(), batch_rows):
+                    yield numbering.records(batch)
             finally:
                 stager.close()
             if stats.out_of_range and not allow_out_of_range:
                 raise out_of_range_error(str(path), stats, config.events)
             if stager.staged_rows:
-                yield from _records(stager, con, batch_rows, stats)
+                for batch in _staged_records(stager, con, batch_rows):
+                    yield numbering.records(batch)
 
 
 # -- reading files in batches -----------------------------------------------------------------------------
@@ -471,11 +509,17 @@ class _Order:
         self.last = (int(times[-1]), int(parts[-1]))
 
 
-class _Stager:
-    """Stages mapped records (partition, arrival ms, file position, payload) in an Arrow file, in
-    file order, and counts what the import saw."""
+class _Disorder(Exception):
+    """The file is not in arrival order (or holds too many records before its first usable time):
+    its records cannot stream as they are mapped."""
 
-    def __init__(self, events: EventsSpec, stats: ImportStats, path: Path) -> None:
+
+class _Stager:
+    """Takes mapped records (partition, arrival ms, file position, payload) in file order and
+    counts what the import saw. It stages them in an Arrow file (`path`), or, streaming (no path),
+    passes them on while they are in arrival order."""
+
+    def __init__(self, events: EventsSpec, stats: ImportStats, path: Path | None) -> None:
         self.stats = stats
         self.events = events
         self.path = path
@@ -483,21 +527,40 @@ class _Stager:
         self.first_arrival: int | None = None
         self.order = _Order()
         self.staged_rows = 0
+        self.waiting: list[pa.RecordBatch] = []  # streaming: records before the first usable time
         self._sink: pa.OSFile | None = None
         self._writer: pa.ipc.RecordBatchFileWriter | None = None
 
-    def add(self, mapped: MappedBatch) -> None:
+    def add(self, mapped: MappedBatch) -> list[pa.RecordBatch]:
+        """Stage the records; streaming, the records that can go on now, in arrival order."""
         self._count(mapped)
         arrival = self._arrival(mapped.arrival)
         if not len(arrival):
-            return
+            return []
         staged = pa.record_batch([mapped.partition, arrival, mapped.seq, mapped.payload], schema=STAGE_SCHEMA)
         self.order.feed(staged.column("arrival_ms"), staged.column("source_partition"))
-        if self._writer is None:
-            self._sink = pa.OSFile(str(self.path), "wb")
-            self._writer = pa.ipc.new_file(self._sink, STAGE_SCHEMA)
-        self._writer.write_batch(staged)
-        self.staged_rows += staged.num_rows
+        if self.path is not None:
+            if self._writer is None:
+                self._sink = pa.OSFile(str(self.path), "wb")
+                self._writer = pa.ipc.new_file(self._sink, STAGE_SCHEMA)
+            self._writer.write_batch(staged)
+            self.staged_rows += staged.num_rows
+            return []
+        if not self.order.sorted:
+            raise _Disorder
+        self.waiting.append(staged)
+        if self.first_arrival is None:  # still waiting for the first usable time
+            if sum(b.num_rows for b in self.waiting) > WAITING_ROWS:
+                raise _Disorder
+            return []
+        return self.rest()
+
+    def rest(self) -> list[pa.RecordBatch]:
+        """Streaming, the records still waiting: they arrive with the first usable time (or the
+        lower time bound if the file has none)."""
+        first = self.first_arrival if self.first_arrival is not None else self.events.min_event_ms
+        ready, self.waiting = _arrived(self.waiting, first), []
+        return ready
 
     def _arrival(self, arrival: pa.Array) -> pa.Array:
         """Arrival times, a record without one taking the previous record's; NULL before the first."""
@@ -547,22 +610,24 @@ class _Stager:
                 yield reader.get_batch(index)
 
 
-def _records(stager: _Stager, con: Any, batch_rows: int, stats: ImportStats) -> Iterator[pa.RecordBatch]:
-    """Staged records in (arrival, partition, file position) order, with their LSNs. Records before
-    the file's first usable time arrive with it (with the lower time bound if it has none)."""
+def _staged_records(stager: _Stager, con: Any, batch_rows: int) -> Iterator[pa.RecordBatch]:
+    """Staged records in (arrival, partition, file position) order. Records before the file's first
+    usable time arrive with it (with the lower time bound if it has none)."""
     first = stager.first_arrival if stager.first_arrival is not None else stager.events.min_event_ms
     if stager.order.sorted:
-        yield from _with_lsns(_sliced(_arrived(stager.batches(), first), batch_rows), stats)
+        yield from _sliced(_arrived(stager.batches(), first), batch_rows)
         return
-    yield from _with_lsns(_sorted(stager, con, first, batch_rows), stats)
+    yield from _sorted(stager, con, first, batch_rows)
 
 
-def _arrived(batches: Iterable[pa.RecordBatch], first: int) -> Iterator[pa.RecordBatch]:
+def _arrived(batches: Iterable[pa.RecordBatch], first: int) -> list[pa.RecordBatch]:
+    out = []
     for batch in batches:
         arrival = batch.column("arrival_ms")
         if arrival.null_count:
             batch = batch.set_column(1, "arrival_ms", pc.fill_null(arrival, first))
-        yield batch
+        out.append(batch)
+    return out
 
 
 def _sliced(batches: Iterable[pa.RecordBatch], rows: int) -> Iterator[pa.RecordBatch]:
@@ -575,6 +640,7 @@ def _sorted(stager: _Stager, con: Any, first: int, batch_rows: int) -> Iterator[
     """The staged records sorted by DuckDB, which spills to disk past its memory limit."""
     reader = pa.RecordBatchReader.from_batches(STAGE_SCHEMA, stager.batches())
     con.register("_staged", reader)
+    con.execute(f"SET threads = {SORT_THREADS}")
     result = con.execute(
         f"SELECT source_partition, coalesce(arrival_ms, {int(first)}) AS arrival_ms, payload FROM _staged "
         "ORDER BY 2, source_partition, seq"
@@ -582,22 +648,24 @@ def _sorted(stager: _Stager, con: Any, first: int, batch_rows: int) -> Iterator[
     yield from result.to_arrow_reader(batch_rows)
 
 
-def _with_lsns(batches: Iterable[pa.RecordBatch], stats: ImportStats) -> Iterator[pa.RecordBatch]:
-    """RAW_SCHEMA batches: LSNs 0..n-1 per partition, in the order the records come."""
-    next_lsn: dict[int, int] = {}
-    for batch in batches:
-        if batch.num_rows == 0:
-            continue
+class _Numbering:
+    """RAW_SCHEMA batches of records in arrival order: LSNs 0..n-1 per partition, as they come."""
+
+    def __init__(self, stats: ImportStats) -> None:
+        self.stats = stats
+        self.next_lsn: dict[int, int] = {}
+
+    def records(self, batch: pa.RecordBatch) -> pa.RecordBatch:
         partitions = batch.column("source_partition").to_numpy(zero_copy_only=False)
         lsns = np.empty(len(partitions), dtype=np.int64)
         for partition in np.unique(partitions):
             where = np.flatnonzero(partitions == partition)
-            start = next_lsn.get(int(partition), 0)
+            start = self.next_lsn.get(int(partition), 0)
             lsns[where] = np.arange(start, start + len(where), dtype=np.int64)
-            next_lsn[int(partition)] = start + len(where)
+            self.next_lsn[int(partition)] = start + len(where)
         arrival = batch.column("arrival_ms").cast(pa.int64()).cast(pa.timestamp("ms", tz="UTC"))
-        stats.records += batch.num_rows
-        yield pa.RecordBatch.from_arrays(
+        self.stats.records += batch.num_rows
+        return pa.RecordBatch.from_arrays(
             [
                 batch.column("source_partition").cast(pa.int32()),
                 pa.array(lsns, pa.int64()),

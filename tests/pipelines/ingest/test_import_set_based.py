@@ -383,9 +383,14 @@ def reference_import(rows: list[dict | str], mapper: EventMapper) -> tuple[list[
     return records, stats
 
 
-def imported(path: Path, mapping, config: Config, **options) -> tuple[list[tuple], ImportStats]:
+def imported(path: Path, mapping, config: Config, streaming=False, **options) -> tuple[list[tuple], ImportStats]:
+    """The file's records (partition, LSN, arrival ms, payload) and stats; `streaming`: taken as
+    they come, forgotten when the import starts again sorted (as `seqlake import` takes them)."""
     stats = ImportStats()
-    batches = list(import_file(path, mapping, config, stats=stats, allow_out_of_range=True, **options))
+    batches: list[pa.RecordBatch] = []
+    restart = batches.clear if streaming else None
+    records = import_file(path, mapping, config, stats=stats, allow_out_of_range=True, restart=restart, **options)
+    batches.extend(records)
     table = pa.Table.from_batches(batches, schema=RAW_SCHEMA)
     arrival = table.column("arrival_ts").cast(pa.int64()).to_pylist()
     rows = zip(table.column("source_partition").to_pylist(), table.column("lsn").to_pylist(), arrival, strict=True)
@@ -434,9 +439,14 @@ def write_csv(path: Path, rows: list[dict | str]) -> None:
 
 
 @settings(max_examples=60, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
-@given(rows=file_rows(), partitions=st.sampled_from([1, 3]), batch_rows=st.sampled_from([3, 65536]))
+@given(
+    rows=file_rows(),
+    partitions=st.sampled_from([1, 3]),
+    batch_rows=st.sampled_from([3, 65536]),
+    streaming=st.booleans(),
+)
 def test_a_csv_file_imports_to_the_references_records(
-    config: Config, tmp_path_factory: pytest.TempPathFactory, rows, partitions: int, batch_rows: int
+    config: Config, tmp_path_factory: pytest.TempPathFactory, rows, partitions: int, batch_rows: int, streaming
 ):
     path = tmp_path_factory.mktemp("csv") / "events.csv"
     write_csv(path, rows)
@@ -445,15 +455,15 @@ def test_a_csv_file_imports_to_the_references_records(
     # the unreadable lines of a block (here the whole file) come after its rows
     read = [r for r in rows if not isinstance(r, str)] + [r for r in rows if isinstance(r, str)]
     expected = reference_import(read, EventMapper(mapping, config, first_partition=2))
-    got = imported(path, mapping, config, first_partition=2, batch_rows=batch_rows)
+    got = imported(path, mapping, config, streaming, first_partition=2, batch_rows=batch_rows)
     assert got[0] == expected[0]
     assert got[1] == expected[1]
 
 
 @settings(max_examples=60, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
-@given(rows=file_rows(), newline=st.sampled_from(["\n", "\r\n", "\r"]), blank=st.booleans())
+@given(rows=file_rows(), newline=st.sampled_from(["\n", "\r\n", "\r"]), blank=st.booleans(), streaming=st.booleans())
 def test_a_dat_file_imports_to_the_references_records(
-    config: Config, tmp_path_factory: pytest.TempPathFactory, rows, newline: str, blank: bool
+    config: Config, tmp_path_factory: pytest.TempPathFactory, rows, newline: str, blank: bool, streaming: bool
 ):
     path = tmp_path_factory.mktemp("dat") / "events.dat"
     lines = [r.replace(",", "::") if isinstance(r, str) else "::".join(r[k] for k in FIELDS) for r in rows]
@@ -472,7 +482,7 @@ def test_a_dat_file_imports_to_the_references_records(
         parts = line.split("::")
         source.append(dict(zip(FIELDS, parts, strict=True)) if len(parts) == len(FIELDS) else line)
     expected = reference_import(source, EventMapper(mapping, config))
-    got = imported(path, mapping, config, batch_rows=4)
+    got = imported(path, mapping, config, streaming, batch_rows=4)
     assert got[0] == expected[0]
     assert got[1] == expected[1]
 
@@ -505,4 +515,39 @@ def test_json_lines_of_each_type_import_to_the_references_records(config: Config
     mapping = parse_mapping({**BASE_MAPPING, "format": "jsonl", "source_partitions": 2, "columns": columns})
     source = pj.read_json(path).to_pylist()  # the values as the reader types them
     expected = reference_import(source, EventMapper(mapping, config))
-    assert imported(path, mapping, config) == expected
+    assert imported(path, mapping, config) == imported(path, mapping, config, streaming=True) == expected
+
+
+def test_records_stream_while_in_arrival_order_and_start_again_sorted_when_not(config: Config, tmp_path: Path):
+    mapping = parse_mapping({**BASE_MAPPING, "columns": {}})
+    # "soon" has no time: it waits for the first one; the last line goes back in time
+    lines = ["u,i,t,a", "1,5,soon,view", "2,6,1700000000,view", "3,7,1700000100,like", "4,8,1699999999,view"]
+    path = tmp_path / "events.csv"
+    path.write_text("\n".join(lines) + "\n")
+    restarts: list[int] = []
+    received: list[pa.RecordBatch] = []
+
+    def restart() -> None:
+        restarts.append(len(received))
+        received.clear()
+
+    stats = ImportStats()
+    received.extend(import_file(path, mapping, config, batch_rows=1, stats=stats, restart=restart))
+    assert restarts == [0]  # the whole first batch of rows was mapped before the order broke: nothing sent
+    assert (imported(path, mapping, config), stats.records) == (imported(path, mapping, config, streaming=True), 4)
+    path.write_text("\n".join(lines[:-1]) + "\n")
+    restarts.clear()
+    received.clear()
+    received.extend(import_file(path, mapping, config, batch_rows=1, restart=restart))
+    assert restarts == [] and len(received) == 3  # in arrival order: streamed, never started again
+
+
+def test_streaming_refuses_events_out_of_range_after_its_records(config: Config, tmp_path: Path):
+    path = tmp_path / "events.csv"
+    path.write_text("u,i,t,a\n1,5,1700000000,view\n2,6,900000000,view\n")
+    mapping = parse_mapping({**BASE_MAPPING, "columns": {}})
+    received: list[pa.RecordBatch] = []
+    with pytest.raises(ImportDataError, match="1 events outside the configured event times"):
+        received.extend(import_file(path, mapping, config, restart=received.clear))
+    with pytest.raises(ImportDataError, match="1 events outside the configured event times"):
+        list(import_file(path, mapping, config))  # staged: refused before any record
