@@ -27,7 +27,7 @@ from seqlake.core.events import RAW_SCHEMA
 from seqlake.core.progress import Progress
 from seqlake.pipelines.faults import kill_point
 
-FILE_BYTES = 128 << 20  # Arrow bytes of records per data file (some 800,000 records)
+FILE_BYTES = 64 << 20  # Arrow bytes of records per data file (some 400,000 records)
 
 
 @dataclass(frozen=True)
