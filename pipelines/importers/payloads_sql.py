@@ -34,10 +34,10 @@ from seqlake.engines.duckdb_session import sql_literal
 from seqlake.pipelines.importers.ids import event_id, event_id_sql
 from seqlake.pipelines.importers.payloads import TIME_FACTORS_MS, EventMapper, usable_time
 
-# What Python's str.strip() removes (a value is read as a number or a time without it), as a regex
-# character class.
-WHITESPACE = "".join(c for c in map(chr, range(0x110000)) if c.isspace())
-_SPACE = "[" + "".join(f"\\x{{{ord(c):x}}}" for c in WHITESPACE) + "]"
+# What Python's str.strip() removes (str.isspace): a value is read as a number or a time without it.
+WHITESPACE = "\t\n\x0b\x0c\r\x1c\x1d\x1e\x1f \x85\xa0\u1680" + "".join(map(chr, range(0x2000, 0x200B)))
+WHITESPACE += "\u2028\u2029\u202f\u205f\u3000"
+_SPACE = "[" + "".join(f"\\x{{{ord(c):x}}}" for c in WHITESPACE) + "]"  # as a regex character class
 _INT_RE = "[+-]?[0-9]+"
 _FLOAT_RE = r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?"
 # Text Python reads as a number with digits other than ASCII ones (str.isdecimal, float()).

@@ -32,7 +32,7 @@ from seqlake.engines.duckdb_session import connect
 from seqlake.pipelines.importers import ImportStats, import_file, parse_mapping
 from seqlake.pipelines.importers.ids import event_id
 from seqlake.pipelines.importers.payloads import EventMapper, out_of_range, usable_time
-from seqlake.pipelines.importers.payloads_sql import BatchMapper
+from seqlake.pipelines.importers.payloads_sql import WHITESPACE, BatchMapper
 from tests.conftest import make_config
 
 SETTINGS = settings(
@@ -285,6 +285,10 @@ def test_each_row_maps_to_exactly_the_references_record(config: Config, data: di
     assert got.arrival.to_pylist() == [e[2] for e in kept]
     mapped_times = [v for v in got.event_ms.to_pylist() if v is not None] + list(got.handed_back_ms)
     assert integer_times(mapped_times) == integer_times([e[1] for e in kept])
+
+
+def test_the_statement_strips_what_python_strips():
+    assert "".join(c for c in map(chr, range(0x110000)) if c.isspace()) == WHITESPACE
 
 
 def test_plain_values_are_mapped_by_the_statement_alone(config: Config):
