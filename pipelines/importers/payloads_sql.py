@@ -50,7 +50,6 @@ _ISO_RE = (
 _ISO_PARTS = ["y", "mo", "d", "h", "mi", "s", "f", "z"]
 _TIME_BOUND = 10**30  # integer times are scaled in 128 bits: larger ones go to the reference
 _OFFSET_BOUND = 2**62  # a user id offset this large: every row to the reference
-_SHORT_ESCAPES = {8: "\\b", 9: "\\t", 10: "\\n", 12: "\\f", 13: "\\r"}  # else \u00XX (Python's)
 _MS_PER_DAY = 86_400_000
 _NULL = "NULL::VARCHAR"
 _CONSTANT = "\0"  # marks a field's JSON given as text, not SQL
@@ -65,12 +64,12 @@ def _json(value: str) -> str:
 
 
 def json_string_sql(text: str) -> str:
-    """`text` (a VARCHAR expression) as a JSON string, as Python's encoder writes it."""
-    chain = f"replace(replace({text}, '\\', '\\\\'), '\"', '\\\"')"
-    for code in range(32):
-        spelled = _SHORT_ESCAPES.get(code, "\\u" + format(code, "04x"))
-        chain = f"replace({chain}, chr({code}), {_lit(spelled)})"
-    return f"""('"' || CASE WHEN regexp_matches({text}, '[\\x00-\\x1f"\\\\]') THEN {chain} ELSE {text} END || '"')"""
+    """`text` (a VARCHAR expression) as a JSON string, as Python's encoder writes it: DuckDB's
+    to_json, but with Python's lower-case hex in the escapes of control characters."""
+    escaped = f"CAST(to_json({text}) AS VARCHAR)"
+    for code in (0x0B, 0x0E, 0x0F, *range(0x1A, 0x20)):
+        escaped = f"replace({escaped}, '\\u{code:04X}', '\\u{code:04x}')"
+    return f"""CASE WHEN regexp_matches({text}, '[\\x00-\\x1f"\\\\]') THEN {escaped} ELSE '"' || {text} || '"' END"""
 
 
 def json_float_sql(value: str) -> str:
