@@ -85,6 +85,12 @@ def _floor_div(value: str, divisor: int) -> str:
     return f"((({value}) - ((({value}) % {divisor}) + {divisor}) % {divisor}) // {divisor})"
 
 
+def _round_half_even(double: str) -> str:
+    """Python's round() of a float, exactly (DuckDB's round_even is not, past 2**50): a tie goes to
+    the even neighbour, twice the rounded half."""
+    return f"CASE WHEN {double} - trunc({double}) IN (0.5, -0.5) THEN 2 * round({double} / 2) ELSE round({double}) END"
+
+
 def _whole(double: str) -> str:
     return f"(isfinite({double}) AND {double} = trunc({double}))"
 
@@ -295,7 +301,7 @@ class _Source:
             ref = f"CASE WHEN {self.is_float} THEN {_whole(self.fd)} AND {from_float} IS NULL ELSE false END"
             return _Value(json, f"({ref} OR {self.handed_back()})")
         scaled = self._scaled(scale)
-        rounded = f"TRY_CAST(round_even({scaled}, 0) AS HUGEINT)"
+        rounded = f"TRY_CAST({_round_half_even(scaled)} AS HUGEINT)"
         json = (
             f"CASE WHEN {self.c} IS NULL THEN NULL WHEN {self.is_number} THEN CASE WHEN isfinite({scaled}) "
             f"THEN CAST({rounded} AS VARCHAR) ELSE {json_float_sql(scaled)} END ELSE {self.original()} END"
@@ -347,12 +353,17 @@ class _Source:
             json = _NULL
         return _Value(json, self.handed_back())
 
+    @property
+    def float_text(self) -> str:
+        """Python's str() of a float (DuckDB spells a NaN with its sign bit set -nan)."""
+        return f"CASE WHEN isnan({self.d}) THEN 'nan' ELSE CAST({self.d} AS VARCHAR) END"
+
     def str_text(self) -> str:
         """Python's str() of the value."""
         if self.category in ("text", "int"):
             return self.c if self.text else f"CAST({self.c} AS VARCHAR)"
         if self.category == "float":
-            return f"CAST({self.d} AS VARCHAR)"
+            return self.float_text
         if self.category == "bool":
             return f"CASE WHEN {self.c} THEN 'True' WHEN NOT {self.c} THEN 'False' END"
         return _NULL
@@ -366,7 +377,7 @@ class _Source:
         if self.category == "float":
             return (
                 f"CASE WHEN {_whole(self.d)} THEN CAST(TRY_CAST({self.d} AS HUGEINT) AS VARCHAR) "
-                f"ELSE CAST({self.d} AS VARCHAR) END"
+                f"ELSE {self.float_text} END"
             )
         if self.category == "bool":
             return f"CASE WHEN {self.c} THEN 'true' WHEN NOT {self.c} THEN 'false' END"
@@ -388,7 +399,7 @@ class _Source:
         from_int = {"s": f"{h} * 1000", "ms": h, "us": _floor_div(h, 1000)}[unit]
         from_int = f"CASE WHEN abs({h}) < {_TIME_BOUND} THEN {from_int} END"
         scaled = self._once(f"tx{unit}", f"({self.fd} * {float(TIME_FACTORS_MS[unit])!r})")
-        from_float = f"CASE WHEN isfinite({scaled}) THEN TRY_CAST(round_even({scaled}, 0) AS HUGEINT) END"
+        from_float = f"CASE WHEN isfinite({scaled}) THEN TRY_CAST({_round_half_even(scaled)} AS HUGEINT) END"
         number = (
             f"TRY_CAST(CASE WHEN {self.is_int} THEN {from_int} WHEN {self.is_float} THEN {from_float} END AS BIGINT)"
         )

@@ -14,6 +14,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import struct
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -155,12 +156,13 @@ def text_values() -> st.SearchStrategy[str | None]:
     )
 
 
+NAN_WITH_SIGN = struct.unpack("<d", struct.pack("<Q", 0xFFF8000000000000))[0]  # Python prints it nan
 # Typed columns (Parquet, JSON lines): an Arrow type and values of it.
 TYPED = {
     "int64": (pa.int64(), st.integers(-(2**63), 2**63 - 1)),
     "uint64": (pa.uint64(), st.integers(0, 2**64 - 1)),
     "int8": (pa.int8(), st.integers(-128, 127)),
-    "float64": (pa.float64(), st.floats(allow_nan=True, allow_infinity=True)),
+    "float64": (pa.float64(), st.floats(allow_nan=True, allow_infinity=True) | st.just(NAN_WITH_SIGN)),
     "float32": (pa.float32(), st.floats(width=32, allow_nan=True, allow_infinity=True)),
     "bool": (pa.bool_(), st.booleans()),
     "string": (pa.string(), text_values()),
