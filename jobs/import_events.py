@@ -6,6 +6,11 @@ quarantines and lands (`seqlake ingest`). The commit records the digest of the i
 importing the same files with the same mapping again is a no-op unless --force. Usable as
 `seqlake import`.
 
+An event without an id column gets the hash of its content as its id, so an event imported twice
+(with --force, or in two files that overlap) counts once. The commit records the hash's scheme, and
+a table keeps the scheme of its first import: a table imported into before schemes were recorded
+keeps scheme 1, whose ids are computed in Python, slower than DuckDB's (scheme 2).
+
 A file with events outside the configured event times (`events.min_event_time` ..
 `events.max_event_time`) is refused, with how many and their range, since ingest would quarantine
 them: widen the bounds, or pass --allow-out-of-range to import it as it is (those events are then
@@ -14,11 +19,12 @@ quarantined as event_ts_out_of_range, and the summary names them).
 
 from __future__ import annotations
 
+import functools
+import gc
 import hashlib
 import struct
-from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING
 
 import click
 
@@ -30,25 +36,9 @@ from seqlake.core.invocation import command_options
 from seqlake.core.output import emit
 
 if TYPE_CHECKING:
-    import pyarrow as pa
     from pyiceberg.table import Table
 
 IMPORT_PROPERTY = "seqlake.import.digest"
-ONE_COMMIT = 1 << 62
-
-
-class _Tagged:
-    """The raw table, with the import's digest recorded in the snapshot each append commits."""
-
-    def __init__(self, table: Table, properties: dict[str, str]) -> None:
-        self._table = table
-        self._properties = properties
-
-    def append(self, df: pa.Table) -> None:
-        self._table.append(df, snapshot_properties=self._properties)
-
-    def __getattr__(self, name: str):
-        return getattr(self._table, name)
 
 
 def import_digest(inputs: list[Path], mapping_sha: str) -> str:
@@ -63,12 +53,21 @@ def import_digest(inputs: list[Path], mapping_sha: str) -> str:
     return digest.hexdigest()
 
 
+def import_summaries(table: Table) -> list[tuple[int, dict[str, str]]]:
+    """(snapshot id, summary properties) of the table's import commits, oldest first."""
+    found = []
+    for snapshot in sorted(table.snapshots(), key=lambda s: (s.sequence_number or 0, s.timestamp_ms)):
+        summary = snapshot.summary
+        if summary is not None and IMPORT_PROPERTY in summary.additional_properties:
+            found.append((snapshot.snapshot_id, dict(summary.additional_properties)))
+    return found
+
+
 def previous_import(table: Table, digest: str) -> int | None:
     """Snapshot id of an earlier commit of the same import, if any."""
-    for snapshot in table.snapshots():
-        summary = snapshot.summary
-        if summary is not None and summary.additional_properties.get(IMPORT_PROPERTY) == digest:
-            return snapshot.snapshot_id
+    for snapshot_id, properties in import_summaries(table):
+        if properties[IMPORT_PROPERTY] == digest:
+            return snapshot_id
     return None
 
 
@@ -120,8 +119,13 @@ def command(
     from seqlake.core.progress import Progress
     from seqlake.engines.catalog import open_catalog, table_identifier
     from seqlake.pipelines.importers import ImportStats, import_file, load_mapping, mapping_digest
-    from seqlake.pipelines.ingest.raw_source import create_raw_table, land_raw_records
+    from seqlake.pipelines.importers.commit import RawFiles
+    from seqlake.pipelines.importers.ids import SCHEME_PROPERTY, table_scheme
+    from seqlake.pipelines.ingest.raw_source import create_raw_table
 
+    # The modules just loaded hold most of the process's objects: the collector's full passes, which
+    # the progress display's allocations trigger while records stream, need not walk them again.
+    gc.freeze()
     config = load_cli_config()
     chosen = load_mapping(mapping)
     chosen.check(config, str(mapping))
@@ -141,11 +145,20 @@ def command(
         return
 
     first = next_free_partition(raw)
+    scheme = table_scheme(properties for _, properties in import_summaries(raw))
     stats = [ImportStats() for _ in inputs]
 
-    def batches() -> Iterator[pa.RecordBatch]:
+    progress = Progress("import", rows_unit="records", show_bytes=True)
+    properties = {
+        IMPORT_PROPERTY: digest,
+        "seqlake.import.files": ",".join(p.name for p in inputs),
+        SCHEME_PROPERTY: str(scheme),
+    }
+    written = RawFiles(raw, progress)
+    try:
         for index, path in enumerate(inputs):
-            yield from import_file(
+            mark = written.mark()
+            records = import_file(
                 path,
                 chosen,
                 config,
@@ -153,12 +166,15 @@ def command(
                 first_partition=first + index * chosen.source_partitions,
                 stats=stats[index],
                 allow_out_of_range=allow_out_of_range,
+                id_scheme=scheme,
+                restart=functools.partial(written.rollback, mark),  # written as they come, while in order
             )
-
-    progress = Progress("import", rows_unit="records", show_bytes=True)
-    properties = {IMPORT_PROPERTY: digest, "seqlake.import.files": ",".join(p.name for p in inputs)}
-    tagged = cast("Table", _Tagged(raw, properties))  # the table itself to the landing: it forwards the rest
-    result = land_raw_records(tagged, batches(), progress, commit_rows=ONE_COMMIT)
+            for batch in records:
+                written.write(batch)
+        result = written.commit(properties)
+    except BaseException:
+        written.abort()
+        raise
     seconds = progress.done()
     files = []
     lines = []
@@ -192,7 +208,7 @@ def command(
                 "ingest quarantines them as event_ts_out_of_range (--allow-out-of-range)"
             )
     lines.append(
-        f"imported {result.records:,} records into {identifier} in {result.commits} commit(s) "
+        f"imported {result.records:,} records into {identifier} in {int(result.files > 0)} commit(s) "
         f"(snapshot {result.snapshot_id}); next: seqlake ingest{command_options()} --source {table}"
     )
     document = {
@@ -200,7 +216,8 @@ def command(
         "already_imported": False,
         "snapshot_id": result.snapshot_id,
         "records": result.records,
-        "commits": result.commits,
+        "commits": int(result.files > 0),
+        "id_scheme": scheme,
         "files": files,
         "seconds": round(seconds, 3),
     }

@@ -6,8 +6,12 @@ per event, exactly what the standard ingest path validates, quarantines and land
 knows the data was imported.
 
 - `mapping`: the mapping model, loading it from YAML and checking it against the configuration;
-- `payloads`: source rows -> event payloads (typed values, event ids, source partitions);
-- `files`: one file, read in batches, staged and put in arrival order with dense LSNs;
+- `payloads`: a source row -> its event payload (typed values, event id, source partition), the
+  reference the set-based mapping is held to;
+- `payloads_sql`: a batch of source rows -> payloads, one DuckDB statement;
+- `ids`: event id schemes (the hash of an event that carries no id);
+- `files`: one file, read in batches, mapped and put in arrival order with dense LSNs;
+- `commit`: an import's records, written to the raw table's files as they come, in one commit;
 - `external`: a Delta or Iceberg table, commit by commit, with LSNs ``version << 32 | position``.
 """
 

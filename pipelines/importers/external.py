@@ -42,6 +42,7 @@ def consume_external_table(
     *,
     config: Config | None = None,
     rewrites: Literal["error", "skip"] = "error",
+    id_scheme: int = 1,
 ) -> Iterator[tuple[int, DataFrame]]:
     """Consume an append-only event table commit by commit, after `after_version` (None: from the start).
 
@@ -54,16 +55,17 @@ def consume_external_table(
     DELETE is recognised by its operation); any other commit that rewrites rows (update, merge,
     overwrite, an Iceberg copy-on-write delete) is an error, its rewritten rows not being new events,
     unless `rewrites="skip"` ignores it. With `config`, values are typed for the configured columns
-    and the mapping is checked first.
+    and the mapping is checked first. Events without an id column get ids of `id_scheme` (`ids`;
+    scheme 1 unless told, as before schemes were recorded: pass the raw table's to match its imports).
     """
     if mapping.explode is not None:
         raise ConfigError("invalid import mapping: explode = {...}: not supported when consuming a table")
     if config is not None:
         mapping.check(config)
     if kind == "delta":
-        return _consume_delta(spark, location_or_name, mapping, after_version, config, rewrites)
+        return _consume_delta(spark, location_or_name, mapping, after_version, config, rewrites, id_scheme)
     if kind == "iceberg":
-        return _consume_iceberg(spark, location_or_name, mapping, after_version, config, rewrites)
+        return _consume_iceberg(spark, location_or_name, mapping, after_version, config, rewrites, id_scheme)
     raise ConfigError(f"kind = {kind!r}: consume a 'delta' or an 'iceberg' table")
 
 
@@ -107,13 +109,14 @@ def _consume_delta(
     after_version: int | None,
     config: Config | None,
     rewrites: str,
+    id_scheme: int,
 ) -> Iterator[tuple[int, DataFrame]]:
     from pyspark.sql import functions as F
 
     location = _delta_location(spark, location_or_name)
     history = spark.sql(f"DESCRIBE HISTORY delta.`{location}`").select("version").collect()
     versions = sorted(int(r["version"]) for r in history if after_version is None or r["version"] > after_version)
-    mapper = EventMapper(mapping, config)
+    mapper = EventMapper(mapping, config, id_scheme=id_scheme)
     for version in versions:
         names, commit_ms, operation, removes = _delta_commit(spark, location, version)
         if not names or (removes and operation in DELTA_DELETES):
@@ -152,7 +155,7 @@ def _consume_delta(
                 out.append(offsets[key] + index)
             return out
 
-        run = _table_mapper(mapping, config, position, version, commit_ms)
+        run = _table_mapper(mapping, config, position, version, commit_ms, id_scheme)
         yield version, rows.mapInArrow(run, _spark_raw_schema())
 
 
@@ -166,6 +169,7 @@ def _consume_iceberg(
     after_version: int | None,
     config: Config | None,
     rewrites: str,
+    id_scheme: int,
 ) -> Iterator[tuple[int, DataFrame]]:
     from pyspark.sql import functions as F
 
@@ -187,7 +191,7 @@ def _consume_iceberg(
     lineage.reverse()
     if any(s.sequenceNumber() == 0 for s in lineage):
         raise ImportDataError(f"{name}: a format v1 Iceberg table has no sequence numbers to version commits by")
-    mapper = EventMapper(mapping, config)
+    mapper = EventMapper(mapping, config, id_scheme=id_scheme)
     for snapshot in lineage:
         version = int(snapshot.sequenceNumber())
         if after_version is not None and version <= after_version:
@@ -222,7 +226,7 @@ def _consume_iceberg(
             return [offsets[f] + p for f, p in zip(files, batch.column("_seqlake_pos").to_pylist(), strict=True)]
 
         commit_ms = int(snapshot.timestampMillis())
-        run = _table_mapper(mapping, config, position, version, commit_ms)
+        run = _table_mapper(mapping, config, position, version, commit_ms, id_scheme)
         yield version, rows.mapInArrow(run, _spark_raw_schema())
 
 
@@ -253,11 +257,12 @@ def _table_mapper(
     position: PositionFn,
     version: int,
     commit_ms: int,
+    id_scheme: int,
 ) -> Callable[[Iterable[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """The mapInArrow function of one commit: rows -> RAW_SCHEMA records with LSNs."""
 
     def run(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        mapper = EventMapper(mapping, config)
+        mapper = EventMapper(mapping, config, id_scheme=id_scheme)
         counters: dict[Any, int] = {}
         for batch in batches:
             if batch.num_rows == 0:

@@ -1,15 +1,18 @@
 """Import one event file (Parquet, CSV, JSON lines, `::`-style .dat) as raw source records.
 
-The file is read in batches; each row becomes a record (``events.RAW_SCHEMA``) whose payload the
-mapping builds (see `payloads`). Records of a file:
+The file is read in batches of Arrow columns; one DuckDB statement maps each batch of rows to
+records (``events.RAW_SCHEMA``), writing the payloads the per-row reference writes (`payloads_sql`,
+`payloads`). Records of a file:
 - source partition: ``first_partition + user_id % source_partitions`` (one partition per file by
   default); records whose user id is not an integer go to ``first_partition``;
 - arrival time: the ``arrival_time`` column if the mapping names one, else the event time; a record
   without a usable time (it will be quarantined) arrives with the previous usable time of the file;
 - LSN: position in arrival order within the partition, 0..n-1. Arrival order is (arrival time,
   partition, row position in the file): a total order, so the output is the same bytes on every run.
-  Records are staged in a temporary Parquet file and sorted by DuckDB, which spills to disk (out of
-  core); a file already in arrival order is streamed back without a sort.
+  Records are staged in a temporary Arrow file and sorted by DuckDB, which spills to disk past its
+  memory limit (out of core); a file already in arrival order is streamed back without a sort.
+Memory holds a batch at a time (`batch_rows`, at least `MAP_ROWS` rows mapped by one statement),
+whatever the file's size.
 
 A .dat or CSV line with the wrong number of fields becomes a record whose payload keeps the line's
 text (`payload.unreadable_line_payload`; quarantined as unreadable_line), so nothing is lost without a
@@ -22,9 +25,11 @@ an event (`header` with `fields` on a file that has no header line: its first ev
 from __future__ import annotations
 
 import csv
-import itertools
+import queue
 import tempfile
-from collections.abc import Iterable, Iterator
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -40,19 +45,25 @@ import pyarrow.parquet as pq
 from seqlake.core.config import Config, EventsSpec
 from seqlake.core.errors import ConfigError, ImportDataError
 from seqlake.core.events import RAW_SCHEMA
-from seqlake.core.payload import unreadable_line_payload
-from seqlake.engines.duckdb_session import connect, sql_literal
+from seqlake.engines.duckdb_session import connect
+from seqlake.pipelines.importers.ids import CURRENT_SCHEME
 from seqlake.pipelines.importers.mapping import ExplodeSpec, ImportMapping
 from seqlake.pipelines.importers.payloads import EventMapper, out_of_range, usable_time
+from seqlake.pipelines.importers.payloads_sql import BatchMapper, MappedBatch
 
 STAGE_SCHEMA = pa.schema(
     [
         pa.field("source_partition", pa.int32(), nullable=False),
-        pa.field("arrival_ms", pa.int64(), nullable=False),
+        pa.field("arrival_ms", pa.int64()),  # NULL: before the file's first usable time
         pa.field("seq", pa.int64(), nullable=False),
         pa.field("payload", pa.string(), nullable=False),
     ]
 )
+MAP_ROWS = 1 << 17  # source rows one statement maps (at least: batch_rows if larger)
+MAP_THREADS = 2  # statements mapping batches at once
+SORT_THREADS = 2  # DuckDB's, to sort the records of a file out of arrival order
+WAITING_ROWS = 1 << 20  # streaming: records held before the first usable time (more: staged)
+MEMORY_LIMIT = "1GB"  # DuckDB's, for a sort of the staged records: past it, it spills to disk
 
 
 @dataclass
@@ -70,15 +81,21 @@ class ImportStats:
     min_out_of_range_ms: int | None = None
     max_out_of_range_ms: int | None = None
 
+    def reset(self) -> None:
+        """Nothing seen yet (a file read again from its start)."""
+        self.__dict__.update(ImportStats().__dict__)
+
     def saw(self, event_ms: int) -> None:
         self.min_event_ms = event_ms if self.min_event_ms is None else min(self.min_event_ms, event_ms)
         self.max_event_ms = event_ms if self.max_event_ms is None else max(self.max_event_ms, event_ms)
 
-    def saw_out_of_range(self, event_ms: int) -> None:
-        self.out_of_range += 1
+    def saw_out_of_range(self, event_ms: int, count: int = 1, last_ms: int | None = None) -> None:
+        """`count` events outside the bounds, from `event_ms` to `last_ms` (default: the same)."""
+        last_ms = event_ms if last_ms is None else last_ms
+        self.out_of_range += count
         low, high = self.min_out_of_range_ms, self.max_out_of_range_ms
         self.min_out_of_range_ms = event_ms if low is None else min(low, event_ms)
-        self.max_out_of_range_ms = event_ms if high is None else max(high, event_ms)
+        self.max_out_of_range_ms = last_ms if high is None else max(high, last_ms)
 
 
 def out_of_range_error(source: str, stats: ImportStats, events: EventsSpec) -> ImportDataError:
@@ -126,11 +143,19 @@ def import_file(
     first_partition: int = 0,
     stats: ImportStats | None = None,
     allow_out_of_range: bool = False,
+    id_scheme: int = CURRENT_SCHEME,
+    restart: Callable[[], None] | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """Raw source records (RAW_SCHEMA batches of at most `batch_rows`) of one event file, in arrival
     order; the same bytes on every run. See the module docstring for partitions, LSNs and arrival.
-    Raises ImportDataError, before yielding any record, if events lie outside the configured event
-    times and `allow_out_of_range` is not set."""
+    Events without an id column get ids of `id_scheme` (`ids`). Raises ImportDataError, before
+    yielding any record, if events lie outside the configured event times and `allow_out_of_range`
+    is not set.
+
+    With `restart`, records stream as they are mapped while the file is in arrival order; if it turns
+    out not to be, `restart()` is called (the caller forgets every record it received from this
+    call), `stats` start again and the whole file follows, sorted. The refusal of events outside
+    the event times then comes after the records."""
     if mapping.format is None:
         raise ConfigError(
             "invalid import mapping: format = None: a file import needs format parquet, csv, jsonl or dat"
@@ -142,45 +167,123 @@ def import_file(
     if path.stat().st_size == 0:
         return
     stats = stats if stats is not None else ImportStats()
-    mapper = EventMapper(mapping, config, first_partition)
-    stager = _Stager(mapper, stats)
-    with tempfile.TemporaryDirectory(prefix="seqlake-import-") as tmp:
-        staged = Path(tmp) / "staged.parquet"
-        writer: pq.ParquetWriter | None = None
-        in_order = True
-        last_key: tuple[int, int] | None = None
+    mapper = EventMapper(mapping, config, first_partition, id_scheme)
+    if restart is not None:
         try:
-            for table in stager.tables(_chunks(path, mapper, batch_rows)):
-                in_order, last_key = _still_in_order(table, in_order, last_key)
-                writer = writer or pq.ParquetWriter(staged, STAGE_SCHEMA)
-                writer.write_table(table)
-        finally:
-            if writer is not None:
-                writer.close()
-        if stats.out_of_range and not allow_out_of_range:
-            raise out_of_range_error(str(path), stats, config.events)
-        if writer is None:
+            yield from _import(path, mapper, config, batch_rows, stats, allow_out_of_range, streaming=True)
             return
-        yield from _records(staged, Path(tmp), in_order, batch_rows, stats)
+        except _Disorder:
+            restart()
+            stats.reset()
+    yield from _import(path, mapper, config, batch_rows, stats, allow_out_of_range, streaming=False)
+
+
+def _import(
+    path: Path,
+    mapper: EventMapper,
+    config: Config,
+    batch_rows: int,
+    stats: ImportStats,
+    allow_out_of_range: bool,
+    streaming: bool,
+) -> Iterator[pa.RecordBatch]:
+    """The file's records: staged, then in arrival order; or `streaming`, as they are mapped
+    (raising `_Disorder` when they are not in arrival order)."""
+    with tempfile.TemporaryDirectory(prefix="seqlake-import-") as tmp:
+        settings: dict[str, str | int | float | list[str]] = {
+            "memory_limit": MEMORY_LIMIT,
+            "threads": 1,  # a statement per thread (MAP_THREADS); the sort sets its own
+            "temp_directory": str(Path(tmp) / "duckdb"),
+        }
+        with connect(extensions=(), settings=settings) as con:
+            stager = _Stager(mapper.events, stats, None if streaming else Path(tmp) / "staged.arrow")
+            numbering = _Numbering(stats)
+            tables = _numbered(_grouped(_sources(path, mapper, batch_rows), max(batch_rows, MAP_ROWS)))
+            try:
+                for mapped in _mapped(tables, mapper, con):
+                    for batch in _sliced(stager.add(mapped), batch_rows):
+                        yield numbering.records(batch)
+                for batch in _sliced(stager.rest(), batch_rows):
+                    yield numbering.records(batch)
+            finally:
+                stager.close()
+            if stats.out_of_range and not allow_out_of_range:
+                raise out_of_range_error(str(path), stats, config.events)
+            if stager.staged_rows:
+                for batch in _staged_records(stager, con, batch_rows):
+                    yield numbering.records(batch)
 
 
 # -- reading files in batches -----------------------------------------------------------------------------
+#
+# A reader yields tables of the mapping's source columns (`EventMapper.source_columns`) and `_raw`: the
+# text of a line that did not parse (its columns NULL), else NULL; rows in file order.
 
 
-@dataclass
-class _Chunk:
-    """Rows of the source, column by column (python values), plus unreadable lines' text (or None)."""
-
-    columns: dict[str, list]
-    rows: int
-    raw: list[str | None] | None = None
-
-
-def _chunks(path: Path, mapper: EventMapper, batch_rows: int) -> Iterator[_Chunk]:
+def _sources(path: Path, mapper: EventMapper, batch_rows: int) -> Iterator[pa.Table]:
     readers = {"parquet": _read_parquet, "jsonl": _read_jsonl, "csv": _read_csv, "dat": _read_dat}
     kind = mapper.mapping.format
     assert kind is not None  # the file import refused a mapping without one
     return readers[kind](path, mapper, batch_rows)
+
+
+def _grouped(tables: Iterable[pa.Table], rows: int) -> Iterator[pa.Table]:
+    """Consecutive tables of one schema, joined up to at least `rows` rows: one statement maps them."""
+    pending: list[pa.Table] = []
+    count = 0
+    for table in tables:
+        if pending and table.schema != pending[0].schema:
+            yield pa.concat_tables(pending)
+            pending, count = [], 0
+        pending.append(table)
+        count += table.num_rows
+        if count >= rows:
+            yield pa.concat_tables(pending)
+            pending, count = [], 0
+    if pending:
+        yield pa.concat_tables(pending)
+
+
+def _numbered(tables: Iterable[pa.Table]) -> Iterator[pa.Table]:
+    """The tables with `_seq`: each row's position in the file."""
+    seq = 0
+    for table in tables:
+        rows = table.num_rows
+        yield table.append_column("_seq", pa.array(np.arange(seq, seq + rows, dtype=np.int64)))
+        seq += rows
+
+
+def _mapped(tables: Iterable[pa.Table], mapper: EventMapper, con: Any) -> Iterator[MappedBatch]:
+    """The tables mapped by `MAP_THREADS` statements at a time (each on a cursor of its own), in order."""
+    idle: queue.SimpleQueue[BatchMapper] = queue.SimpleQueue()
+    cursors = [con.cursor() for _ in range(MAP_THREADS)]
+    for cursor in cursors:
+        idle.put(BatchMapper(mapper, cursor))
+
+    def work(table: pa.Table) -> MappedBatch:
+        batch_mapper = idle.get()
+        try:
+            return batch_mapper.map(table)
+        finally:
+            idle.put(batch_mapper)
+
+    pending: deque[Future[MappedBatch]] = deque()
+    pool = ThreadPoolExecutor(max_workers=MAP_THREADS, thread_name_prefix="seqlake-import-map")
+    try:
+        for table in tables:
+            pending.append(pool.submit(work, table))
+            if len(pending) > MAP_THREADS:
+                yield pending.popleft().result()
+        while pending:
+            yield pending.popleft().result()
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+        for cursor in cursors:
+            cursor.close()
+
+
+def _with_raw(columns: dict[str, Any], rows: int, raw: pa.Array | None = None) -> pa.Table:
+    return pa.table({**columns, "_raw": raw if raw is not None else pa.nulls(rows, pa.string())})
 
 
 def _explode(batch: pa.RecordBatch | pa.Table, spec: ExplodeSpec, source: str) -> pa.Table:
@@ -210,7 +313,7 @@ def _explode(batch: pa.RecordBatch | pa.Table, spec: ExplodeSpec, source: str) -
     return pa.table(columns)
 
 
-def _arrow_chunks(tables: Iterable[pa.RecordBatch | pa.Table], mapper: EventMapper, source: str) -> Iterator[_Chunk]:
+def _arrow_tables(tables: Iterable[pa.RecordBatch | pa.Table], mapper: EventMapper, source: str) -> Iterator[pa.Table]:
     checked = False
     for table in tables:
         if mapper.mapping.explode is not None:
@@ -220,11 +323,10 @@ def _arrow_chunks(tables: Iterable[pa.RecordBatch | pa.Table], mapper: EventMapp
         if not checked:
             mapper.check_columns(table.schema.names, source)
             checked = True
-        columns = {name: table.column(name).to_pylist() for name in mapper.source_columns()}
-        yield _Chunk(columns, table.num_rows)
+        yield _with_raw({name: table.column(name) for name in mapper.source_columns()}, table.num_rows)
 
 
-def _read_parquet(path: Path, mapper: EventMapper, batch_rows: int) -> Iterator[_Chunk]:
+def _read_parquet(path: Path, mapper: EventMapper, batch_rows: int) -> Iterator[pa.Table]:
     parquet = pq.ParquetFile(path)
     names = parquet.schema_arrow.names
     explode = mapper.mapping.explode
@@ -234,20 +336,20 @@ def _read_parquet(path: Path, mapper: EventMapper, batch_rows: int) -> Iterator[
         mapper.check_columns(names, str(path))
     if parquet.metadata.num_rows == 0:
         return
-    yield from _arrow_chunks(parquet.iter_batches(batch_size=batch_rows, columns=columns), mapper, str(path))
+    yield from _arrow_tables(parquet.iter_batches(batch_size=batch_rows, columns=columns), mapper, str(path))
 
 
-def _read_jsonl(path: Path, mapper: EventMapper, batch_rows: int) -> Iterator[_Chunk]:
+def _read_jsonl(path: Path, mapper: EventMapper, batch_rows: int) -> Iterator[pa.Table]:
     # Blocks are bytes, not rows: about 64 bytes an event, at least 1 MiB (type inference reads a block).
     block_size = max(1 << 20, batch_rows * 64)
     try:
         reader = pj.open_json(path, read_options=pj.ReadOptions(block_size=block_size))
-        yield from _arrow_chunks(reader, mapper, str(path))
+        yield from _arrow_tables(reader, mapper, str(path))
     except pa.ArrowInvalid as error:
         raise ImportDataError(f"{path}: not readable as JSON lines: {error}") from None
 
 
-def _read_csv(path: Path, mapper: EventMapper, batch_rows: int) -> Iterator[_Chunk]:
+def _read_csv(path: Path, mapper: EventMapper, batch_rows: int) -> Iterator[pa.Table]:
     mapping = mapper.mapping
     header = True if mapping.header is None else mapping.header
     block_size = max(1 << 20, batch_rows * 32)
@@ -273,31 +375,40 @@ def _read_csv(path: Path, mapper: EventMapper, batch_rows: int) -> Iterator[_Chu
     probe.close()
     bad.clear()
     wanted = mapper.source_columns()
-    # Every mapped column is read as text and converted here: types never drift between blocks, and
-    # identifiers such as "0104257" become the number they spell.
+    # Every mapped column is read as text and converted by the mapping: types never drift between
+    # blocks, and identifiers such as "0104257" become the number they spell.
     convert = pcsv.ConvertOptions(include_columns=wanted, column_types={n: pa.string() for n in wanted})
     reader = pcsv.open_csv(path, read_options=read, parse_options=parse, convert_options=convert)
     for batch in reader:
-        chunk = _Chunk({n: batch.column(n).to_pylist() for n in wanted}, batch.num_rows)
-        if bad:
-            for name in wanted:
-                chunk.columns[name].extend([None] * len(bad))
-            chunk.raw = [None] * batch.num_rows + list(bad)
-            chunk.rows += len(bad)
-        yield chunk
-        bad.clear()
+        tables = [_with_raw({n: batch.column(n) for n in wanted}, batch.num_rows)] if batch.num_rows else []
+        if bad:  # a block's unreadable lines follow its rows
+            tables.append(_unreadable(wanted, bad))
+            bad.clear()
+        if tables:
+            yield pa.concat_tables(tables)
     if bad:
-        yield _Chunk({n: [None] * len(bad) for n in wanted}, len(bad), list(bad))
+        yield _unreadable(wanted, bad)
 
 
-def _read_dat(path: Path, mapper: EventMapper, batch_rows: int) -> Iterator[_Chunk]:
-    """Delimited text with any delimiter (pyarrow's CSV reader takes one character): line batches."""
+def _unreadable(names: list[str], lines: list[str]) -> pa.Table:
+    return _with_raw({n: pa.nulls(len(lines), pa.string()) for n in names}, len(lines), pa.array(lines, pa.string()))
+
+
+_NEWLINE = r"\r\n|\r|\n"  # how Python's text files split lines (universal newlines)
+
+
+def _read_dat(path: Path, mapper: EventMapper, batch_rows: int) -> Iterator[pa.Table]:
+    """Delimited text with any delimiter (pyarrow's CSV reader takes one character), in blocks of
+    whole lines split by Arrow; empty lines are skipped."""
     mapping = mapper.mapping
     delimiter = mapping.delimiter  # ImportMapping requires one for dat files
-    with open(path, encoding="utf-8", newline="") as handle:
+    assert delimiter is not None
+    block_size = max(1 << 20, batch_rows * 64)
+    with open(path, "rb") as handle:
+        rest = b""
         names = mapping.fields
         if mapping.header:
-            first = handle.readline().rstrip("\r\n")
+            first, rest = _first_line(handle, path)
             if mapping.fields:
                 _refuse_header_of_data(first.split(delimiter), mapper, str(path))
             names = mapping.fields or first.split(delimiter)
@@ -305,152 +416,256 @@ def _read_dat(path: Path, mapper: EventMapper, batch_rows: int) -> Iterator[_Chu
         mapper.check_columns(names, str(path))
         wanted = [(name, names.index(name)) for name in mapper.source_columns()]
         while True:
-            lines = list(itertools.islice(handle, batch_rows))
-            if not lines:
+            data = handle.read(block_size)
+            text = rest + data
+            cut = max(text.rfind(b"\n"), text.rfind(b"\r")) + 1 if data else len(text)
+            if data and cut == 0:  # no line ends in this block yet
+                rest = text
+                continue
+            block, rest = text[:cut], text[cut:]
+            if block:
+                table = _dat_lines(_decoded(block, path), delimiter, len(names), wanted)
+                if table.num_rows:
+                    yield table
+            if not data:
                 return
-            columns: dict[str, list] = {name: [] for name, _ in wanted}
-            raw: list[str | None] = []
-            for line in lines:
-                text = line.rstrip("\r\n")
-                if not text:
-                    continue
-                parts = text.split(delimiter)
-                if len(parts) == len(names):
-                    raw.append(None)
-                    for name, index in wanted:
-                        columns[name].append(parts[index])
-                else:
-                    raw.append(text)
-                    for name, _ in wanted:
-                        columns[name].append(None)
-            if raw:
-                yield _Chunk(columns, len(raw), raw if any(r is not None for r in raw) else None)
+
+
+def _first_line(handle: Any, path: Path) -> tuple[str, bytes]:
+    """The first line's text (without its line end), and what was read after it."""
+    data = b""
+    while True:
+        more = handle.read(1 << 16)
+        data += more
+        ends = [i for i in (data.find(b"\n"), data.find(b"\r")) if i >= 0]
+        if not more or (ends and min(ends) < len(data) - 1):  # a \r is known not to start \r\n
+            break
+    if not ends:
+        return _decoded(data, path), b""
+    end = min(ends)
+    after = end + (2 if data[end : end + 2] == b"\r\n" else 1)
+    return _decoded(data[:end], path), data[after:]
+
+
+def _decoded(data: bytes, path: Path) -> str:
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise ImportDataError(f"{path}: not UTF-8 text ({error})") from None
+
+
+def _dat_lines(text: str, delimiter: str, fields: int, wanted: list[tuple[str, int]]) -> pa.Table:
+    """The non-empty lines of `text` split by the delimiter: a column per wanted field, and the
+    line's text in `_raw` when it has another number of fields."""
+    lines = pc.list_flatten(pc.split_pattern_regex(pa.array([text], pa.string()), _NEWLINE))
+    lines = pc.filter(lines, pc.not_equal(pc.binary_length(lines), 0))
+    parts = pc.split_pattern(lines, delimiter)
+    readable = pc.equal(pc.list_value_length(parts), fields)
+    good = pc.filter(parts, readable)
+    positions = np.cumsum(readable.to_numpy(zero_copy_only=False)) - 1
+    where = pa.array(positions, pa.int64(), mask=~readable.to_numpy(zero_copy_only=False))
+    columns = {name: pc.take(pc.list_element(good, index), where) for name, index in wanted}
+    raw = pc.if_else(readable, pa.scalar(None, pa.string()), lines)
+    return _with_raw(columns, len(lines), raw)
 
 
 # -- staging and ordering -----------------------------------------------------------------------------------
 
 
+class _Order:
+    """Whether the staged records are in arrival order already, (arrival, partition) never going
+    back: then no sort is needed. The records before the file's first usable time (a prefix, staged
+    without arrival) take that time."""
+
+    def __init__(self) -> None:
+        self.sorted = True
+        self.last: tuple[int, int] | None = None
+        self.waiting: int | None = None  # partition of the last record without arrival
+
+    def feed(self, arrival: pa.Array, partition: pa.Array) -> None:
+        if not self.sorted or not len(arrival):
+            return
+        parts = partition.to_numpy(zero_copy_only=False).astype(np.int64)
+        waiting = arrival.null_count
+        if waiting:
+            prefix = parts[:waiting]
+            if np.any(np.diff(prefix) < 0) or (self.waiting is not None and prefix[0] < self.waiting):
+                self.sorted = False
+                return
+            self.waiting = int(prefix[-1])
+            parts, arrival = parts[waiting:], arrival.slice(waiting)
+            if not len(parts):
+                return
+        times = arrival.to_numpy(zero_copy_only=False)
+        first = (int(times[0]), int(parts[0]))
+        if self.last is not None:
+            before_first = first < self.last
+        else:  # the first record with a time comes after those without one: they take its time
+            before_first = self.waiting is not None and self.waiting > first[1]
+        step, part_step = np.diff(times), np.diff(parts)
+        if before_first or not np.all((step > 0) | ((step == 0) & (part_step >= 0))):
+            self.sorted = False
+            return
+        self.last = (int(times[-1]), int(parts[-1]))
+
+
+class _Disorder(Exception):
+    """The file is not in arrival order (or holds too many records before its first usable time):
+    its records cannot stream as they are mapped."""
+
+
 class _Stager:
-    """Maps chunks to staged records (partition, arrival ms, file position, payload)."""
+    """Takes mapped records (partition, arrival ms, file position, payload) in file order and
+    counts what the import saw. It stages them in an Arrow file (`path`), or, streaming (no path),
+    passes them on while they are in arrival order."""
 
-    def __init__(self, mapper: EventMapper, stats: ImportStats) -> None:
-        self.mapper = mapper
+    def __init__(self, events: EventsSpec, stats: ImportStats, path: Path | None) -> None:
         self.stats = stats
-        self.seq = 0  # position in the file of the next row
+        self.events = events
+        self.path = path
         self.last_arrival: int | None = None
-        self.waiting: list[tuple[int, int, str]] = []  # records before the first usable time
+        self.first_arrival: int | None = None
+        self.order = _Order()
+        self.staged_rows = 0
+        self.waiting: list[pa.RecordBatch] = []  # streaming: records before the first usable time
+        self._sink: pa.OSFile | None = None
+        self._writer: pa.ipc.RecordBatchFileWriter | None = None
 
-    def tables(self, chunks: Iterable[_Chunk]) -> Iterator[pa.Table]:
-        """A staged table per chunk that emits records, then the records no usable time ever came for."""
-        for chunk in chunks:
-            table = self._stage(chunk)
-            if table.num_rows:
-                yield table
-        if self.waiting:  # no usable time in the whole file: they are all quarantined anyway
-            parts, seqs, payloads = zip(*self.waiting, strict=True)
-            self.waiting = []
-            first = self.mapper.events.min_event_ms
-            yield pa.table([list(parts), [first] * len(seqs), list(seqs), list(payloads)], schema=STAGE_SCHEMA)
+    def add(self, mapped: MappedBatch) -> list[pa.RecordBatch]:
+        """Stage the records; streaming, the records that can go on now, in arrival order."""
+        self._count(mapped)
+        arrival = self._arrival(mapped.arrival)
+        if not len(arrival):
+            return []
+        staged = pa.record_batch([mapped.partition, arrival, mapped.seq, mapped.payload], schema=STAGE_SCHEMA)
+        self.order.feed(staged.column("arrival_ms"), staged.column("source_partition"))
+        if self.path is not None:
+            if self._writer is None:
+                self._sink = pa.OSFile(str(self.path), "wb")
+                self._writer = pa.ipc.new_file(self._sink, STAGE_SCHEMA)
+            self._writer.write_batch(staged)
+            self.staged_rows += staged.num_rows
+            return []
+        if not self.order.sorted:
+            raise _Disorder
+        self.waiting.append(staged)
+        if self.first_arrival is None:  # still waiting for the first usable time
+            if sum(b.num_rows for b in self.waiting) > WAITING_ROWS:
+                raise _Disorder
+            return []
+        return self.rest()
 
-    def _stage(self, chunk: _Chunk) -> pa.Table:
-        stats = self.stats
-        parts: list[int] = []
-        arrivals: list[int] = []
-        seqs: list[int] = []
-        payloads: list[str] = []
+    def rest(self) -> list[pa.RecordBatch]:
+        """Streaming, the records still waiting: they arrive with the first usable time (or the
+        lower time bound if the file has none)."""
+        first = self.first_arrival if self.first_arrival is not None else self.events.min_event_ms
+        ready, self.waiting = _arrived(self.waiting, first), []
+        return ready
 
-        def emit(partition: int, arrival: int, seq: int, payload: str) -> None:
-            parts.append(partition)
-            arrivals.append(arrival)
-            seqs.append(seq)
-            payloads.append(payload)
-            stats.partitions.add(partition)
+    def _arrival(self, arrival: pa.Array) -> pa.Array:
+        """Arrival times, a record without one taking the previous record's; NULL before the first."""
+        arrival = arrival.cast(pa.int64())
+        if arrival.null_count:
+            arrival = pc.fill_null_forward(arrival)
+            if self.last_arrival is not None:
+                arrival = pc.fill_null(arrival, self.last_arrival)
+        known = arrival.drop_null()
+        if len(known):
+            if self.first_arrival is None:
+                self.first_arrival = int(known[0].as_py())
+            self.last_arrival = int(known[-1].as_py())
+        return arrival
 
-        names = list(chunk.columns)
-        values = [chunk.columns[n] for n in names]
-        for i in range(chunk.rows):
-            seq = self.seq + i
-            raw = chunk.raw[i] if chunk.raw is not None else None
-            if raw is not None:
-                stats.unreadable += 1
-                partition, arrival, payload = self.mapper.first_partition, None, unreadable_line_payload(raw)
-            else:
-                stats.rows += 1
-                mapped = self.mapper.event({n: v[i] for n, v in zip(names, values, strict=True)}, seq)
-                if mapped is None:
-                    stats.skipped += 1
-                    continue
-                partition, event_ms, arrival_value, payload = mapped
-                events = self.mapper.events
-                if usable_time(event_ms, events) is not None:
-                    stats.saw(event_ms)
-                elif out_of_range(event_ms, events):
-                    stats.saw_out_of_range(event_ms)
-                arrival = usable_time(arrival_value, events)
-                if arrival is None and self.mapper.mapping.arrival_time:
-                    arrival = usable_time(event_ms, events)
-            if arrival is None:
-                arrival = self.last_arrival
-            if arrival is None:
-                self.waiting.append((partition, seq, payload))
-                continue
-            self.last_arrival = arrival
-            for waiting_partition, waiting_seq, waiting_payload in self.waiting:
-                emit(waiting_partition, arrival, waiting_seq, waiting_payload)
-            self.waiting = []
-            emit(partition, arrival, seq, payload)
-        self.seq += chunk.rows
-        return pa.table([parts, arrivals, seqs, payloads], schema=STAGE_SCHEMA)
+    def _count(self, mapped: MappedBatch) -> None:
+        stats, events = self.stats, self.events
+        stats.rows += mapped.rows
+        stats.unreadable += mapped.unreadable
+        stats.skipped += mapped.skipped
+        stats.partitions.update(int(p) for p in np.unique(mapped.partition.to_numpy(zero_copy_only=False)))
+        times = mapped.event_ms.drop_null().to_numpy(zero_copy_only=False)
+        usable = (times >= events.min_event_ms) & (times <= events.max_event_ms)
+        if usable.any():
+            stats.saw(int(times[usable].min()))
+            stats.saw(int(times[usable].max()))
+        outside = times[~usable]
+        if len(outside):
+            stats.saw_out_of_range(int(outside.min()), len(outside), int(outside.max()))
+        for value in mapped.handed_back_ms:
+            if usable_time(value, events) is not None:
+                stats.saw(value)
+            elif out_of_range(value, events):
+                stats.saw_out_of_range(value)
 
+    def close(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+        if self._sink is not None:
+            self._sink.close()
 
-def _still_in_order(table: pa.Table, in_order: bool, last_key: tuple[int, int] | None) -> tuple[bool, tuple[int, int]]:
-    """Whether the staged records so far are already in (arrival, partition) order: no sort needed."""
-    arrival = table.column("arrival_ms").to_numpy()
-    partition = table.column("source_partition").to_numpy().astype(np.int64)
-    last = (int(arrival[-1]), int(partition[-1]))
-    if not in_order:
-        return False, last
-    if last_key is not None and (int(arrival[0]), int(partition[0])) < last_key:
-        return False, last
-    step, part_step = np.diff(arrival), np.diff(partition)
-    return bool(np.all((step > 0) | ((step == 0) & (part_step >= 0)))), last
+    def batches(self) -> Iterator[pa.RecordBatch]:
+        """The staged records in file order (read batch by batch: memory stays bounded)."""
+        with pa.OSFile(str(self.path), "rb") as source:
+            reader = pa.ipc.open_file(source)
+            for index in range(reader.num_record_batches):
+                yield reader.get_batch(index)
 
 
-def _records(staged: Path, tmp: Path, in_order: bool, batch_rows: int, stats: ImportStats) -> Iterator[pa.RecordBatch]:
-    """Staged records in (arrival, partition, file position) order, with their LSNs."""
-    columns = ["source_partition", "arrival_ms", "payload"]
-    if in_order:
-        yield from _with_lsns(pq.ParquetFile(staged).iter_batches(batch_size=batch_rows, columns=columns), stats)
+def _staged_records(stager: _Stager, con: Any, batch_rows: int) -> Iterator[pa.RecordBatch]:
+    """Staged records in (arrival, partition, file position) order. Records before the file's first
+    usable time arrive with it (with the lower time bound if it has none)."""
+    first = stager.first_arrival if stager.first_arrival is not None else stager.events.min_event_ms
+    if stager.order.sorted:
+        yield from _sliced(_arrived(stager.batches(), first), batch_rows)
         return
-    con = connect(extensions=())
-    try:
-        con.execute(f"SET temp_directory = {sql_literal(str(tmp / 'duckdb'))}")
-        result = con.execute(
-            "SELECT source_partition, arrival_ms, payload FROM read_parquet(?) "
-            "ORDER BY arrival_ms, source_partition, seq",
-            [str(staged)],
-        )
-        yield from _with_lsns(result.to_arrow_reader(batch_rows), stats)
-    finally:
-        con.close()
+    yield from _sorted(stager, con, first, batch_rows)
 
 
-def _with_lsns(batches: Iterable[pa.RecordBatch], stats: ImportStats) -> Iterator[pa.RecordBatch]:
-    """RAW_SCHEMA batches: LSNs 0..n-1 per partition, in the order the records come."""
-    next_lsn: dict[int, int] = {}
+def _arrived(batches: Iterable[pa.RecordBatch], first: int) -> list[pa.RecordBatch]:
+    out = []
     for batch in batches:
-        if batch.num_rows == 0:
-            continue
+        arrival = batch.column("arrival_ms")
+        if arrival.null_count:
+            batch = batch.set_column(1, "arrival_ms", pc.fill_null(arrival, first))
+        out.append(batch)
+    return out
+
+
+def _sliced(batches: Iterable[pa.RecordBatch], rows: int) -> Iterator[pa.RecordBatch]:
+    for batch in batches:
+        for start in range(0, batch.num_rows, rows):
+            yield batch.slice(start, rows)
+
+
+def _sorted(stager: _Stager, con: Any, first: int, batch_rows: int) -> Iterator[pa.RecordBatch]:
+    """The staged records sorted by DuckDB, which spills to disk past its memory limit."""
+    reader = pa.RecordBatchReader.from_batches(STAGE_SCHEMA, stager.batches())
+    con.register("_staged", reader)
+    con.execute(f"SET threads = {SORT_THREADS}")
+    result = con.execute(
+        f"SELECT source_partition, coalesce(arrival_ms, {int(first)}) AS arrival_ms, payload FROM _staged "
+        "ORDER BY 2, source_partition, seq"
+    )
+    yield from result.to_arrow_reader(batch_rows)
+
+
+class _Numbering:
+    """RAW_SCHEMA batches of records in arrival order: LSNs 0..n-1 per partition, as they come."""
+
+    def __init__(self, stats: ImportStats) -> None:
+        self.stats = stats
+        self.next_lsn: dict[int, int] = {}
+
+    def records(self, batch: pa.RecordBatch) -> pa.RecordBatch:
         partitions = batch.column("source_partition").to_numpy(zero_copy_only=False)
         lsns = np.empty(len(partitions), dtype=np.int64)
         for partition in np.unique(partitions):
             where = np.flatnonzero(partitions == partition)
-            start = next_lsn.get(int(partition), 0)
+            start = self.next_lsn.get(int(partition), 0)
             lsns[where] = np.arange(start, start + len(where), dtype=np.int64)
-            next_lsn[int(partition)] = start + len(where)
+            self.next_lsn[int(partition)] = start + len(where)
         arrival = batch.column("arrival_ms").cast(pa.int64()).cast(pa.timestamp("ms", tz="UTC"))
-        stats.records += batch.num_rows
-        yield pa.RecordBatch.from_arrays(
+        self.stats.records += batch.num_rows
+        return pa.RecordBatch.from_arrays(
             [
                 batch.column("source_partition").cast(pa.int32()),
                 pa.array(lsns, pa.int64()),

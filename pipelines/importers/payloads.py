@@ -5,13 +5,15 @@ an integer, a time that cannot be read or a value that does not fit its column i
 it is, and ingest quarantines the record with its reason.
 
 The event id is the mapping's ``event_id`` column if it names one, else a hash of the mapped event
-(user, feature group, time and every mapped column): an exact duplicate gets the same id, and
-compaction counts it once, whichever import or source partition it came from.
+(user, feature group, time and every mapped column) by a numbered scheme (`ids`): an exact duplicate
+gets the same id, and compaction counts it once, whichever import or source partition it came from.
+
+`EventMapper.event` maps one row: it is the reference the set-based mapper (`payloads_sql`, one
+DuckDB statement per batch) is held to, and it maps the rare values that mapper hands back to it.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import re
@@ -23,6 +25,7 @@ from typing import Any
 from seqlake.core.config import ColumnType, Config, EventsSpec
 from seqlake.core.errors import ImportDataError
 from seqlake.core.payload import INT_RANGES
+from seqlake.pipelines.importers.ids import CURRENT_SCHEME, check_scheme, event_id
 from seqlake.pipelines.importers.mapping import ImportMapping, action_key
 
 TIME_FACTORS_MS = {"s": 1000, "ms": 1, "us": 0.001}
@@ -68,8 +71,11 @@ def _as_int(value: Any, scale: float | None = None) -> Any:
     if not _is_number(value):
         return value
     if scale is not None:
-        value = value * scale
-        return int(round(value)) if math.isfinite(value) else value
+        try:
+            scaled = value * scale
+        except OverflowError:  # an integer beyond the floats: kept as it is
+            return value
+        return int(round(scaled)) if math.isfinite(scaled) else scaled
     if isinstance(value, float):
         return int(value) if value.is_integer() else value
     return value
@@ -85,7 +91,10 @@ def _convert(value: Any, kind: str, scale: float | None) -> Any:
         value = _number(value)
         if not _is_number(value):
             return value
-        number = float(value) * scale if scale is not None else float(value)
+        try:
+            number = float(value) * scale if scale is not None else float(value)
+        except OverflowError:  # an integer beyond the floats: kept as it is
+            return value
         return _clean_float(number) if scale is not None and math.isfinite(number) else number
     if kind == "bool":
         if isinstance(value, str) and value.strip().lower() in ("true", "false", "1", "0"):
@@ -102,7 +111,11 @@ def _number_scaled(value: Any, scale: float | None) -> Any:
     """Without a configuration: numeric text becomes a number, scaled if asked."""
     value = _number(value)
     if scale is not None and _is_number(value):
-        return _clean_float(value * scale)
+        try:
+            scaled = value * scale
+        except OverflowError:  # an integer beyond the floats: kept as it is
+            return value
+        return _clean_float(scaled) if math.isfinite(scaled) else scaled
     return value
 
 
@@ -124,7 +137,7 @@ def _time_ms(value: Any, unit: str) -> Any:
             return value
     if isinstance(number, int):
         return number * 1000 if unit == "s" else number if unit == "ms" else number // 1000
-    if isinstance(number, float) and math.isfinite(number):
+    if isinstance(number, float) and math.isfinite(number * TIME_FACTORS_MS[unit]):
         return int(round(number * TIME_FACTORS_MS[unit]))
     return value
 
@@ -152,9 +165,16 @@ def _dumps(value: Any) -> str:
 class EventMapper:
     """Turns source rows into (partition, event time, arrival time, payload) by the mapping."""
 
-    def __init__(self, mapping: ImportMapping, config: Config | None, first_partition: int = 0) -> None:
+    def __init__(
+        self,
+        mapping: ImportMapping,
+        config: Config | None,
+        first_partition: int = 0,
+        id_scheme: int = CURRENT_SCHEME,
+    ) -> None:
         self.mapping = mapping
         self.first_partition = first_partition
+        self.id_scheme = check_scheme(id_scheme)
         self.events = config.events if config is not None else EventsSpec()
         group = config.feature_groups[mapping.feature_group] if config is not None else None
         kinds = {name: spec.type for name, spec in group.columns.items()} if group is not None else {}
@@ -230,9 +250,8 @@ class EventMapper:
                 else:
                     event[m.action_column] = flags
         content = _dumps(event)
-        event_id = row[m.event_id] if m.event_id else None
-        if event_id is None:
-            event_id = hashlib.blake2b(content.encode(), digest_size=16).hexdigest()
-        payload = '{"event_id":' + _dumps(str(event_id)) + "," + content[1:]
+        given = row[m.event_id] if m.event_id else None
+        identifier = event_id(content, self.id_scheme) if given is None else str(given)
+        payload = '{"event_id":' + _dumps(identifier) + "," + content[1:]
         arrival = _time_ms(row[m.arrival_time], m.time_unit) if m.arrival_time else event_ms
         return self._partition(user), event_ms, arrival, payload
