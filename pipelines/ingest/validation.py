@@ -46,6 +46,7 @@ from seqlake.core.payload import (
     UNREADABLE_LINE_KEY,
 )
 from seqlake.pipelines.compaction.aggregation import SPARK_TYPES
+from seqlake.pipelines.ingest.plan import home_window_sql
 from seqlake.pipelines.landing.schema import landing_schema
 
 Dialect = Literal["duckdb", "spark"]
@@ -300,8 +301,7 @@ def _spark_facts(config: Config, source: str) -> str:
     # break what Jackson does not check (nesting, a second value, long numbers): the exact checks run
     # then. `_marks` holds the payload's brackets, colons and quotes, in order.
     suspect = (
-        f"_marks RLIKE {_J_SECOND_BRACKET}"
-        f" OR (octet_length(_doc) > {MAX_NUMBER_CHARS} AND _doc RLIKE {_J_NUMBER_RUN})"
+        f"_marks RLIKE {_J_SECOND_BRACKET} OR (octet_length(_doc) > {MAX_NUMBER_CHARS} AND _doc RLIKE {_J_NUMBER_RUN})"
     )
     present = " + ".join(f"CASE WHEN _s.`{key}` IS NULL THEN 0 ELSE 1 END" for key in keys)
     strings = " + ".join(f"CASE WHEN _a_{key} = {ord(chr(34))} THEN 1 ELSE 0 END" for key in keys)
@@ -317,7 +317,8 @@ def _spark_facts(config: Config, source: str) -> str:
         is_string = f"schema_of_variant(variant_get(_p, {_literal('$.' + key)})) = 'STRING'"
         facts.append(f"CASE WHEN NOT _fast AND {is_string} THEN {ord(chr(34))} ELSE _a_{key} END AS _k_{key}")
         if key in _integer_keys(config):  # a number Jackson writes without a point or an exponent
-            facts.append(f"NOT (contains({text}, '.') OR contains({text}, 'E') OR startswith({text}, '\"')) AS _n_{key}")
+            written = f"contains({text}, '.') OR contains({text}, 'E') OR startswith({text}, '\"')"
+            facts.append(f"NOT ({written}) AS _n_{key}")
         if key in _string_keys(config):
             facts.append(f"coalesce(_repair AND {text} IS DISTINCT FROM _f_{key}, false) AS _u_{key}")
 
@@ -335,7 +336,7 @@ def _spark_facts(config: Config, source: str) -> str:
         "CASE WHEN _repair THEN size(array_distinct(arrays_zip(map_keys(_m), map_keys(_m_f))))"
         " ELSE size(array_distinct(map_keys(_m))) END < size(_m)"
     )
-    is_object = f"(_fast OR coalesce(_m IS NOT NULL AND startswith(_marks, '{{'), false))"
+    is_object = "(_fast OR coalesce(_m IS NOT NULL AND startswith(_marks, '{'), false))"
     ends_object = f"(endswith(_doc, '}}') OR endswith(TRIM(TRAILING {_J_WS} FROM _doc), '}}'))"
     repair = f"contains(payload, '\\\\') AND (contains(payload, {_J_ESCAPES[0]}) OR contains(payload, {_J_ESCAPES[1]}))"
     n = config.layout.window_seconds * 1000
@@ -469,6 +470,7 @@ def _reason(config: Config) -> str:
 
 
 _FACTS = "seqlake_payload_facts"  # where each engine's facts query goes into the rules' text
+_HOME = "seqlake_home_window"  # where the home window of each record's window goes into it
 
 
 def _rules(config: Config) -> str:
@@ -483,7 +485,7 @@ def _rules(config: Config) -> str:
         "lsn": "lsn",
         "arrival_ts": "arrival_ts",
         "event_id": f"CASE WHEN {valid} THEN _v_event_id END",
-        "window_id": "_window",
+        "window_id": _HOME,
     }
     columns = {c: f"CASE WHEN {valid} AND NOT {_is(c, 'null')} THEN {_typed(c, kind)} END" for c, kind in types.items()}
     outputs = {**bookkeeping, **columns}
@@ -509,8 +511,10 @@ def _transpiled(rules: str, dialect: Dialect) -> str:
     return tree.sql(dialect=dialect, pretty=True)
 
 
-def validation_sql(config: Config, source: str, dialect: Dialect) -> str:
+def validation_sql(config: Config, source: str, dialect: Dialect, homes: dict[int, int] | None = None) -> str:
     """Validate every raw record of the relation `source` (RAW_SCHEMA's columns): rows of
-    `parsed_schema(config)`, typed when valid, else with `reason` and `payload`."""
+    `parsed_schema(config)`, typed when valid, else with `reason` and `payload`; a record that arrived
+    in a published window is in its home window of `homes` (`seqlake.pipelines.ingest.plan.home_windows`)."""
     facts = _duckdb_facts(config, source) if dialect == "duckdb" else _spark_facts(config, source)
-    return _transpiled(_rules(config), dialect).replace(_FACTS, f"({facts}) AS _facts", 1)
+    rules = _transpiled(_rules(config), dialect).replace(_HOME, home_window_sql("_window", homes or {}), 1)
+    return rules.replace(_FACTS, f"({facts}) AS _facts", 1)
