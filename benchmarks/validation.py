@@ -118,7 +118,7 @@ def _on_spark(spark, config: Config, batches: list[pa.RecordBatch], reference: p
     from pyspark.sql import DataFrame
     from pyspark.sql.pandas.types import from_arrow_schema
 
-    from seqlake.pipelines.ingest.spark import duplicate_keys_read, validated_records
+    from seqlake.pipelines.ingest.spark import validated_records, validation_settings
 
     def parse(chunks):
         for chunk in chunks:
@@ -136,7 +136,7 @@ def _on_spark(spark, config: Config, batches: list[pa.RecordBatch], reference: p
     records = sum(b.num_rows for b in batches)
     table = pa.Table.from_batches(batches)
     results = []
-    with duplicate_keys_read(spark):
+    with validation_settings(spark):
         log("warming Spark up")
         warm, warm_paths = paths(table.slice(0, WARM_UP_ROWS))
         for _, rows in warm_paths:

@@ -2,11 +2,11 @@
 
 Each source snapshot is one batch, as on Spark: the data files it added are read with pyarrow, batch by
 batch (bounded memory), each batch validated by one DuckDB query (`validation_sql`, the set-based rules
-both engines run), records of published windows are redirected to their home window
-(`redirect_published`), and the valid and malformed rows are appended
-to the same Delta tables with delta-rs, quarantine first, each commit recording the snapshot's
-sequence number as its Delta txn version. Both engines read that record, so a snapshot either one has
-applied is skipped by the other, and a run killed between the two commits is completed by the next.
+both engines run, records of published windows moved to their home window in it), and the valid and
+malformed rows are appended to the same Delta tables with delta-rs, quarantine first, each commit
+recording the snapshot's sequence number as its Delta txn version. Both engines read that record, so a
+snapshot either one has applied is skipped by the other, and a run killed between the two commits is
+completed by the next.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from seqlake.core.events import RAW_SCHEMA
 from seqlake.core.progress import Progress
 from seqlake.engines.duckdb_session import connect
 from seqlake.pipelines.faults import kill_point
-from seqlake.pipelines.ingest.plan import IngestResult, ingest_app_id, ingest_snapshots, redirect_published
+from seqlake.pipelines.ingest.plan import IngestResult, ingest_app_id, ingest_snapshots
 from seqlake.pipelines.ingest.validation import validation_sql
 from seqlake.pipelines.landing import delta_writer
 from seqlake.pipelines.landing.schema import QUARANTINE_SCHEMA, landing_schema, parsed_schema
@@ -69,11 +69,12 @@ def snapshot_records(table: Table, snapshot: Snapshot) -> Iterator[pa.RecordBatc
 class BatchValidator:
     """Validates streams of raw record batches (RAW_SCHEMA) with `validation_sql` on an in-process
     DuckDB connection: one query per stream, read and answered batch by batch (bounded memory), in
-    the stream's order. Each answer batch holds rows of `parsed_schema`, typed or with their reason."""
+    the stream's order. Each answer batch holds rows of `parsed_schema`, typed or with their reason, a
+    record of a published window in its home window of `homes` (`plan.home_windows`)."""
 
-    def __init__(self, config: Config) -> None:
+    def __init__(self, config: Config, homes: dict[int, int] | None = None) -> None:
         self.schema = parsed_schema(config)
-        self._sql = validation_sql(config, _RAW_RECORDS, "duckdb")
+        self._sql = validation_sql(config, _RAW_RECORDS, "duckdb", homes)
         self._con = connect(extensions=())
 
     def stream(self, records: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -101,8 +102,8 @@ class _Split:
     are spilled to a local Arrow file (the quarantine is committed first, once the pass is over)."""
 
     def __init__(self, config: Config, homes: dict[int, int], spill: Path, keep_malformed: bool = True) -> None:
-        self.homes, self.keep_malformed = homes, keep_malformed
-        self.validate = BatchValidator(config)
+        self.keep_malformed = keep_malformed
+        self.validate = BatchValidator(config, homes)
         self.landing = landing_schema(config)
         self.quarantine = QUARANTINE_SCHEMA
         self.reasons: Counter = Counter()
@@ -111,8 +112,7 @@ class _Split:
         self._spill = pa.ipc.new_stream(str(spill), self._spilled)
 
     def valid(self, records: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        for validated in self.validate.stream(records):
-            parsed = redirect_published(validated, self.homes)
+        for parsed in self.validate.stream(records):
             malformed = pc.is_valid(parsed["reason"])
             if pc.any(malformed).as_py():
                 bad = parsed.filter(malformed)

@@ -15,10 +15,7 @@ import logging
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TypeVar
 
-import pyarrow as pa
-import pyarrow.compute as pc
 from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Snapshot
 
@@ -66,18 +63,26 @@ def home_windows(published: set[int]) -> dict[int, int]:
     return homes
 
 
-Parsed = TypeVar("Parsed", pa.RecordBatch, pa.Table)
+def home_window_sql(window: str, homes: dict[int, int]) -> str:
+    """SQL (the same in DuckDB and Spark) for the home window of the window id `window` (`home_windows`;
+    any other window stays): a search over the runs of published windows, each run sending its records
+    to the window after it, so a record costs one comparison when it arrives after the last published
+    window and a few more (the runs' count, halved each time) when it arrives late."""
+    runs: dict[int, list[int]] = {}
+    for published, home in homes.items():
+        runs.setdefault(home, []).append(published)
+    spans = sorted((min(windows), home - 1) for home, windows in runs.items())
 
+    def search(part: list[tuple[int, int]]) -> str:
+        if len(part) == 1:
+            first, last = part[0]
+            return f"CASE WHEN {window} BETWEEN {first} AND {last} THEN {last + 1} ELSE {window} END"
+        half = len(part) // 2
+        return f"CASE WHEN {window} < {part[half][0]} THEN {search(part[:half])} ELSE {search(part[half:])} END"
 
-def redirect_published(batch: Parsed, homes: dict[int, int]) -> Parsed:
-    """`batch` (validated rows) with the window of records in published windows replaced by their home
-    window. Spark's engine does the same as a join (`seqlake.pipelines.ingest.spark`)."""
-    if not homes:
-        return batch
-    position = pc.index_in(batch["window_id"], value_set=pa.array(list(homes), pa.int64()))
-    redirected = pc.take(pa.array(list(homes.values()), pa.int64()), position)
-    window = pc.coalesce(redirected, batch["window_id"])
-    return batch.set_column(batch.schema.get_field_index("window_id"), "window_id", window)
+    if not spans:
+        return window
+    return f"CASE WHEN {window} > {spans[-1][1]} THEN {window} ELSE {search(spans)} END"
 
 
 def ingest_snapshots(

@@ -1,17 +1,11 @@
 """Ingest on Spark: consume a raw source table snapshot by snapshot into the landing tier, with quarantine.
 
 Each source snapshot (`seqlake.pipelines.ingest.plan`) is read incrementally with Iceberg's Spark
-reader, validated by `parse_batch` in `mapInArrow` (records of published windows moved to their home
-window by `redirect_published`), and appended to the landing and quarantine Delta tables with Delta's
-idempotent writes (txnAppId + txnVersion), quarantine first.
-
-`validated_records` is the same validation as Spark SQL (`seqlake.pipelines.ingest.validation`), exact
-against the reference (tests/pipelines/ingest/test_set_based_validation.py). It parses each payload
-once, into a variant, yet the engine does not run it: `seqlake bench-validate --spark` (the SQL and
-`mapInArrow` side by side into Spark's `noop` sink) measured it at 0.40x `mapInArrow`'s records per
-second on 200K demo records in local[2]. Its one projection compiles to a method past the JVM's 64 KB,
-so Spark drops whole-stage code generation for it and runs each of its nested SELECTs as its own
-projection, copying every row's columns from one to the next.
+reader, validated by `validated_records` (the shared validation SQL of
+`seqlake.pipelines.ingest.validation`, which also moves records of published windows to their home
+window), and appended to the landing and quarantine Delta tables with Delta's idempotent writes
+(txnAppId + txnVersion), quarantine first. The per-record `parse_batch` stays as the reference the SQL
+is held to (tests/pipelines/ingest/test_set_based_validation.py).
 """
 
 from __future__ import annotations
@@ -27,8 +21,7 @@ from seqlake.core.config import Config
 from seqlake.core.progress import Progress
 from seqlake.engines.catalog import spark_name
 from seqlake.pipelines.faults import kill_point
-from seqlake.pipelines.ingest.parse import parse_batch
-from seqlake.pipelines.ingest.plan import IngestResult, ingest_app_id, ingest_snapshots, redirect_published
+from seqlake.pipelines.ingest.plan import IngestResult, ingest_app_id, ingest_snapshots
 from seqlake.pipelines.ingest.validation import validation_sql
 from seqlake.pipelines.landing.schema import QUARANTINE_SCHEMA, landing_schema, parsed_schema
 from seqlake.pipelines.landing.tables import LandingPaths, append_idempotent, is_delta_table, last_applied_version
@@ -39,32 +32,39 @@ if TYPE_CHECKING:  # pyspark is imported by the Spark steps only
     from pyspark.sql import DataFrame, SparkSession
 
 RAW_RECORDS_VIEW = "seqlake_raw_records"  # the validation query's source, one snapshot at a time
-# A payload with a key twice is duplicate_key, not invalid JSON: the reader must take it to say so.
-_DUPLICATE_KEYS = "spark.sql.variant.allowDuplicateKeys"
+# HotSpot compiles no method larger than 8000 bytes of bytecode; the validation query's generated code
+# for a whole stage is larger, so Spark compiles each of its projections apart, in methods HotSpot does
+# compile (Spark's own advice for HotSpot, `spark.sql.codegen.hugeMethodLimit`).
+_VALIDATION_SETTINGS = {"spark.sql.codegen.hugeMethodLimit": "8000"}
 
 
 @contextmanager
-def duplicate_keys_read(spark: SparkSession) -> Iterator[None]:
-    """While inside, Spark's JSON reader (try_parse_json) reads objects with a key twice."""
-    before = spark.conf.get(_DUPLICATE_KEYS, None)
-    spark.conf.set(_DUPLICATE_KEYS, "true")
+def validation_settings(spark: SparkSession) -> Iterator[None]:
+    """While inside, Spark plans queries as the validation query (`validated_records`) runs fastest."""
+    before = {key: spark.conf.get(key, None) for key in _VALIDATION_SETTINGS}
+    for key, value in _VALIDATION_SETTINGS.items():
+        spark.conf.set(key, value)
     try:
         yield
     finally:
-        if before is None:
-            spark.conf.unset(_DUPLICATE_KEYS)
-        else:
-            spark.conf.set(_DUPLICATE_KEYS, before)
+        for key, value in before.items():
+            if value is None:
+                spark.conf.unset(key)
+            else:
+                spark.conf.set(key, value)
 
 
-def validated_records(spark: SparkSession, config: Config, raw: DataFrame) -> DataFrame:
+def validated_records(
+    spark: SparkSession, config: Config, raw: DataFrame, homes: dict[int, int] | None = None
+) -> DataFrame:
     """`raw` records (RAW_SCHEMA's columns) validated: rows of `parsed_schema`, typed or with their
-    reason. Run it, and every action on it, inside `duplicate_keys_read`."""
+    reason, a record of a published window in its home window of `homes` (`plan.home_windows`). Plan
+    it (persist it, or run an action on it) inside `validation_settings`."""
     from pyspark.sql import functions as F
     from pyspark.sql.pandas.types import from_arrow_schema
 
     raw.createOrReplaceTempView(RAW_RECORDS_VIEW)
-    parsed = spark.sql(validation_sql(config, RAW_RECORDS_VIEW, "spark"))
+    parsed = spark.sql(validation_sql(config, RAW_RECORDS_VIEW, "spark", homes))
     return parsed.select([F.col(f.name).cast(f.dataType) for f in from_arrow_schema(parsed_schema(config))])
 
 
@@ -96,15 +96,9 @@ def land_records(
     """Validate one batch of `raw` records (RAW_SCHEMA's columns) and append it as (app_id, version),
     records of published windows in their `homes`: (landed, Counter of quarantine reasons)."""
     from pyspark.sql import functions as F
-    from pyspark.sql.pandas.types import from_arrow_schema
 
-    parsed_spark_schema = from_arrow_schema(parsed_schema(config))
-
-    def parse(batches):
-        for batch in batches:
-            yield redirect_published(parse_batch(batch, config), homes)
-
-    parsed = raw.mapInArrow(parse, parsed_spark_schema).persist()
+    with validation_settings(spark):
+        parsed = validated_records(spark, config, raw, homes).persist()
     try:
         counts = Counter({r["reason"]: r["count"] for r in parsed.groupBy("reason").count().collect()})
         valid = parsed.filter(F.col("reason").isNull()).select(*landing_schema(config).names)

@@ -46,6 +46,7 @@ from seqlake.core.payload import (
     UNREADABLE_LINE_KEY,
 )
 from seqlake.pipelines.compaction.aggregation import SPARK_TYPES
+from seqlake.pipelines.ingest.plan import home_window_sql
 from seqlake.pipelines.landing.schema import landing_schema
 
 Dialect = Literal["duckdb", "spark"]
@@ -204,13 +205,18 @@ def _duckdb_facts(config: Config, source: str) -> str:
 
 
 # -- facts: Spark ----------------------------------------------------------------------------------
-# Spark's reader (Jackson, through try_parse_json) keeps strict JSON and the number, nesting and key
-# limits itself but ignores what follows the first value, and reads a lone surrogate as `?`: the
-# repaired copies and the checks on the blanked text cover both. Each payload is parsed once, into a
-# variant, and every fact comes from it (a second parse only where the variant cannot tell, below).
+# Spark reads each payload once, with from_json into a struct of the known keys, each read as text:
+# a string's text is its characters, any other value's text the JSON Jackson writes for it (`1e2` is
+# `100.0`, `-0` is `0`, `1e400` is `"Infinity"` with its quotes, an object is its compact JSON). So a
+# text tells its value's JSON kind unless a string reads like a number, `true`, `false` or JSON; the
+# payload's quotes, counted, rule that out (see `_spark_facts`). Jackson keeps strict JSON when told
+# (no NaN, no single quotes) and the number, nesting and key limits itself, but ignores what follows
+# the first value and reads a lone surrogate as `?`: the repaired copies and the checks on the blanked
+# text cover both.
 
 # A string literal for Java's regular expressions: possessive, so a long string never deepens the stack.
 _JAVA_STRING = r'"[^"\\]*+(?:\\.[^"\\]*+)*+"'
+_UNREAD = "seqlake_unread"  # the struct's field for the text of a payload Jackson could not read
 
 
 def _spark_literal(text: str) -> str:
@@ -218,7 +224,6 @@ def _spark_literal(text: str) -> str:
 
 
 # Java's spelling of the repair (see the module docstring) and of the checks, as Spark literals.
-_J_RESPELL = _spark_literal(r"\\\\"), _spark_literal(r"\\u005C")
 _J_MARK = _spark_literal(r"\\u([dD][89a-fA-F][0-9a-fA-F]{2})"), _spark_literal(r"\\z$1")
 _J_PAIR = (
     _spark_literal(r"\\z([dD][89abAB][0-9a-fA-F]{2})\\z([dD][c-fC-F][0-9a-fA-F]{2})"),
@@ -227,19 +232,17 @@ _J_PAIR = (
 _J_LONE = _spark_literal(r"\\z[dD]([0-9a-fA-F]{3})")
 _J_MARKER = _spark_literal(r"\z")
 _J_ESCAPES = _spark_literal(r"\ud"), _spark_literal(r"\uD")
-# A second bracket (nesting or a second value), or a number past the limit: the exact checks run then.
-_J_SUSPECT = _spark_literal(r"\{[^\[{]*[\[{]|[\]}][^\]}]*[\]}]")
+# Escaped backslashes respelled, so that no `\\ud...` is taken for a surrogate escape.
+_RESPELLED = "regexp_replace(payload, {}, {})".format(_spark_literal(r"\\\\"), _spark_literal(r"\\u005C"))
+_J_NOT_MARK = _spark_literal(r'[^\[\]{}:"]+')  # all but brackets, colons and quotes
+_J_SECOND_BRACKET = _spark_literal(r"[\[\]]|\{.*\{|\}.*\}")
 _J_NUMBER_RUN = _spark_literal(_NUMBER_RUN)
 _J_NOT_BRACKET = _spark_literal(r"[^\[\]{}]")
 _J_PAIR_OF_BRACKETS = _spark_literal(r"\[\]")
 _J_WS = _spark_literal(" \t\n\r")
-_J_DIGITS = _spark_literal("^-?[0-9]+$")
-
-
-# The first character of a scalar as JSON writes it, by the variant's type of it (any other is a number).
-_VARIANT_FIRST_CHARACTERS = {"STRING": ord('"'), "BOOLEAN": ord("t"), "VOID": ord("n")}
-# The variant's types of a number written as an integer that fits 64 bits.
-_VARIANT_INTEGERS = ("BIGINT", "INT", "SMALLINT", "TINYINT")
+# A number as Jackson writes it (digits, or a double as Java writes it).
+_J_NUMBER = _spark_literal(r"^-?[0-9]+(\.[0-9]+)?(E-?[0-9]+)?$")
+_J_OPTIONS = "'allowNonNumericNumbers', 'false', 'allowSingleQuotes', 'false'"
 
 
 def _spark_repair(text: str, lone: str) -> str:
@@ -249,111 +252,128 @@ def _spark_repair(text: str, lone: str) -> str:
     return f"CASE WHEN NOT contains({text}, {_J_MARKER}) THEN {lone_sql} END"
 
 
-def _spark_written(key: str) -> str:
-    """The value of `key` as Jackson writes it, read again from the text: for the few values whose
-    written form the variant drops (see `_spark_facts`)."""
-    return f"get_json_object(_doc, {_spark_literal('$.' + key)})"
+def _spark_read(doc: str, keys: tuple[str, ...]) -> str:
+    """`doc` read by from_json: each of `keys` as text, and `_UNREAD` the text of a payload it could not read."""
+    fields = ", ".join(f"`{key}`: string" for key in (*keys, _UNREAD))
+    options = f"map({_J_OPTIONS}, 'columnNameOfCorruptRecord', {_literal(_UNREAD)})"
+    return f"from_json({doc}, 'struct<{fields}>', {options})"
+
+
+def _count(text: str, character: str) -> str:
+    return f"(octet_length({text}) - octet_length(replace({text}, {_literal(character)}, '')))"
+
+
+def _apparent_kind(config: Config, key: str) -> str:
+    """The code of `key`'s JSON kind (as `_is` reads it) as its text tells it: exact unless a string
+    reads like another kind, which the quotes' count rules out (`_spark_facts`). A string key's text
+    that starts like a number is tested in full (an event id may start with a digit); any other key's
+    is taken for a number, and the count says when it was not."""
+    text = f"_s.`{key}`"
+    number = f"CASE WHEN {text} RLIKE {_J_NUMBER} THEN 48 ELSE 34 END" if key in _string_keys(config) else "48"
+    return (
+        f"CASE WHEN {text} IS NULL THEN NULL WHEN {text} = 'true' THEN {ord('t')} WHEN {text} = 'false' THEN {ord('f')}"
+        f" WHEN startswith({text}, '{{') OR startswith({text}, '[') THEN {ord('{')}"
+        f" WHEN startswith({text}, '\"') THEN {ord('0')}"  # a number beyond a double, written quoted
+        f" WHEN startswith({text}, '-') OR ({text} >= '0' AND {text} < ':') THEN {number}"
+        f" ELSE {ord(chr(34))} END"
+    )
 
 
 def _spark_facts(config: Config, source: str) -> str:
-    """The facts from one parse of each payload into a variant (`_parsed`, its top level as a map `_map`).
+    """The facts from one from_json of each payload (`_s`, the known keys' texts `_v_<key>`).
 
-    What the variant drops is read again from the text, only where it matters: a key given twice
-    (the variant keeps one; the payload's colons outside strings, counted, rule it out almost always),
-    whether a number was written as an integer (a variant keeps `1.0` as the decimal 1 and `1e2` as
-    the double 100, as it keeps a 40-digit integer), and the sign of a decimal zero (`-0.0` is 0)."""
+    Each key and each string value of a payload is two quotes in its text, and a flat payload has a
+    colon per key. So when the payload's colons are as many as the known keys with a value, and its
+    quotes twice as many as those keys and the values whose text reads as a string (`_fast`), the
+    payload holds only known keys, once each, and no string that reads like another kind: the texts
+    tell every kind, and the key count is the payload's. Any other payload (a key twice, an unknown or
+    null-valued key, a colon or an escaped quote in a string, a numeric string) is read again, as a
+    map of all its keys (`_m`) and as a variant (`_p`, whose types say which values are strings)."""
     keys = _keys(config)
     groups = config.feature_groups
-    suspect = f"_doc RLIKE {_J_SUSPECT} OR (octet_length(_doc) > {MAX_NUMBER_CHARS} AND _doc RLIKE {_J_NUMBER_RUN})"
     brackets = f"translate(regexp_replace(_blanked, {_J_NOT_BRACKET}, ''), '{{}}', '[]')"
     # One object, nested at most MAX_NESTING_DEPTH deep: inside its outer brackets, balanced brackets.
     peeled = f"substring({brackets}, 2, length({brackets}) - 2)"
     for _ in range(MAX_NESTING_DEPTH - 1):
         peeled = f"regexp_replace({peeled}, {_J_PAIR_OF_BRACKETS}, '')"
     strict = f"NOT _blanked RLIKE {_J_NUMBER_RUN} AND {peeled} = ''"
-    first = " ".join(f"WHEN {_literal(name)} THEN {code}" for name, code in _VARIANT_FIRST_CHARACTERS.items())
-    integers = _in(_VARIANT_INTEGERS)
-    values, facts = [], []
+    # Only a payload with a bracket beyond its object's two, or a long run of number characters, can
+    # break what Jackson does not check (nesting, a second value, long numbers): the exact checks run
+    # then. `_marks` holds the payload's brackets, colons and quotes, in order.
+    suspect = (
+        f"_marks RLIKE {_J_SECOND_BRACKET} OR (octet_length(_doc) > {MAX_NUMBER_CHARS} AND _doc RLIKE {_J_NUMBER_RUN})"
+    )
+    present = " + ".join(f"CASE WHEN _s.`{key}` IS NULL THEN 0 ELSE 1 END" for key in keys)
+    strings = " + ".join(f"CASE WHEN _a_{key} = {ord(chr(34))} THEN 1 ELSE 0 END" for key in keys)
+    # from_json read an object (a top-level array or scalar is no object, whatever from_json makes of it).
+    read = f"_s IS NOT NULL AND _s.{_UNREAD} IS NULL AND startswith(_marks, '{{')"
+    counted = f"{_count('_marks', ':')} = _known AND {_count('_marks', chr(34))} = 2 * (_known + {strings})"
+    texts = [f"_s.`{key}` AS _v_{key}" for key in keys]
+    texts += [f"_s_f.`{key}` AS _f_{key}" for key in _string_keys(config)]
+    texts += [f"{_apparent_kind(config, key)} AS _a_{key}" for key in keys]
+    facts = []
     for key in keys:
-        entry, schema, text = f"_map[{_literal(key)}]", f"_s_{key}", f"_t_{key}"
-        values.append(f"{entry} AS _e_{key}")
-        values.append(f"variant_get({entry}, '$', 'string') AS {text}")
-        if key in _string_keys(config):
-            values.append(f"variant_get(_map_f[{_literal(key)}], '$', 'string') AS _f_{key}")
-        nested = f"WHEN {schema} LIKE 'OBJECT%' OR {schema} LIKE 'ARRAY%' THEN {ord('{')}"
-        facts.append(
-            f"CASE WHEN {schema} IS NOT NULL THEN CASE {schema} {first}"
-            f" ELSE CASE {nested} ELSE {ord('0')} END END END AS _k_{key}"
-        )
-        if key in _integer_keys(config):
-            written = f"{_spark_written(key)} RLIKE {_J_DIGITS}"
-            facts.append(
-                f"CASE WHEN {schema} IN {integers} THEN true"
-                f" WHEN {schema} LIKE 'DECIMAL(%,0)' OR {schema} = 'DOUBLE' THEN {written} ELSE false END AS _n_{key}"
-            )
-        if config.column_types().get(key) in _FLOAT_LIMITS:
-            facts.append(
-                f"CASE WHEN {text} = '0' AND {schema} LIKE 'DECIMAL%' THEN {_spark_written(key)} ELSE {text} END"
-                f" AS _v_{key}"
-            )
-        else:
-            facts.append(f"{text} AS _v_{key}")
+        text = f"_v_{key}"
+        is_string = f"schema_of_variant(variant_get(_p, {_literal('$.' + key)})) = 'STRING'"
+        facts.append(f"CASE WHEN NOT _fast AND {is_string} THEN {ord(chr(34))} ELSE _a_{key} END AS _k_{key}")
+        if key in _integer_keys(config):  # a number Jackson writes without a point or an exponent
+            written = f"contains({text}, '.') OR contains({text}, 'E') OR startswith({text}, '\"')"
+            facts.append(f"NOT ({written}) AS _n_{key}")
         if key in _string_keys(config):
             facts.append(f"coalesce(_repair AND {text} IS DISTINCT FROM _f_{key}, false) AS _u_{key}")
-    allowed = " ".join(
-        f"WHEN {_literal(g)} THEN size(array_except(map_keys(_map), array({_event_keys(config, g)}))) > 0"
+
+    def given(group: str) -> str:
+        named = (*PAYLOAD_KEYS, *config.feature_groups[group].columns)
+        return " + ".join(f"CASE WHEN _v_{key} IS NULL THEN 0 ELSE 1 END" for key in named)
+
+    unknown = " ".join(
+        f"WHEN {_literal(g)} THEN CASE WHEN _fast THEN _known > {given(g)}"
+        f" ELSE size(array_except(map_keys(_m), array({_event_keys(config, g)}))) > 0 END"
         for g in groups
     )
-    # A key given twice: the variant holds it once, the text's colons outside strings count it twice.
-    exact_dup = (
-        "CASE WHEN _repair"
-        " THEN size(array_distinct(arrays_zip(json_object_keys(_doc), json_object_keys(_doc_f))))"
-        " ELSE size(map_keys(_map)) END < size(json_object_keys(_doc))"
+    # A key given twice, among all of them: keys with a lone surrogate compared as pairs of their copies.
+    duplicate = (
+        "CASE WHEN _repair THEN size(array_distinct(arrays_zip(map_keys(_m), map_keys(_m_f))))"
+        " ELSE size(array_distinct(map_keys(_m))) END < size(_m)"
     )
-    colons = "length(_doc) - length(replace(_doc, ':', ''))"
-    # Each key's variant type once: Spark keeps a projection whose costly columns are read more than once.
-    schemas = ", ".join(f"schema_of_variant(_e_{key}) AS _s_{key}" for key in keys)
+    is_object = "(_fast OR coalesce(_m IS NOT NULL AND startswith(_marks, '{'), false))"
+    ends_object = f"(endswith(_doc, '}}') OR endswith(TRIM(TRAILING {_J_WS} FROM _doc), '}}'))"
+    repair = f"contains(payload, '\\\\') AND (contains(payload, {_J_ESCAPES[0]}) OR contains(payload, {_J_ESCAPES[1]}))"
     n = config.layout.window_seconds * 1000
     return f"""
-    SELECT *, {", ".join(facts)},
-      coalesce(CASE _t_feature_group {allowed} END, false) AS _unknown_key
+    SELECT source_partition, lsn, arrival_ts, payload, _window, {", ".join(facts)},
+      coalesce(CASE _v_feature_group {unknown} END, false) AS _unknown_key,
+      {is_object} AND {ends_object} AND (_blanked IS NULL OR ({strict})) AS _syntax,
+      CASE WHEN _fast THEN false WHEN {is_object} THEN {duplicate} END AS _dup,
+      CASE WHEN _fast THEN _known ELSE size(_m) END AS _nkeys,
+      _oversize, _v_{", _v_".join(keys)}
     FROM (
-      SELECT *, {schemas}
+      SELECT *,
+        CASE WHEN NOT _fast AND NOT _oversize THEN from_json(_doc, 'map<string, string>', map({_J_OPTIONS})) END
+          AS _m,
+        CASE WHEN NOT _fast AND NOT _oversize AND _repair
+          THEN from_json(_doc_f, 'map<string, string>', map({_J_OPTIONS})) END AS _m_f,
+        CASE WHEN NOT _fast AND NOT _oversize THEN try_parse_json(_doc) END AS _p,
+        CASE WHEN NOT _oversize AND ({suspect}) THEN regexp_replace(_doc, {_spark_literal(_JAVA_STRING)}, '""') END
+          AS _blanked
       FROM (
-        SELECT *, {", ".join(values)},
-          _object AND endswith(TRIM(TRAILING {_J_WS} FROM _doc), '}}') AND (_blanked IS NULL OR ({strict})) AS _syntax,
-          CASE WHEN NOT _object THEN NULL WHEN NOT _repair AND {colons} = size(_map) THEN false ELSE {exact_dup} END
-            AS _dup,
-          size(_map) AS _nkeys
+        SELECT *, coalesce(_read AND {counted}, false) AS _fast
         FROM (
-          SELECT *,
-            CASE WHEN _object AND ({suspect}) THEN regexp_replace(_doc, {_spark_literal(_JAVA_STRING)}, '""') END
-              AS _blanked
+          SELECT source_partition, lsn, arrival_ts, payload, _oversize, _repair, _window, _doc, _doc_f, _marks,
+            {", ".join(texts)}, coalesce({read}, false) AS _read, {present} AS _known
           FROM (
-            SELECT *, coalesce(NOT _oversize AND _map IS NOT NULL, false) AS _object
+            SELECT *,
+              CASE WHEN NOT _oversize THEN {_spark_read("_doc", keys)} END AS _s,
+              CASE WHEN NOT _oversize AND _repair THEN {_spark_read("_doc_f", _string_keys(config))} END AS _s_f,
+              CASE WHEN NOT _oversize THEN regexp_replace(_doc, {_J_NOT_MARK}, '') END AS _marks
             FROM (
-              SELECT *,
-                try_variant_get(_parsed, '$', 'map<string, variant>') AS _map,
-                try_variant_get(_parsed_f, '$', 'map<string, variant>') AS _map_f
-              FROM (
-                SELECT *,
-                  CASE WHEN NOT _oversize THEN try_parse_json(_doc) END AS _parsed,
-                  CASE WHEN NOT _oversize AND _repair THEN try_parse_json(_doc_f) END AS _parsed_f
-                FROM (
-                  SELECT *,
-                    CASE WHEN _repair THEN {_spark_repair("_respelled", "E")} ELSE payload END AS _doc,
-                    CASE WHEN _repair THEN {_spark_repair("_respelled", "F")} END AS _doc_f
-                  FROM (
-                    SELECT source_partition, lsn, arrival_ts, payload,
-                      octet_length(payload) > {MAX_PAYLOAD_BYTES} AS _oversize,
-                      contains(payload, {_J_ESCAPES[0]}) OR contains(payload, {_J_ESCAPES[1]}) AS _repair,
-                      CASE WHEN contains(payload, {_J_ESCAPES[0]}) OR contains(payload, {_J_ESCAPES[1]})
-                        THEN regexp_replace(payload, {_J_RESPELL[0]}, {_J_RESPELL[1]}) END AS _respelled,
-                      (unix_millis(arrival_ts) - pmod(unix_millis(arrival_ts), {n})) div {n} AS _window
-                    FROM {source}
-                  )
-                )
-              )
+              SELECT source_partition, lsn, arrival_ts, payload,
+                octet_length(payload) > {MAX_PAYLOAD_BYTES} AS _oversize,
+                {repair} AS _repair,
+                CASE WHEN {repair} THEN {_spark_repair(_RESPELLED, "E")} ELSE payload END AS _doc,
+                CASE WHEN {repair} THEN {_spark_repair(_RESPELLED, "F")} END AS _doc_f,
+                (unix_millis(arrival_ts) - pmod(unix_millis(arrival_ts), {n})) div {n} AS _window
+              FROM {source}
             )
           )
         )
@@ -381,8 +401,9 @@ def _is(key: str, kind: str) -> str:
 
 
 def _fits(value: str, low: int, high: int) -> str:
-    # HUGEINT: DuckDB reads digits into it fast (into a DECIMAL slowly); Spark gets DECIMAL(38, 0).
-    return f"coalesce(TRY_CAST({value} AS HUGEINT) BETWEEN {low} AND {high}, false)"
+    """The integer written as `value` lies in low..high, ranges of 64 bits: digits that do not fit
+    BIGINT do not fit them."""
+    return f"coalesce(TRY_CAST({value} AS BIGINT) BETWEEN {low} AND {high}, false)"
 
 
 def _well_typed(column: str, kind: str) -> str:
@@ -449,6 +470,7 @@ def _reason(config: Config) -> str:
 
 
 _FACTS = "seqlake_payload_facts"  # where each engine's facts query goes into the rules' text
+_HOME = "seqlake_home_window"  # where the home window of each record's window goes into it
 
 
 def _rules(config: Config) -> str:
@@ -463,7 +485,7 @@ def _rules(config: Config) -> str:
         "lsn": "lsn",
         "arrival_ts": "arrival_ts",
         "event_id": f"CASE WHEN {valid} THEN _v_event_id END",
-        "window_id": "_window",
+        "window_id": _HOME,
     }
     columns = {c: f"CASE WHEN {valid} AND NOT {_is(c, 'null')} THEN {_typed(c, kind)} END" for c, kind in types.items()}
     outputs = {**bookkeeping, **columns}
@@ -478,8 +500,6 @@ def _engine_functions(dialect: Dialect):
     def rename(node: exp.Expression) -> exp.Expression:
         if isinstance(node, exp.Anonymous) and node.name.lower() == _TIMESTAMP_US:
             return exp.Anonymous(this=_TIMESTAMP_FUNCTIONS[dialect], expressions=node.expressions)
-        if dialect == "spark" and isinstance(node, exp.DataType) and node.is_type(exp.DataType.Type.INT128):
-            return exp.DataType.build("DECIMAL(38, 0)")
         return node
 
     return rename
@@ -491,8 +511,10 @@ def _transpiled(rules: str, dialect: Dialect) -> str:
     return tree.sql(dialect=dialect, pretty=True)
 
 
-def validation_sql(config: Config, source: str, dialect: Dialect) -> str:
+def validation_sql(config: Config, source: str, dialect: Dialect, homes: dict[int, int] | None = None) -> str:
     """Validate every raw record of the relation `source` (RAW_SCHEMA's columns): rows of
-    `parsed_schema(config)`, typed when valid, else with `reason` and `payload`."""
+    `parsed_schema(config)`, typed when valid, else with `reason` and `payload`; a record that arrived
+    in a published window is in its home window of `homes` (`seqlake.pipelines.ingest.plan.home_windows`)."""
     facts = _duckdb_facts(config, source) if dialect == "duckdb" else _spark_facts(config, source)
-    return _transpiled(_rules(config), dialect).replace(_FACTS, f"({facts}) AS _facts", 1)
+    rules = _transpiled(_rules(config), dialect).replace(_HOME, home_window_sql("_window", homes or {}), 1)
+    return rules.replace(_FACTS, f"({facts}) AS _facts", 1)

@@ -33,7 +33,7 @@ from seqlake.core.payload import (
 )
 from seqlake.pipelines.ingest.duckdb import BatchValidator
 from seqlake.pipelines.ingest.parse import parse_batch
-from seqlake.pipelines.ingest.spark import duplicate_keys_read, validated_records
+from seqlake.pipelines.ingest.spark import validated_records, validation_settings
 from seqlake.pipelines.landing.schema import parsed_schema
 
 CONFIG = load_config()
@@ -330,7 +330,7 @@ def drawn(count: int) -> list[str]:
 @pytest.mark.spark
 def test_spark_gives_the_reference_rows(spark) -> None:
     batch = raw_batch([*CORNERS, *drawn(300)])
-    with duplicate_keys_read(spark):
+    with validation_settings(spark):
         got = validated_records(spark, CONFIG, spark.createDataFrame(pa.Table.from_batches([batch]))).toArrow()
     got = got.sort_by("lsn").cast(parsed_schema(CONFIG))
     same_rows(got, pa.Table.from_batches([parse_batch(batch, CONFIG)]))
