@@ -15,6 +15,7 @@ import logging
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Snapshot
