@@ -38,7 +38,10 @@ def small(tmp_path_factory):
     root = tmp_path_factory.mktemp("replaced")
     small = build_small_warehouse(root / "warehouse")
     config_file = root / "seqlake.yaml"
-    config_file.write_text(yaml.safe_dump(small.config.model_dump(mode="json")))
+    # Two capture points per window, so that step 1's requests ask for USER (whose files get replaced).
+    data = small.config.model_dump(mode="json")
+    data["training"]["captures_per_window"] = 2
+    config_file.write_text(yaml.safe_dump(data))
     assert capture_step(str(config_file), 1) > 0  # a training table, for the samples rebuild
     return small
 
