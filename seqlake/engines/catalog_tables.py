@@ -7,13 +7,17 @@ which on a table of many snapshots is tens of milliseconds a job step.
 
 from __future__ import annotations
 
-from pyiceberg.catalog import Catalog
-from pyiceberg.exceptions import NoSuchTableError
-from pyiceberg.table import Table
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # modules that import this one load without pyiceberg (a command's --help)
+    from pyiceberg.catalog import Catalog
+    from pyiceberg.table import Table
 
 
 def load_table_if_exists(catalog: Catalog, identifier: str) -> Table | None:
     """The table `identifier`, or None when the catalog has no such table."""
+    from pyiceberg.exceptions import NoSuchTableError
+
     try:
         return catalog.load_table(identifier)
     except NoSuchTableError:
