@@ -32,6 +32,9 @@ class FileFacts:
     # min/max of the pruning columns. Parquet checksums pages, not its footer: a flipped statistic would
     # otherwise make a lookup skip a row group silently. Empty in files written before it existed.
     layout_digest: str = ""
+    # Each column's [encoding, codec] as the writer chose them for this file (SPEC.md, "Encodings");
+    # empty in files written before the choice was recorded.
+    encodings: dict[str, list[str]] = field(default_factory=dict)
 
     def to_metadata(self) -> dict[str, str]:
         return {PREFIX + k: json.dumps(v) for k, v in asdict(self).items()}
