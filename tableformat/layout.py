@@ -38,6 +38,9 @@ class LayoutPolicy:
     # BYTE_STREAM_SPLIT floats may be chosen only where no reader is Spark's or Iceberg's vectorized
     # Parquet reader, which cannot decode them (SPEC.md, "Encodings").
     byte_stream_split: bool = False
+    # (column, encoding, codec) that a column takes whatever its rows: layouts compared side by side
+    # (benchmarks, interoperability tests) name them so.
+    forced_encodings: tuple[tuple[str, str, str], ...] = ()
 
     def __post_init__(self) -> None:
         if not 0 < self.bloom_filter_fpp < 1:
@@ -97,11 +100,13 @@ def fixed_choices(schema: pa.Schema, policy: LayoutPolicy) -> dict[str, Choice]:
 def choose_encodings(sample: pa.Table, policy: LayoutPolicy) -> dict[str, Choice]:
     """Each column's encoding and codec for a file whose first rows are `sample` (SPEC.md,
     "Encodings"); the fixed rule when the policy says so or there is no sample."""
+    forced = {name: Choice(encoding, codec) for name, encoding, codec in policy.forced_encodings}
     if not policy.choose_encodings or sample.num_rows == 0:
-        return fixed_choices(sample.schema, policy)
+        return fixed_choices(sample.schema, policy) | forced
     sample = sample.slice(0, policy.encoding_sample_rows)
-    return {
-        f.name: choose(
+
+    def measured(f: pa.Field) -> Choice:
+        return choose(
             sample.column(f.name),
             f,
             fixed_dictionary=f.name in DICTIONARY_KEYS,
@@ -110,8 +115,8 @@ def choose_encodings(sample: pa.Table, policy: LayoutPolicy) -> dict[str, Choice
             data_page_size=policy.data_page_size,
             max_rows_per_page=policy.max_rows_per_page,
         )[0]
-        for f in sample.schema
-    }
+
+    return {f.name: forced[f.name] if f.name in forced else measured(f) for f in sample.schema}
 
 
 def column_encodings(schema: pa.Schema) -> dict[str, str]:
