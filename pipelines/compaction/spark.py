@@ -198,8 +198,9 @@ def merge_runs_if_needed(spark: SparkSession, config: Config) -> str | None:
     paths = [f.file_path for f in files_of_runs(history, set(merge.runs))]
     names = history_arrow_schema(config).names
     target, loose = history_read_schema(history)
-    # Spark's vectorized Parquet reader knows no BYTE_STREAM_SPLIT pages (history's float columns,
-    # SPEC "Encodings"); its row reader does. Set for this job's read only.
+    # Spark's vectorized Parquet reader knows no BYTE_STREAM_SPLIT pages (float columns of older
+    # history files or of LayoutPolicy.byte_stream_split, SPEC "Encodings"); its row reader does.
+    # Set for this job's read only.
     vectorized = VECTORIZED_PARQUET
     previous = spark.conf.get(vectorized)
     assert previous is not None  # a SQL configuration with a default value
