@@ -11,6 +11,7 @@ from pyiceberg.table import Table
 from seqlake.core.config import Config
 from seqlake.core.errors import SchemaError
 from seqlake.engines.catalog import check_warehouse, masked_uri, open_catalog, table_identifier
+from seqlake.engines.catalog_tables import load_table_if_exists
 from seqlake.tableformat.registry import FORMAT_PROPERTY, check_matches_config
 
 HISTORY = "history"  # the history table: sorted runs
@@ -23,10 +24,11 @@ def load_existing_table(config: Config, table: str) -> Table:
     identifier = table_identifier(config, table)
     check_warehouse(config, f"table {identifier}")
     catalog = open_catalog(config)
-    if not catalog.table_exists(identifier):
+    loaded = load_table_if_exists(catalog, identifier)
+    if loaded is None:
         raise SchemaError(f"table {identifier} does not exist in the catalog at {masked_uri(config.catalog_uri())}")
     # A table bucketed by user must be read and written with its own bucket count.
-    return check_matches_config(catalog.load_table(identifier), config, check_schema=False)
+    return check_matches_config(loaded, config, check_schema=False)
 
 
 def load_history_table(config: Config, table: str) -> Table:

@@ -20,6 +20,7 @@ import duckdb
 from seqlake.core import resources
 from seqlake.core.errors import CorruptFileError, ReadOnlyError, SeqlakeError, SqlError
 from seqlake.core.windows import window_start_sql
+from seqlake.engines.catalog_tables import load_table_if_exists
 from seqlake.engines.duckdb_session import SESSION_SETTINGS, connect, restrict_access, use_object_storage
 from seqlake.sql_guard import Guard, inside, refused_functions, resolve_local
 
@@ -204,10 +205,11 @@ def define_relations(session: SqlSession, quiet: bool = False) -> None:
     loaded = {}
     for name in ICEBERG_TABLES:
         identifier = table_identifier(config, name)
-        if not catalog.table_exists(identifier):
+        found = load_table_if_exists(catalog, identifier)
+        if found is None:
             session.missing[name] = f"no Iceberg table {identifier} in the catalog"
             continue
-        table = loaded[name] = catalog.load_table(identifier)
+        table = loaded[name] = found
         session.tables[name] = WarehouseTable(
             name, "iceberg", engine_uri(table.location()), engine_uri(table.metadata_location)
         )

@@ -32,6 +32,7 @@ from pyiceberg.transforms import BucketTransform
 from pyiceberg.typedef import Record
 
 from seqlake.core.errors import ForgetCommitted, RunsChanged, SchemaError, SeqlakeError, WindowsAlreadyPublished
+from seqlake.engines.catalog_tables import load_table_if_exists
 from seqlake.tableformat.evolution import (
     COLUMN_TYPES_PROPERTY,
     SchemaDiff,
@@ -83,8 +84,9 @@ def create_history_table(catalog: Catalog, identifier: str, config: HistorySpec,
     """Create the history table (bucket(N, user_id), sorted by the key) unless it exists."""
     if replace and catalog.table_exists(identifier):
         catalog.purge_table(identifier)
-    if catalog.table_exists(identifier):
-        return check_matches_config(catalog.load_table(identifier), config)
+    existing = load_table_if_exists(catalog, identifier)
+    if existing is not None:
+        return check_matches_config(existing, config)
     schema = history_iceberg_schema(config)
     properties = {
         FORMAT_PROPERTY: FORMAT_VERSION,

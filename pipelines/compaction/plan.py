@@ -27,6 +27,7 @@ from pyiceberg.transforms import IdentityTransform
 from seqlake.core.config import Config
 from seqlake.core.errors import ForgetCommitted, SeqlakeError, SimulatedCrash
 from seqlake.engines.catalog import open_catalog, table_identifier
+from seqlake.engines.catalog_tables import load_table_if_exists
 from seqlake.pipelines.compaction.merge_policy import policy_of, runs_to_merge
 from seqlake.pipelines.faults import kill_point
 from seqlake.pipelines.landing.schema import landing_schema
@@ -89,9 +90,10 @@ def history_tables(config: Config) -> tuple[Table, Table]:
     history_id, detail_id = table_identifier(config, HISTORY), table_identifier(config, DETAIL)
     history = create_history_table(catalog, history_id, config)
     iceberg_schema = pyarrow_to_schema(with_field_ids(landing_schema(config)))
-    if catalog.table_exists(detail_id):
+    existing = load_table_if_exists(catalog, detail_id)
+    if existing is not None:
         # The detail table holds landing rows: its columns follow the feature groups too.
-        return history, check_matches_config(catalog.load_table(detail_id), config, schema=iceberg_schema)
+        return history, check_matches_config(existing, config, schema=iceberg_schema)
     # By window only: a compaction replaces its windows' partitions. Not by user bucket as well: an
     # import's backlog spans thousands of small windows, and window x bucket partitions made one tiny
     # file each (most of a catch-up's time). Files are sorted by user, so a rebuild of some users'

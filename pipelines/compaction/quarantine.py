@@ -25,6 +25,7 @@ from pyiceberg.transforms import IdentityTransform
 
 from seqlake.core.config import Config
 from seqlake.engines.catalog import open_catalog, spark_name, table_identifier
+from seqlake.engines.catalog_tables import load_table_if_exists
 from seqlake.pipelines.compaction.aggregation import checked_groups_sql, fitting_rows_sql, group_events_sql
 from seqlake.pipelines.compaction.window_replace import replace_windows
 from seqlake.pipelines.landing.schema import landing_schema
@@ -49,9 +50,10 @@ def compaction_quarantine_table(config: Config) -> Table:
     catalog = open_catalog(config)
     identifier = table_identifier(config, COMPACTION_QUARANTINE)
     schema = pyarrow_to_schema(with_field_ids(compaction_quarantine_schema(config)))
-    if catalog.table_exists(identifier):
+    existing = load_table_if_exists(catalog, identifier)
+    if existing is not None:
         # Its columns follow the feature groups: a configuration that changed them is migrated first.
-        return check_matches_config(catalog.load_table(identifier), config, schema=schema)
+        return check_matches_config(existing, config, schema=schema)
     window = schema.find_field("window_id").field_id
     spec = PartitionSpec(
         PartitionField(source_id=window, field_id=1000, transform=IdentityTransform(), name="window_id")
@@ -59,7 +61,7 @@ def compaction_quarantine_table(config: Config) -> Table:
     from seqlake.pipelines.tables import HISTORY
 
     history_id = table_identifier(config, HISTORY)
-    history = catalog.load_table(history_id) if catalog.table_exists(history_id) else None
+    history = load_table_if_exists(catalog, history_id)
     try:
         return catalog.create_table(identifier, schema=schema, partition_spec=spec, properties=inherited(history))
     except TableAlreadyExistsError:

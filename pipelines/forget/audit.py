@@ -33,6 +33,7 @@ from pyiceberg.types import StringType
 
 from seqlake.core.config import Config
 from seqlake.engines.catalog import open_catalog, table_identifier
+from seqlake.engines.catalog_tables import load_table_if_exists
 from seqlake.pipelines.training.tables import numbered
 from seqlake.tableformat.schema import TIMESTAMP_US
 
@@ -81,8 +82,9 @@ class Forgotten:
 def audit_table(config: Config) -> Table:
     catalog = open_catalog(config)
     identifier = table_identifier(config, AUDIT)
-    if catalog.table_exists(identifier):
-        return _with_marks(catalog.load_table(identifier))
+    existing = load_table_if_exists(catalog, identifier)
+    if existing is not None:
+        return _with_marks(existing)
     try:
         return catalog.create_table(identifier, schema=pyarrow_to_schema(numbered(AUDIT_SCHEMA)))
     except TableAlreadyExistsError:
@@ -163,10 +165,8 @@ def requests(config: Config) -> list[Forgotten]:
     """Every recorded request (started or done), oldest first; none when no forget ever ran."""
     catalog = open_catalog(config)
     identifier = table_identifier(config, AUDIT)
-    if not catalog.table_exists(identifier):
-        return []
-    table = catalog.load_table(identifier)
-    if table.current_snapshot() is None:
+    table = load_table_if_exists(catalog, identifier)
+    if table is None or table.current_snapshot() is None:
         return []
     found: dict[str, Forgotten] = {}
     rows = table.scan().to_arrow().sort_by("recorded_at").to_pylist()

@@ -23,6 +23,7 @@ from pyiceberg.table.snapshots import Snapshot
 from seqlake.core.config import Config
 from seqlake.core.progress import Progress
 from seqlake.engines.catalog import open_catalog, table_identifier
+from seqlake.engines.catalog_tables import load_table_if_exists
 from seqlake.pipelines.tables import HISTORY
 from seqlake.tableformat.registry import published_windows
 from seqlake.tableformat.snapshots import in_commit_order, sequence_number
@@ -51,7 +52,8 @@ def current_published_windows(config: Config) -> set[int]:
     """Windows the history table holds now (none before its first publication)."""
     catalog = open_catalog(config)
     identifier = table_identifier(config, HISTORY)
-    return published_windows(catalog.load_table(identifier)) if catalog.table_exists(identifier) else set()
+    history = load_table_if_exists(catalog, identifier)
+    return published_windows(history) if history is not None else set()
 
 
 def home_windows(published: set[int]) -> dict[int, int]:

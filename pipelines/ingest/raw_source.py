@@ -18,6 +18,7 @@ from pyiceberg.table import Table
 from seqlake.core.events import RAW_SCHEMA
 from seqlake.core.progress import Progress
 from seqlake.core.windows import window_ids
+from seqlake.engines.catalog_tables import load_table_if_exists
 from seqlake.pipelines.faults import kill_point
 
 
@@ -31,8 +32,9 @@ class LandingResult:
 def create_raw_table(catalog: Catalog, identifier: str, replace: bool = False) -> Table:
     if replace and catalog.table_exists(identifier):
         catalog.purge_table(identifier)
-    if catalog.table_exists(identifier):
-        return catalog.load_table(identifier)
+    existing = load_table_if_exists(catalog, identifier)
+    if existing is not None:
+        return existing
     return catalog.create_table(identifier, schema=RAW_SCHEMA)
 
 

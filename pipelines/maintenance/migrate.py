@@ -25,6 +25,7 @@ from pyiceberg.table import Table
 from seqlake.core.config import Config
 from seqlake.core.errors import SchemaError
 from seqlake.engines.catalog import open_catalog, table_identifier
+from seqlake.engines.catalog_tables import load_table_if_exists
 from seqlake.pipelines.compaction.quarantine import COMPACTION_QUARANTINE, compaction_quarantine_schema
 from seqlake.pipelines.faults import kill_point
 from seqlake.pipelines.landing.schema import landing_columns, landing_diff, landing_schema
@@ -88,7 +89,7 @@ def plan_migration(config: Config, paths: LandingPaths | None = None) -> list[Ta
 
     def load(name: str) -> Table | None:
         identifier = table_identifier(config, name)
-        return catalog.load_table(identifier) if catalog.table_exists(identifier) else None
+        return load_table_if_exists(catalog, identifier)
 
     plans: list[TableMigration] = []
     history = load(HISTORY)

@@ -20,6 +20,7 @@ from pyiceberg.table import Table
 
 from seqlake.core.config import Config
 from seqlake.engines.catalog import open_catalog, table_identifier
+from seqlake.engines.catalog_tables import load_table_if_exists
 from seqlake.pipelines.training.sequence import SEQUENCE_PREFIX, Tenant, list_schema
 from seqlake.tableformat.evolution import compare, mismatch_error
 from seqlake.tableformat.forgets import inherited
@@ -107,11 +108,12 @@ def create_bucketed_table(config: Config, name: str, schema: pa.Schema, catalog:
     with the difference and the command that migrates it."""
     catalog = catalog or open_catalog(config)
     identifier = table_identifier(config, name)
-    if catalog.table_exists(identifier):
-        return check_bucketed_table(catalog.load_table(identifier), schema)
+    existing = load_table_if_exists(catalog, identifier)
+    if existing is not None:
+        return check_bucketed_table(existing, schema)
     iceberg_schema = pyarrow_to_schema(numbered(schema))
     history_id = table_identifier(config, "history")
-    history = catalog.load_table(history_id) if catalog.table_exists(history_id) else None
+    history = load_table_if_exists(catalog, history_id)
     try:
         return catalog.create_table(
             identifier,
