@@ -78,16 +78,63 @@ def encoded_size(
     max_rows_per_page: int | None,
 ) -> int:
     """Bytes of the column chunk (pages, headers, dictionary) the column takes under `choice`."""
-    schema = pa.schema([field.remove_metadata()])
-    options = writer_options({field.name: choice}, compression_level)
+    table = pa.table([column], schema=pa.schema([field.remove_metadata()]))
+    sizes = candidate_sizes(
+        table,
+        {field.name: [choice]},
+        compression_level=compression_level,
+        data_page_size=data_page_size,
+        max_rows_per_page=max_rows_per_page,
+    )
+    return sizes[field.name][choice]
+
+
+def candidate_sizes(
+    sample: pa.Table,
+    options: dict[str, list[Choice]],
+    *,
+    compression_level: int,
+    data_page_size: int,
+    max_rows_per_page: int | None,
+) -> dict[str, dict[Choice, int]]:
+    """Each column's candidates and the bytes of its column chunk under each: one in-memory file
+    holds the column once per candidate (a chunk's size does not depend on the other columns), so a
+    file's whole choice costs one write, not one per candidate."""
+    slots: list[tuple[str, Choice]] = []
+    columns, fields, choices = [], [], {}
+    for name, candidates_of_column in options.items():
+        field = sample.schema.field(name).remove_metadata()
+        for choice in candidates_of_column:
+            slot = f"c{len(slots)}"
+            slots.append((name, choice))
+            columns.append(sample.column(name))
+            fields.append(field.with_name(slot))
+            choices[slot] = choice
+    schema = pa.schema(fields)
     buffer = io.BytesIO()
     extra = {} if max_rows_per_page is None else {"max_rows_per_page": max_rows_per_page}
     with pq.ParquetWriter(
-        buffer, schema, write_statistics=False, data_page_size=data_page_size, store_schema=False, **options, **extra
+        buffer,
+        schema,
+        write_statistics=False,
+        data_page_size=data_page_size,
+        store_schema=False,
+        **writer_options(choices, compression_level),
+        **extra,
     ) as writer:
-        writer.write_table(pa.table([column], schema=schema))
+        writer.write_table(pa.table(columns, schema=schema), row_group_size=max(sample.num_rows, 1))
     meta = pq.ParquetFile(pa.BufferReader(buffer.getvalue())).metadata
-    return sum(meta.row_group(g).column(0).total_compressed_size for g in range(meta.num_row_groups))
+    sizes: dict[str, dict[Choice, int]] = {name: {} for name in options}
+    for index, (name, choice) in enumerate(slots):
+        chunks = (meta.row_group(g).column(index) for g in range(meta.num_row_groups))
+        sizes[name][choice] = sum(chunk.total_compressed_size for chunk in chunks)
+    return sizes
+
+
+def pick(options: list[Choice], sizes: dict[Choice, int]) -> Choice:
+    """The cheapest to decode of `options` (cheapest first) within `SIZE_SLACK` of the smallest zstd."""
+    bound = SIZE_SLACK * min(size for c, size in sizes.items() if c.codec == "zstd")
+    return next(c for c in options if sizes[c] <= bound)
 
 
 def choose(
@@ -102,16 +149,12 @@ def choose(
 ) -> tuple[Choice, dict[Choice, int]]:
     """The column's choice for its sample `column`, and every candidate's size."""
     options = candidates(field, fixed_dictionary=fixed_dictionary, byte_stream_split=byte_stream_split)
-    sizes = {
-        c: encoded_size(
-            column,
-            field,
-            c,
-            compression_level=compression_level,
-            data_page_size=data_page_size,
-            max_rows_per_page=max_rows_per_page,
-        )
-        for c in options
-    }
-    bound = SIZE_SLACK * min(size for c, size in sizes.items() if c.codec == "zstd")
-    return next(c for c in options if sizes[c] <= bound), sizes
+    table = pa.table([column], schema=pa.schema([field.remove_metadata()]))
+    sizes = candidate_sizes(
+        table,
+        {field.name: options},
+        compression_level=compression_level,
+        data_page_size=data_page_size,
+        max_rows_per_page=max_rows_per_page,
+    )[field.name]
+    return pick(options, sizes), sizes

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from seqlake.tableformat.encoding_choice import DICTIONARY, Choice, choose, writer_options
+from seqlake.tableformat.encoding_choice import DICTIONARY, Choice, candidate_sizes, candidates, pick, writer_options
 from seqlake.tableformat.schema import KEY_COLUMNS
 
 
@@ -104,19 +104,19 @@ def choose_encodings(sample: pa.Table, policy: LayoutPolicy) -> dict[str, Choice
     if not policy.choose_encodings or sample.num_rows == 0:
         return fixed_choices(sample.schema, policy) | forced
     sample = sample.slice(0, policy.encoding_sample_rows)
-
-    def measured(f: pa.Field) -> Choice:
-        return choose(
-            sample.column(f.name),
-            f,
-            fixed_dictionary=f.name in DICTIONARY_KEYS,
-            byte_stream_split=policy.byte_stream_split,
-            compression_level=policy.compression_level,
-            data_page_size=policy.data_page_size,
-            max_rows_per_page=policy.max_rows_per_page,
-        )[0]
-
-    return {f.name: forced[f.name] if f.name in forced else measured(f) for f in sample.schema}
+    options = {
+        f.name: candidates(f, fixed_dictionary=f.name in DICTIONARY_KEYS, byte_stream_split=policy.byte_stream_split)
+        for f in sample.schema
+        if f.name not in forced
+    }
+    sizes = candidate_sizes(
+        sample,
+        options,
+        compression_level=policy.compression_level,
+        data_page_size=policy.data_page_size,
+        max_rows_per_page=policy.max_rows_per_page,
+    )
+    return {f.name: forced[f.name] if f.name in forced else pick(options[f.name], sizes[f.name]) for f in sample.schema}
 
 
 def column_encodings(schema: pa.Schema) -> dict[str, str]:
