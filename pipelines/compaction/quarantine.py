@@ -80,6 +80,12 @@ class SparkSplit:
         for frame in self._persisted:
             frame.unpersist()
 
+    def run_written(self) -> None:
+        """The run is written: free the groups, unless `kept` still reads them. A write to a table
+        plans again every cached frame that reads it (the events read detail): fewer to plan."""
+        if not self.quarantined:
+            self.release()
+
 
 def split_batch_spark(spark, config: Config, events, view: str, windows: list[int]) -> SparkSplit:
     """Aggregate the batch's `events` (a persisted DataFrame) once, with the check; write the events

@@ -160,6 +160,7 @@ def _compact_batch(
         split = split_batch_spark(spark, config, events, f"_seqlake_events_{run_id}", todo)
         crash_at("before_write", fail_at)
         files = write_run_with_spark(split.rows, history, config, run_id)
+        split.run_written()
         crash_at("after_write", fail_at)
         # Replace the windows' partitions, never append: a re-run after a failed commit, or a job
         # racing on the same windows, replaces the same events instead of adding them again.
