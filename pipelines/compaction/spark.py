@@ -3,7 +3,9 @@
 One pass per batch (`seqlake.pipelines.compaction.plan`): one read of the windows' landing rows, one
 aggregation grouped by (window, user, feature group, item) with the declared merge operators, one run
 holding exactly those windows, one detail write, and the plan's commit, which records them and the
-LSN frontier.
+LSN frontier (three columns of the same rows and of the landing quarantine). The events and their
+groups are cached for the pass: one action counts both from the groups, then the run's write reads
+the groups and the detail write the events.
 
 Steps, each safe to repeat: deduplicate (an event id counts in the earliest landing window it arrived
 in, at its first arrival; ids that published windows hold drop), aggregate, write the run's files,
