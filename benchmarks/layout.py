@@ -8,8 +8,11 @@ so machine noise and drift hit every variant alike. Never read the absolute time
 Variants change one dimension of the default (seqlake.tableformat.layout.DEFAULT_POLICY, key-only
 statistics, 64 KiB pages):
   control      the default again (A/A)       its time ratios are the run's noise floor
+  encoding     fixed by type                 LayoutPolicy.choose_encodings=False (the default
+                                             chooses each file's encodings from its rows)
   codec        zstd-1/3/9, snappy, none      LayoutPolicy.compression (floats, strings, user_id)
-               integers under zstd           LayoutPolicy.packed_compression
+               integers under zstd           LayoutPolicy.packed_compression, both of the
+                                             encodings fixed by type
   encoding     plain integers, all zstd      writer options (the layout before delta-packed integers);
                                              row groups copied from the default file
   row groups   dedicated x packed grid       LayoutPolicy through HistoryFileWriter
@@ -37,6 +40,8 @@ import pyarrow.parquet as pq
 from benchmarks.synthetic import history_lengths, increasing_per_user, pick_groups, skewed_values, synthetic_rows
 from seqlake.core.config import Config, load_config
 from seqlake.core.windows import window_of
+from seqlake.tableformat.encoding_choice import Choice
+from seqlake.tableformat.footer import FileFacts
 from seqlake.tableformat.io import CountingFileSystem, FooterCache, PlainFileSystem, read_footer
 from seqlake.tableformat.layout import DEFAULT_POLICY, LayoutPolicy, parquet_writer_options
 from seqlake.tableformat.reader import read_user_from_file
@@ -65,6 +70,7 @@ METRICS = [
 
 _DROP = object()  # an option override that removes the option
 PLAIN_INTEGERS_VARIANT = "plain integers, all zstd"
+FIXED_ENCODINGS_VARIANT = "encodings fixed by type"
 PLAIN_INTEGERS = {
     "compression": "zstd",
     "compression_level": 3,
@@ -89,12 +95,15 @@ def variants() -> list[Variant]:
     """The candidate layouts: each differs from the default in one dimension."""
     # The control: the default layout once more. Its time ratios show the run's noise floor.
     out = [Variant(DEFAULT_VARIANT, "default"), Variant(CONTROL_VARIANT, "control")]
+    # Encodings and codecs fixed by type (the layout before each file chose its own), and its codecs.
+    fixed = replace(DEFAULT_POLICY, choose_encodings=False)
+    out.append(Variant(FIXED_ENCODINGS_VARIANT, "encoding", fixed))
     for level in (1, 3, 9):
-        policy = replace(DEFAULT_POLICY, compression="zstd", compression_level=level)
+        policy = replace(fixed, compression="zstd", compression_level=level)
         out.append(Variant(f"zstd-{level}", "codec", policy))
     for codec in ("snappy", "none"):
-        out.append(Variant(codec, "codec", replace(DEFAULT_POLICY, compression=codec)))
-    out.append(Variant("integers under zstd", "codec", replace(DEFAULT_POLICY, packed_compression="zstd")))
+        out.append(Variant(codec, "codec", replace(fixed, compression=codec)))
+    out.append(Variant("integers under zstd", "codec", replace(fixed, packed_compression="zstd")))
     # The layout before integers were delta-packed: plain integers and floats, every column under zstd.
     out.append(Variant(PLAIN_INTEGERS_VARIANT, "encoding", options=PLAIN_INTEGERS))
     for dedicated in (256, 1024, 4096):
@@ -148,8 +157,12 @@ def history_rows(config: Config, users: int, heavy_users: int, heavy_rows: int, 
 # -- writing -------------------------------------------------------------------------------------
 
 
-def _options(schema: pa.Schema, variant: Variant) -> dict:
-    options = parquet_writer_options(schema, variant.policy, EXPECTED_USERS)
+def _options(schema: pa.Schema, variant: Variant, recorded: pq.FileMetaData) -> dict:
+    # The encodings the footer `recorded` holds (the default file's for a variant written with options,
+    # which then differs from the default in its own dimension only).
+    facts = FileFacts.from_metadata(recorded.metadata)
+    choices = {name: Choice(*choice) for name, choice in facts.encodings.items()} if facts else None
+    options = parquet_writer_options(schema, variant.policy, EXPECTED_USERS, choices)
     for key, value in variant.options.items():
         if value is _DROP:
             options.pop(key, None)
@@ -197,7 +210,7 @@ def _write_variant(
         else:
             sizes = _row_group_sizes(default)
         # The same footer facts as the default file: footers differ by layout only.
-        _encode(str(path), data, _options(schema, variant), sizes, default.metadata)
+        _encode(str(path), data, _options(schema, variant, default), sizes, default.metadata)
     return pq.read_metadata(path)
 
 
@@ -260,7 +273,7 @@ def _measure(
         start = time.perf_counter()
         rows += read_user_from_file(fs, footers, path, user, LOOKUP_COLUMNS).num_rows
         times.append(time.perf_counter() - start)
-    options, sizes = _options(data.schema, variant), _row_group_sizes(meta)
+    options, sizes = _options(data.schema, variant, meta), _row_group_sizes(meta)
     return {
         "lookup_s": statistics.median(times),
         "scan_all_s": _timed(lambda: _scan(path, None)),
@@ -383,9 +396,8 @@ def format_table(rows: list[dict]) -> str:
 def _describe_default() -> str:
     p = DEFAULT_POLICY
     rows = f" of at most {p.max_rows_per_page:,} rows" if p.max_rows_per_page else ""
-    codec = f"{p.compression}-{p.compression_level}" if p.compression == "zstd" else p.compression
     return (
-        f"integers delta-packed ({p.packed_compression}), floats, strings and user_id {codec}, "
+        f"encodings and codecs chosen per file from its first {p.encoding_sample_rows:,} rows, "
         f"dedicated {p.dedicated_user_rows}, packed {p.packed_row_group_rows}, "
         f"key-only statistics, {p.data_page_size // 1024} KiB pages{rows}"
     )

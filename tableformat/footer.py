@@ -32,6 +32,9 @@ class FileFacts:
     # min/max of the pruning columns. Parquet checksums pages, not its footer: a flipped statistic would
     # otherwise make a lookup skip a row group silently. Empty in files written before it existed.
     layout_digest: str = ""
+    # Each column's [encoding, codec] as the writer chose them for this file (SPEC.md, "Encodings");
+    # empty in files written before the choice was recorded.
+    encodings: dict[str, list[str]] = field(default_factory=dict)
 
     def to_metadata(self) -> dict[str, str]:
         return {PREFIX + k: json.dumps(v) for k, v in asdict(self).items()}
@@ -102,3 +105,27 @@ def layout_digest_of(meta) -> str:
             bounds.append((stats.min_raw, stats.max_raw) if has else (None, None))
         digest.add(group.num_rows, bounds)
     return digest.hexdigest()
+
+
+# Parquet's names of the codecs `FileFacts.encodings` records by pyarrow's names.
+PARQUET_CODECS = {"none": "UNCOMPRESSED", "lz4": "LZ4", "zstd": "ZSTD", "snappy": "SNAPPY", "gzip": "GZIP"}
+
+
+def encodings_differ(meta, recorded: dict[str, list[str]]) -> str | None:
+    """How a file's column chunks (pyarrow FileMetaData) differ from the encodings its footer records,
+    or None when they agree. A dictionary that outgrew its page limit falls back to plain pages."""
+    names = [meta.schema.column(i).name for i in range(meta.num_columns)]
+    if set(recorded) != set(names):
+        return f"records encodings of columns {sorted(recorded)}, the file has {sorted(names)}"
+    for g in range(meta.num_row_groups):
+        for i, name in enumerate(names):
+            encoding, codec = recorded[name]
+            chunk = meta.row_group(g).column(i)
+            expected = PARQUET_CODECS.get(codec, codec.upper())
+            fell_back = encoding == "RLE_DICTIONARY" and "PLAIN" in chunk.encodings
+            if chunk.compression != expected or not (encoding in chunk.encodings or fell_back):
+                return (
+                    f"row group {g} column {name} is {'/'.join(chunk.encodings)} under {chunk.compression}, "
+                    f"the footer records {encoding} under {expected}"
+                )
+    return None

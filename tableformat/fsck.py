@@ -25,7 +25,7 @@ from seqlake.core.errors import CorruptFileError, FsckError, UnsortedInputError
 from seqlake.core.progress import Progress
 from seqlake.tableformat.bucketing import bucket_of
 from seqlake.tableformat.checksum import ContentChecksum
-from seqlake.tableformat.footer import FileFacts, layout_digest_of
+from seqlake.tableformat.footer import FileFacts, encodings_differ, layout_digest_of
 from seqlake.tableformat.io import read_footer, resolve_uri
 from seqlake.tableformat.registry import FORMAT_PROPERTY, GROUPS_PROPERTY, live_runs, run_id_of_path
 from seqlake.tableformat.schema import FORMAT_VERSION, KEY_COLUMNS, STORAGE_ORDER
@@ -135,6 +135,9 @@ def _check_footer(table: Table, data_file: DataFile, meta: pq.FileMetaData, fail
         fail("run-of-file", f"footer run {facts.run_id} differs from the run in its name")
     if facts.layout_digest and layout_digest_of(meta) != facts.layout_digest:
         fail("footer-digest", "the footer's schema or row-group statistics differ from what was written")
+    differs = encodings_differ(meta, facts.encodings) if facts.encodings else None
+    if differs:
+        fail("encodings", differs)
     if facts.row_count != meta.num_rows or meta.num_rows != data_file.record_count:
         fail(
             "row-count",

@@ -21,7 +21,7 @@ from seqlake.core.errors import SeqlakeError, UnsortedInputError
 from seqlake.tableformat.checksum import ContentChecksum
 from seqlake.tableformat.footer import FileFacts, LayoutDigest
 from seqlake.tableformat.io import resolve_uri
-from seqlake.tableformat.layout import DEFAULT_POLICY, LayoutPolicy, parquet_writer_options
+from seqlake.tableformat.layout import DEFAULT_POLICY, LayoutPolicy, choose_encodings, parquet_writer_options
 from seqlake.tableformat.schema import FORMAT_VERSION
 
 
@@ -95,9 +95,12 @@ class HistoryFileWriter:
         self._fs, self._path = resolve_uri(uri)
         self._fs.create_dir(self._path.rsplit("/", 1)[0], recursive=True)
         self._sink = self._fs.open_output_stream(self._path)
-        # Page checksums (CRC-32 of every page) let readers refuse a corrupt page instead of decoding it.
-        options = parquet_writer_options(schema, policy, expected_users) | {"write_page_checksum": True}
-        self._writer = pq.ParquetWriter(self._sink, schema, **options)
+        self._expected_users = expected_users
+        # Opened at the first row group, with each column's encoding chosen from the file's first rows.
+        self._writer: pq.ParquetWriter | None = None
+        self._sample: list[pa.RecordBatch] = []
+        self._sample_rows = 0
+        self._encodings: dict[str, list[str]] = {}
         self._order = KeyOrder(group_order)
         self._checksum = ContentChecksum(schema)
         self._layout = LayoutDigest(schema.names)
@@ -129,6 +132,9 @@ class HistoryFileWriter:
         )
         self._order.check(batch)
         self._track_facts(batch)
+        if self._writer is None and self._sample_rows < self.policy.encoding_sample_rows:
+            self._sample.append(batch.slice(0, self.policy.encoding_sample_rows - self._sample_rows))
+            self._sample_rows += self._sample[-1].num_rows
         users = batch.column("user_id").to_numpy()
         cuts = np.flatnonzero(np.diff(users)) + 1
         starts = np.concatenate([[0], cuts])
@@ -181,11 +187,24 @@ class HistoryFileWriter:
             self._write_row_groups(pa.concat_tables(self._pending))
             self._pending, self._pending_rows = [], 0
 
+    def _open(self) -> pq.ParquetWriter:
+        """The Parquet writer, opened on first use with the encodings the sample chooses."""
+        if self._writer is None:
+            sample = pa.Table.from_batches(self._sample, schema=self.schema)
+            choices = choose_encodings(sample, self.policy)
+            self._encodings = {name: [c.encoding, c.codec] for name, c in choices.items()}
+            self._sample, self._sample_rows = [], 0
+            # Page checksums (CRC-32 of every page) let readers refuse a corrupt page instead of decoding it.
+            options = parquet_writer_options(self.schema, self.policy, self._expected_users, choices)
+            self._writer = pq.ParquetWriter(self._sink, self.schema, **options, write_page_checksum=True)
+        return self._writer
+
     def _write_row_groups(self, rows: pa.Table) -> None:
         step = self.policy.max_row_group_rows
+        writer = self._open()
         for offset in range(0, len(rows), step):
             chunk = rows.slice(offset, step).combine_chunks()
-            self._writer.write_table(chunk, row_group_size=len(chunk))
+            writer.write_table(chunk, row_group_size=len(chunk))
             self._checksum.update(chunk)
             self._layout.add_table(chunk)
             self._row_groups += 1
@@ -221,6 +240,7 @@ class HistoryFileWriter:
         self._closed = True
         self._finish_user()
         self._flush_pending()
+        writer = self._open()  # a file without rows still gets a footer
         facts = FileFacts(
             format_version=FORMAT_VERSION,
             run_id=self.run_id,
@@ -232,9 +252,10 @@ class HistoryFileWriter:
             windows=self._windows,
             checksum=self._checksum.hexdigest(),
             layout_digest=self._layout.hexdigest(),
+            encodings=self._encodings,
         )
-        self._writer.add_key_value_metadata(facts.to_metadata())
-        self._writer.close()
+        writer.add_key_value_metadata(facts.to_metadata())
+        writer.close()
         self._sink.close()
         size = self._fs.get_file_info(self._path).size
         return WrittenFile(self.uri, facts, size, self._row_groups)
@@ -243,7 +264,8 @@ class HistoryFileWriter:
         """Drop a half-written file (used when the producer fails)."""
         if not self._closed:
             self._closed = True
-            self._writer.close()
+            if self._writer is not None:
+                self._writer.close()
             self._sink.close()
             self._fs.delete_file(self._path)
 

@@ -74,6 +74,7 @@ class SparkSplit:
 
     rows: DataFrame  # history rows of the groups that fit
     kept: DataFrame  # their events (for the detail table)
+    events: int  # how many events `kept` holds
     quarantined: int
     _persisted: tuple
 
@@ -81,10 +82,20 @@ class SparkSplit:
         for frame in self._persisted:
             frame.unpersist()
 
+    def run_written(self) -> None:
+        """The run is written: free the groups, unless `kept` still reads them. A write to a table
+        plans again every cached frame that reads it (the events read detail): fewer to plan."""
+        if not self.quarantined:
+            self.release()
+
 
 def split_batch_spark(spark, config: Config, events, view: str, windows: list[int]) -> SparkSplit:
     """Aggregate the batch's `events` (a persisted DataFrame) once, with the check; write the events
-    of the groups that do not fit to the compaction quarantine (replacing the windows' rows)."""
+    of the groups that do not fit to the compaction quarantine (replacing the windows' rows).
+
+    Both counts come from one pass over the (persisted) groups, which it materializes: every event
+    is in exactly one group, whose `event_count` counts it. The events of failed groups are read
+    only when there are some, by the quarantine write."""
     from pyspark.sql import functions as F
 
     events.createOrReplaceTempView(view)
@@ -93,16 +104,20 @@ def split_batch_spark(spark, config: Config, events, view: str, windows: list[in
     groups.createOrReplaceTempView(groups_view)
     rows = spark.sql(fitting_rows_sql(config, groups_view, group_by_extra=GROUPING))
     rows = rows.select(*history_arrow_schema(config).names)
-    names = compaction_quarantine_schema(config).names
-    failed = spark.sql(group_events_sql(config, view, groups_view, group_by_extra=GROUPING, failed=True))
-    failed = failed.select(*names).persist()
-    quarantined = failed.count()
+    tally = spark.sql(
+        "SELECT coalesce(sum(CASE WHEN _reason IS NULL THEN event_count END), 0), "
+        f"coalesce(sum(CASE WHEN _reason IS NOT NULL THEN event_count END), 0) FROM {groups_view}"
+    ).first()
+    assert tally is not None  # an aggregate answers one row
+    kept_events, quarantined = int(tally[0]), int(tally[1])
     kept = events
     if quarantined:
         compaction_quarantine_table(config)
+        failed = spark.sql(group_events_sql(config, view, groups_view, group_by_extra=GROUPING, failed=True))
+        failed = failed.select(*compaction_quarantine_schema(config).names)
         failed.writeTo(spark_name(config, COMPACTION_QUARANTINE)).overwrite(F.col("window_id").isin(windows))
         kept = spark.sql(group_events_sql(config, view, groups_view, group_by_extra=GROUPING, failed=False))
-    return SparkSplit(rows, kept, quarantined, (groups, failed))
+    return SparkSplit(rows, kept, kept_events, quarantined, (groups,))
 
 
 def split_batch_duckdb(

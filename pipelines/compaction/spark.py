@@ -3,7 +3,9 @@
 One pass per batch (`seqlake.pipelines.compaction.plan`): one read of the windows' landing rows, one
 aggregation grouped by (window, user, feature group, item) with the declared merge operators, one run
 holding exactly those windows, one detail write, and the plan's commit, which records them and the
-LSN frontier.
+LSN frontier (three columns of the same rows and of the landing quarantine). The events and their
+groups are cached for the pass: one action counts both from the groups, then the run's write reads
+the groups and the detail write the events.
 
 Steps, each safe to repeat: deduplicate (an event id counts in the earliest landing window it arrived
 in, at its first arrival; ids that published windows hold drop), aggregate, write the run's files,
@@ -56,18 +58,13 @@ def _of_windows(table: DataFrame, windows: list[int]) -> DataFrame:
     return table.where((window >= windows[0]) & (window <= windows[-1]) & window.isin(windows))
 
 
-def batch_landing(spark: SparkSession, paths: LandingPaths, windows: list[int]) -> DataFrame:
-    """The landing rows of the windows (ascending)."""
-    return _of_windows(spark.read.format("delta").load(paths.events), windows)
-
-
 def batch_events(
     spark: SparkSession,
     config: Config,
     paths: LandingPaths,
     windows: list[int],
     published: set[int],
-    landed: DataFrame | None = None,
+    landing: DataFrame | None = None,
 ) -> DataFrame:
     """The batch's events, each once.
 
@@ -75,15 +72,17 @@ def batch_events(
     and within a window to its first arrival: a pure function of the landing tier, so windows
     compacted in any order, in any batches, or at the same time, agree on where each event goes. Ids
     that a published window holds in detail drop too (an old event imported again after its window
-    was published). `landed` is `batch_landing` of the windows when the caller holds it already."""
+    was published). `landing`: the landing table as the caller loaded it already (the batch's rows
+    and the earlier windows' come from that one load)."""
     from pyspark.sql import functions as F
 
     retention = config.layout.detail_retention_windows
-    landing = spark.read.format("delta").load(paths.events)
+    if landing is None:
+        landing = spark.read.format("delta").load(paths.events)
     window = F.col("window_id")
     # View names carry the batch: batches compacted in parallel threads of one session stay apart.
     view = f"_seqlake_landing_{batch_run_id(windows)}"
-    (batch_landing(spark, paths, windows) if landed is None else landed).createOrReplaceTempView(view)
+    _of_windows(landing, windows).createOrReplaceTempView(view)
     events = spark.sql(first_arrivals_sql(view, retention)).alias("e")
     e_window, e_id = F.col("e.window_id"), F.col("e.event_id")
     # Arrivals in earlier windows outside the batch (published ones, or ones left for later).
@@ -151,9 +150,10 @@ def _compact_batch(
         return plan  # every window is published already
     history, detail, todo, run_id, point = plan.history, plan.detail, plan.windows, plan.run_id, plan.point
 
-    # The batch's landing rows are read once: for its events and for its LSN frontier.
-    landed = batch_landing(spark, paths, todo).persist()
-    events = batch_events(spark, config, paths, todo, plan.published, landed)
+    # One load of the landing table (one Delta log read) for the batch's events and its LSN frontier.
+    # The batch's landing rows are not cached: the events are, and the frontier reads three columns.
+    landing = spark.read.format("delta").load(paths.events)
+    events = batch_events(spark, config, paths, todo, plan.published, landing)
     # Users of a forget under way (it cleaned detail, not history yet) stay out of the batch.
     dropping = missed_users(history, point, detail.refresh()).to_pylist()
     events = (events.where(~F.col("user_id").isin(dropping)) if dropping else events).persist()
@@ -162,6 +162,7 @@ def _compact_batch(
         split = split_batch_spark(spark, config, events, f"_seqlake_events_{run_id}", todo)
         crash_at("before_write", fail_at)
         files = write_run_with_spark(split.rows, history, config, run_id)
+        split.run_written()
         crash_at("after_write", fail_at)
         # Replace the windows' partitions, never append: a re-run after a failed commit, or a job
         # racing on the same windows, replaces the same events instead of adding them again.
@@ -174,14 +175,12 @@ def _compact_batch(
         if split.quarantined:
             remove_missed(compaction_quarantine_table(config), point, scope)
         crash_at("after_detail", fail_at)
-        event_count = events.count() - split.quarantined
-        own_lsns = window_lsns(spark_scan(spark, {paths.events: landed}), paths, todo)
+        own_lsns = window_lsns(spark_scan(spark, {paths.events: _of_windows(landing, todo)}), paths, todo)
     finally:
         if split is not None:
             split.release()
         events.unpersist()
-        landed.unpersist()
-    result = publish_batch(history, todo, files, own_lsns, event_count, fail_at=fail_at, point=point)
+    result = publish_batch(history, todo, files, own_lsns, split.events, fail_at=fail_at, point=point)
     return replace(result, quarantined=split.quarantined) if result.published else result
 
 
@@ -198,8 +197,9 @@ def merge_runs_if_needed(spark: SparkSession, config: Config) -> str | None:
     paths = [f.file_path for f in files_of_runs(history, set(merge.runs))]
     names = history_arrow_schema(config).names
     target, loose = history_read_schema(history)
-    # Spark's vectorized Parquet reader knows no BYTE_STREAM_SPLIT pages (history's float columns,
-    # SPEC "Encodings"); its row reader does. Set for this job's read only.
+    # Spark's vectorized Parquet reader knows no BYTE_STREAM_SPLIT pages (float columns of older
+    # history files or of LayoutPolicy.byte_stream_split, SPEC "Encodings"); its row reader does.
+    # Set for this job's read only.
     vectorized = VECTORIZED_PARQUET
     previous = spark.conf.get(vectorized)
     assert previous is not None  # a SQL configuration with a default value

@@ -147,8 +147,8 @@ def spark_conf(config: Config, master: str = "local[2]", jars: bool = True) -> d
         # parquet-java checks the page CRCs seqlake's files carry (seqlake.tableformat.page_checksums): a
         # damaged page fails the read instead of turning into wrong rows. Iceberg's reader honours it.
         "spark.hadoop.parquet.page.verify-checksum.enabled": "true",
-        # History's float columns are BYTE_STREAM_SPLIT pages (tableformat/layout.py), which Iceberg's
-        # vectorized Parquet reader refuses; its row reader decodes them.
+        # History files may hold BYTE_STREAM_SPLIT float pages (older files; LayoutPolicy.byte_stream_split),
+        # which Iceberg's vectorized Parquet reader refuses; its row reader decodes them.
         "spark.sql.iceberg.vectorization.enabled": "false",
         # Overflowing merges fail loudly on both engines (DuckDB's CAST does too), never wrap.
         "spark.sql.ansi.enabled": "true",

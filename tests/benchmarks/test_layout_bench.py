@@ -28,6 +28,7 @@ HEAVY_ROWS = 4000
 EXPECTED_VARIANTS = [
     "default",
     "default again (A/A)",
+    "encodings fixed by type",
     "zstd-1",
     "zstd-3",
     "zstd-9",

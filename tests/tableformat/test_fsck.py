@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -11,6 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from benchmarks.synthetic import publish_synthetic_run
+from seqlake.tableformat.encoding_choice import Choice
 from seqlake.tableformat.footer import FileFacts
 from seqlake.tableformat.fsck import FsckError, fsck_table
 from seqlake.tableformat.layout import DEFAULT_POLICY, parquet_writer_options
@@ -41,7 +43,9 @@ def rewrite(uri: str, transform=lambda t: t, bloom: bool = True, facts=None) -> 
     path = uri.removeprefix("file://")
     original = pq.ParquetFile(path)
     rows = transform(original.read())
-    options = parquet_writer_options(rows.schema, DEFAULT_POLICY, 1024)
+    recorded = FileFacts.from_metadata(original.metadata.metadata)
+    choices = {name: Choice(*choice) for name, choice in recorded.encodings.items()} if recorded else None
+    options = parquet_writer_options(rows.schema, DEFAULT_POLICY, 1024, choices)
     if not bloom:
         del options["bloom_filter_options"]
     with pq.ParquetWriter(path, original.schema_arrow, **options) as writer:
@@ -128,3 +132,30 @@ def test_file_outside_any_recorded_run_is_found(table):
     table.refresh()
     with pytest.raises(FsckError, match="run w9, which is not a recorded live run"):
         fsck_table(table)
+
+
+def test_encodings_other_than_the_footer_records_are_found(table):
+    uri = a_file(table)
+    path = uri.removeprefix("file://")
+    recorded = FileFacts.from_metadata(pq.read_metadata(path).metadata)
+    assert recorded is not None and recorded.encodings
+    # The rewrite keeps the file's encodings; its footer then claims another codec for item_id.
+    encoding, codec = recorded.encodings["item_id"]
+    claimed = [encoding, "none" if codec == "zstd" else "zstd"]
+    facts = dataclasses.replace(recorded, encodings=recorded.encodings | {"item_id": claimed})
+    rewrite(uri, facts=facts.to_metadata())
+    reregister(table, uri)
+    with pytest.raises(FsckError, match=r"\[encodings\] row group 0 column item_id is .*, the footer records") as error:
+        fsck_table(table)
+    assert uri in str(error.value)
+
+
+def test_files_without_recorded_encodings_still_pass(table):
+    uri = a_file(table)
+    path = uri.removeprefix("file://")
+    old = {k.decode(): v.decode() for k, v in pq.read_metadata(path).metadata.items() if k != b"seqlake.encodings"}
+    rewrite(uri, facts=old)
+    reregister(table, uri)
+    facts = FileFacts.from_metadata(pq.read_metadata(path).metadata)
+    assert facts is not None and facts.encodings == {}
+    assert fsck_table(table).rows == sum(LENGTHS.values()) + 20 * len(LENGTHS)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -103,7 +105,8 @@ def test_checksum_does_not_depend_on_batching(config, tmp_path):
 
 def test_encodings_statistics_bloom_filter_and_page_index(config, tmp_path):
     data = one_bucket(config, {1: 3000, 2: 100})
-    write(config, data, tmp_path / "f.parquet")
+    # The fixed rule by type (files whose encodings are not chosen from their rows).
+    write(config, data, tmp_path / "f.parquet", policy=dataclasses.replace(POLICY, choose_encodings=False))
     meta = pq.read_metadata(tmp_path / "f.parquet")
     names = meta.schema.to_arrow_schema().names
     column = meta.row_group(0).column
@@ -123,6 +126,26 @@ def test_encodings_statistics_bloom_filter_and_page_index(config, tmp_path):
     chunk = PagedFile(meta).chunk(0, names.index("surface"))
     assert tc.get(tc.get(chunk, 3), 4) == 7  # Parquet's LZ4_RAW codec, not the deprecated Hadoop-framed LZ4
     assert meta.row_group(0).sorting_columns[0].column_index == names.index("user_id")
+
+
+def test_each_column_gets_the_encoding_and_codec_its_footer_records(config, tmp_path):
+    data = one_bucket(config, {1: 3000, 2: 100})
+    written = write(config, data, tmp_path / "f.parquet")
+    meta = pq.read_metadata(tmp_path / "f.parquet")
+    facts = FileFacts.from_metadata(meta.metadata)
+    assert facts is not None and facts.encodings == written.facts.encodings
+    assert set(facts.encodings) == set(history_arrow_schema(config).names)
+    assert facts.encodings["user_id"][0] == "RLE_DICTIONARY"  # the bloom-filtered key keeps its dictionary
+    codecs = {"none": "UNCOMPRESSED", "lz4": "LZ4", "zstd": "ZSTD"}
+    names = meta.schema.to_arrow_schema().names
+    for g in range(meta.num_row_groups):
+        for name, (encoding, codec) in facts.encodings.items():
+            chunk = meta.row_group(g).column(names.index(name))
+            assert chunk.compression == codecs[codec], name
+            # A dictionary that outgrows its page limit falls back to plain pages.
+            assert encoding in chunk.encodings or (encoding == "RLE_DICTIONARY" and "PLAIN" in chunk.encodings), name
+    back = pq.read_table(tmp_path / "f.parquet").select(data.column_names)
+    assert back.equals(data.cast(meta.schema.to_arrow_schema()))
 
 
 def test_any_parquet_reader_reads_the_file_unchanged(config, tmp_path):
