@@ -201,7 +201,7 @@ def run_demo(config: Config) -> Report:
     spark = SparkCrossCheck(config)
     try:
         spark_rows = spark.submit(_spark_count, config)
-        metadata_location = catalog.load_table(raw_id).metadata_location
+        metadata_location = raw_table.refresh().metadata_location
         with duckdb_connect() as con:
             counted = con.execute(
                 "SELECT count(*), count(DISTINCT source_partition) FROM iceberg_scan(?)", [metadata_location]
@@ -209,7 +209,7 @@ def run_demo(config: Config) -> Report:
         assert counted is not None  # an aggregate answers one row
         duck_rows, duck_partitions = counted
         # pyiceberg answers from snapshot metadata alone: no data file is read.
-        arrow_rows = total_records(catalog.load_table(raw_id).current_snapshot())
+        arrow_rows = total_records(raw_table.current_snapshot())
         raw = report.section("raw_landing")
         raw["table"] = raw_id
         raw["records"] = landing.records

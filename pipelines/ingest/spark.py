@@ -97,10 +97,13 @@ def land_records(
     records of published windows in their `homes`: (landed, Counter of quarantine reasons)."""
     from pyspark.sql import functions as F
 
-    with validation_settings(spark):
-        parsed = validated_records(spark, config, raw, homes).persist()
+    parsed = None
     try:
-        counts = Counter({r["reason"]: r["count"] for r in parsed.groupBy("reason").count().collect()})
+        # The count fills the cache: the validation query runs (is compiled) there, under its settings;
+        # the appends read the cached rows.
+        with validation_settings(spark):
+            parsed = validated_records(spark, config, raw, homes).persist()
+            counts = Counter({r["reason"]: r["count"] for r in parsed.groupBy("reason").count().collect()})
         valid = parsed.filter(F.col("reason").isNull()).select(*landing_schema(config).names)
         bad = parsed.filter(F.col("reason").isNotNull()).select(*QUARANTINE_SCHEMA.names)
         # Quarantine first: a crash between the two appends replays the batch, and both
@@ -110,7 +113,8 @@ def land_records(
         append_idempotent(valid, paths.events, app_id, version)
         kill_point("ingest_landed")
     finally:
-        parsed.unpersist()
+        if parsed is not None:
+            parsed.unpersist()
     return counts.pop(None, 0), counts
 
 
