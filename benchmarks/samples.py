@@ -294,8 +294,11 @@ def run_samples_bench(
     log: Callable[[str], None] = print,
     spark_master: str = "local[2]",
     shape: str = "realistic",
+    with_spark: bool | None = None,
 ) -> SamplesBench:
+    """The bench at `scale_name`; `with_spark` measures the Spark path too (None: as the scale says)."""
     scale = SCALES[scale_name]
+    with_spark = scale.spark if with_spark is None else with_spark
     with tempfile.TemporaryDirectory(prefix="seqlake-bench-samples-") as scratch:
         config = bench_config(config, Path(scratch) / "warehouse", scale)
         day_start_us = int(config.generator.start_ts.timestamp()) * 1_000_000 + scale.history_days * 24 * HOUR_US
@@ -306,7 +309,7 @@ def run_samples_bench(
         bench = SamplesBench(scale_name, shape, scale.users, rows.num_rows, table_bytes(history), table_bytes(detail))
         del rows
         spark = None
-        if scale.spark:
+        if with_spark:
             from seqlake.engines.spark_session import spark_session
 
             spark = spark_session(config, "seqlake-bench-samples", spark_master)
