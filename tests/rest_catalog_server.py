@@ -5,14 +5,19 @@ Behind the REST API the server keeps a JdbcCatalog on a SQLite file of its own a
 into a temporary warehouse folder (HadoopFileIO), which pyiceberg, DuckDB and Spark read directly.
 The server is configured through its CATALOG_* environment variables (CATALOG_WAREHOUSE is the
 `warehouse` property); it listens on every interface of the port it is given, and the tests reach it
-on 127.0.0.1. It accepts any client credential: its token endpoint issues a token to every client.
+on 127.0.0.1. It accepts any client credential: its token endpoint issues a token to every client, so the tests
+of refused credentials put `AuthenticatingFront` before it.
 """
 
 from __future__ import annotations
 
+import http.server
+import json
 import os
+import threading
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -75,3 +80,70 @@ def rest_catalog_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Re
         yield RestCatalogServer(uri, warehouse, log, round(time.monotonic() - began, 1))
     finally:
         stop(process)
+
+
+class AuthenticatingFront:
+    """An OAuth2 front for the REST server, which itself takes any credential: its token endpoint
+    issues a token only to `client_id:client_secret`, and every other request needs that token as
+    its bearer; the rest is forwarded as it came. A refusal is the REST specification's 401."""
+
+    def __init__(self, upstream: str, client_id: str, client_secret: str) -> None:
+        self.upstream, self.client = upstream, (client_id, client_secret)
+        self.token = "front-" + os.urandom(8).hex()
+        front = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *args: object) -> None:  # the test's output stays the test's
+                pass
+
+            def _answer(self, status: int, body: bytes, content_type: str = "application/json") -> None:
+                self.send_response(status)
+                self.send_header("Content-Type", content_type)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def _handle(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                if self.path.endswith("/v1/oauth/tokens"):
+                    form = urllib.parse.parse_qs(body.decode())
+                    given = (form.get("client_id", [""])[0], form.get("client_secret", [""])[0])
+                    if given != front.client:
+                        refusal = {"error": "invalid_client", "error_description": "unknown client or wrong secret"}
+                        return self._answer(401, json.dumps(refusal).encode())
+                    issued = {"access_token": front.token, "token_type": "bearer", "expires_in": 3600}
+                    issued["issued_token_type"] = "urn:ietf:params:oauth:token-type:access_token"
+                    return self._answer(200, json.dumps(issued).encode())
+                if self.headers.get("Authorization") != f"Bearer {front.token}":
+                    error = {"message": "not authorized", "type": "NotAuthorizedException", "code": 401}
+                    return self._answer(401, json.dumps({"error": error}).encode())
+                forwarded = urllib.request.Request(
+                    front.upstream + self.path,
+                    data=body if body or self.command in ("POST", "PUT") else None,
+                    method=self.command,
+                    headers={
+                        k: v
+                        for k, v in self.headers.items()
+                        if k.lower() not in ("host", "content-length", "accept-encoding")
+                    },
+                )
+                try:
+                    with urllib.request.urlopen(forwarded, timeout=60) as answer:
+                        status, payload, kind = answer.status, answer.read(), answer.headers.get("Content-Type")
+                except urllib.error.HTTPError as refused:
+                    status, payload, kind = refused.code, refused.read(), refused.headers.get("Content-Type")
+                self._answer(status, payload, kind or "application/json")
+
+            do_GET = do_POST = do_PUT = do_DELETE = do_HEAD = _handle
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.uri = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def __enter__(self) -> AuthenticatingFront:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()

@@ -14,7 +14,7 @@ import yaml
 
 from seqlake.core.config import load_config
 from tests.end_to_end.remote_runs import embedded_run, pipeline_contents, run_pipeline, seqlake, write_config
-from tests.rest_catalog_server import RestCatalogServer
+from tests.rest_catalog_server import AuthenticatingFront, RestCatalogServer
 from tests.server_process import free_port
 
 pytestmark = pytest.mark.spark
@@ -79,3 +79,39 @@ def test_a_rest_catalog_that_cannot_be_reached_is_one_line_without_its_secret(tm
     (line,) = done.stderr.strip().splitlines()
     assert "cannot reach the REST catalog http://127.0.0.1:" in line, line
     assert secret not in done.stdout + done.stderr
+
+
+def test_wrong_credentials_are_refused_in_one_line_without_them(rest_catalog_server: RestCatalogServer, tmp_path):
+    """A catalog that checks who calls (an OAuth2 front on the same server): the right client secret
+    lists the tables; a wrong secret or token is one line naming the catalog, and neither is printed."""
+    client_secret = "secret-" + os.urandom(8).hex()
+    with AuthenticatingFront(rest_catalog_server.uri, "seqlake", client_secret) as front:
+        config = write_config(tmp_path, str(tmp_path / "warehouse"), front.uri)
+        data = yaml.safe_load(config.read_text())
+        data["warehouse"] |= {"catalog_type": "rest", "namespace": "rest_credentials"}
+        config.write_text(yaml.safe_dump(data, sort_keys=False))
+
+        def tables(**secrets: str) -> subprocess.CompletedProcess[str]:
+            env = {k: v for k, v in os.environ.items() if not k.startswith("SEQLAKE_CATALOG_")}
+            return subprocess.run(
+                [sys.executable, "-m", "seqlake", "--config", str(config), "tables"],
+                capture_output=True,
+                text=True,
+                env=env | secrets,
+                timeout=300,
+            )
+
+        allowed = tables(SEQLAKE_CATALOG_CREDENTIAL=f"seqlake:{client_secret}")
+        assert allowed.returncode == 0, allowed.stderr
+        assert client_secret not in allowed.stdout + allowed.stderr
+
+        wrong_secret = "wrong-" + os.urandom(8).hex()
+        wrong_token = "token-" + os.urandom(8).hex()
+        for refused, secret in (
+            (tables(SEQLAKE_CATALOG_CREDENTIAL=f"seqlake:{wrong_secret}"), wrong_secret),
+            (tables(SEQLAKE_CATALOG_TOKEN=wrong_token), wrong_token),
+        ):
+            assert refused.returncode != 0
+            (line,) = refused.stderr.strip().splitlines()
+            assert f"the REST catalog {front.uri} refused seqlake" in line, line
+            assert secret not in refused.stdout + refused.stderr
