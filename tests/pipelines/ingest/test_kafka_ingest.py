@@ -4,7 +4,7 @@ The demo's stream is produced into a topic of 4 partitions, each record into its
 broker's acknowledgements (partition, offset, log-append time) and the payloads make a raw table of the
 same records, whose in-process ingest is the reference. Ingest from the topic, killed (SIGKILL) at each
 commit point and run again, lands exactly the reference's rows, so every LSN is its message's offset, on
-the in-process engine and on Spark (which completes a killed in-process run). A second ingest finds
+the in-process engine and on Spark, each completing a run of the other killed. A second ingest finds
 nothing new; a topic whose retention dropped offsets the lake still needs is refused in one line.
 """
 
@@ -170,6 +170,31 @@ def test_spark_completes_a_killed_ingest_and_lands_the_same_rows(spark, topic: T
     # Nothing new, for either engine.
     assert ingest_topic_spark(spark, config, topic.topic, paths).batches == 0
     assert ingest_topic_in_process(config, topic.topic, paths).batches == 0
+
+
+@pytest.mark.spark
+def test_spark_killed_at_each_commit_point_is_completed_by_the_in_process_engine(topic: Topic, tmp_path: Path) -> None:
+    config = source_config(topic.config, "kafka_spark_killed")
+    config_file = write_config(config, tmp_path / "seqlake.yaml")
+    paths = landing_paths(config)
+    ends = [topic.ends[p] for p in range(PARTITIONS)]
+    # `seqlake ingest --engine spark` killed after partition 0's quarantine commit, then after the
+    # landing commits of partitions 0 and 1; its driver's JVM ends with it.
+    killed = seqlake_ingest(
+        config_file, "--source", topic.topic.uri, "--engine", "spark", env_extra={KILL_AT_ENV: "ingest_quarantined#1"}
+    )
+    assert killed.returncode == -9, killed.stderr
+    assert positions(paths, topic.topic) == [(ends[0], 0), (0, 0), (0, 0), (0, 0)]
+    killed = seqlake_ingest(
+        config_file, "--source", topic.topic.uri, "--engine", "spark", env_extra={KILL_AT_ENV: "ingest_landed#2"}
+    )
+    assert killed.returncode == -9, killed.stderr
+    assert positions(paths, topic.topic) == [(ends[0], ends[0]), (ends[1], ends[1]), (0, 0), (0, 0)]
+    done = ingest_topic_in_process(config, topic.topic, paths)
+    assert (done.batches, done.skipped) == (2, 2)
+    assert content(config, paths) == topic.reference
+    assert positions(paths, topic.topic) == [(end, end) for end in ends]
+    assert offsets_held(paths) == {p: list(range(end)) for p, end in enumerate(ends)}
 
 
 def test_a_topic_whose_retention_dropped_offsets_the_lake_needs_is_refused_in_one_line(
