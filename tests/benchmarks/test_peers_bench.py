@@ -6,7 +6,7 @@ import json
 
 import pyarrow as pa
 
-from benchmarks.peers import SYSTEMS, _same
+from benchmarks.peers import SYSTEMS, ZSTD_EVERYTHING, _same
 from seqlake.cli import main
 
 
@@ -21,8 +21,15 @@ def test_bench_peers_small_answers_agree_and_reports_every_target(tmp_path, caps
     assert all(t["qps"] > 0 and t["cpu_s"] >= 0 for t in whole.values())
     assert {"seqlake index", "seqlake read+count", "rocksdb count key"} == set(result["lookups"]["count of long"])
     assert len(result["targets"]) >= 20 and all(t["ratio"] is not None for t in result["targets"])
-    # every QPS comparison also has its CPU-time ratio; only the bytes targets have none
-    assert all((t["cpu_ratio"] is None) == t["name"].startswith("bytes read") for t in result["targets"])
+    # every QPS comparison also has its CPU-time ratio; only the bytes and disk targets have none
+    assert all((t["cpu_ratio"] is None) == t["name"].startswith(("bytes read", "disk")) for t in result["targets"])
+    # Disk against both RocksDB stores and against seqlake's own files with zstd on every column.
+    disk = {t["name"]: t["ratio"] for t in result["targets"] if t["name"].startswith("disk")}
+    assert set(disk) == {f"disk: seqlake vs {p}" for p in ("rocksdb app-zstd", "rocksdb block+cache")} | {
+        "disk: seqlake vs the same files with zstd everything"
+    }
+    sizes = result["disk_bytes"]
+    assert disk["disk: seqlake vs the same files with zstd everything"] == sizes["seqlake"] / sizes[ZSTD_EVERYTHING]
     assert (tmp_path / "plots" / "qps_by_length.png").stat().st_size > 0
     assert (tmp_path / "plots" / "qps_by_columns.png").stat().st_size > 0
     assert "| target | ratio | bound | met | CPU ratio |" in report
