@@ -200,6 +200,16 @@ def _program(error: BaseException | None, fallback: str) -> str:
     return ctx.command_path if isinstance(ctx, click.Context) else fallback
 
 
+def _spark_driver_gone(error: BaseException) -> bool:
+    """Whether `error` is PySpark losing its JVM: a connection error raised inside py4j."""
+    import traceback
+
+    if not isinstance(error, ConnectionError) and type(error).__name__ != "Py4JNetworkError":
+        return False
+    frames = traceback.extract_tb(error.__traceback__)
+    return any(f"{os.sep}py4j{os.sep}" in frame.filename for frame in frames)
+
+
 def run(command: click.Command, argv: Sequence[str] | None, prog_name: str, *, raise_errors: bool = False) -> int:
     """Run a click command on `argv` as the command line does; the exit status.
 
@@ -255,6 +265,11 @@ def run(command: click.Command, argv: Sequence[str] | None, prog_name: str, *, r
             raise
         what = _one_line(str(error)) or "no message"
         message = f"unexpected {type(error).__name__}: {what} (set {DEBUG_ENV}=1 for the traceback)"
+        if _spark_driver_gone(error):
+            message = (
+                f"Spark's driver JVM stopped during the job ({type(error).__name__}); its log above says why, and "
+                "for an OutOfMemoryError give it more heap: spark.driver_memory in the configuration"
+            )
         _fail(state, running(), message, type(error).__name__)
         return 1
     finally:

@@ -214,6 +214,9 @@ def _epoch_ms(moment: datetime) -> int:
 
 class SparkSpec(_Frozen):
     master: str = "local[2]"  # spark-submit's --master wins; $SEQLAKE_SPARK_MASTER overrides this
+    # The heap of a driver JVM seqlake starts (in local mode it runs the tasks too), as Spark writes
+    # it (4g, 512m); None keeps Spark's 1g. spark-submit's --driver-memory wins.
+    driver_memory: str | None = Field(default=None, pattern=r"^[0-9]+[kKmMgGtT]?$")
 
 
 class GeneratorSpec(_Frozen):

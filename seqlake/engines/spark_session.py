@@ -167,6 +167,8 @@ def spark_conf(config: Config, master: str = "local[2]", jars: bool = True) -> d
         "spark.sql.sources.v2.bucketing.enabled": "true",
         "spark.sql.iceberg.planning.preserve-data-grouping": "true",
     }
+    if config.spark.driver_memory:
+        conf["spark.driver.memory"] = config.spark.driver_memory
     for key, value in catalog_options(config).items():
         conf[f"{catalog}.{key}"] = value
     if jars:

@@ -315,3 +315,23 @@ def test_every_command_has_a_hostile_case():
     from seqlake.cli import commands
 
     assert set(commands()) <= {args[0] for args, _, _ in CASES.values()}
+
+
+def test_a_spark_driver_that_stopped_mid_job_is_one_line_pointing_at_its_memory(capsys):
+    """PySpark whose JVM has gone (killed, or out of heap) fails inside py4j with a connection error;
+    the user gets one line saying so, not an "unexpected ConnectionRefusedError"."""
+    import click
+    from py4j.java_gateway import GatewayParameters, JavaGateway
+
+    from seqlake.cli import run
+    from tests.server_process import free_port
+
+    @click.command("job")
+    def job() -> None:
+        gateway = JavaGateway(gateway_parameters=GatewayParameters(port=free_port()))  # nobody listens there
+        gateway.jvm.java.lang.System.currentTimeMillis()
+
+    assert run(job, [], "seqlake job") == 1
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("seqlake job: error: Spark's driver JVM stopped during the job"), line
+    assert "spark.driver_memory" in line

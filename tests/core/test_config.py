@@ -51,6 +51,7 @@ def test_default_config_loads_with_feature_groups_and_tenants():
         (lambda d: d["generator"].update(late_share=False), "generator.late_share = False"),
         (lambda d: d["tenants"]["retrieval"].update(max_length=True), "tenants.retrieval.max_length = True"),
         (lambda d: d["warehouse"].update(path=5), "warehouse.path = 5"),
+        (lambda d: d.update(spark={"driver_memory": "lots"}), "spark.driver_memory = 'lots'"),
         (
             lambda d: d["feature_groups"]["purchase"]["columns"]["currency"].update(max_length="3"),
             "feature_groups.purchase.columns.currency.max_length = '3'",
@@ -178,3 +179,11 @@ def test_ingest_reads_a_raw_table_a_kafka_uri_or_a_configured_source(monkeypatch
         with pytest.raises(ConfigError, match=re.escape(f"sources.events.kafka = {uri!r}: Value error, ")) as error:
             parse_config(data | {"sources": {"events": {"kafka": uri}}})
         assert wrong in str(error.value)
+
+
+def test_the_driver_memory_reaches_the_spark_session_settings():
+    from seqlake.engines.spark_session import spark_conf
+
+    assert "spark.driver.memory" not in spark_conf(parse_config(default_data()), jars=False)  # Spark's own 1g
+    data = default_data() | {"spark": {"driver_memory": "4g"}}
+    assert spark_conf(parse_config(data), jars=False)["spark.driver.memory"] == "4g"
