@@ -1,7 +1,7 @@
 """Ingest in-process (`seqlake ingest --engine duckdb`): the Spark job's steps without a JVM.
 
 Each source snapshot is one batch, as on Spark: the data files it added are read with pyarrow, batch by
-batch (bounded memory), each batch validated by one DuckDB query (`validation_sql`, the set-based rules
+batch (bounded memory), each slice of batches validated by one DuckDB query (`validation_sql`, the set-based rules
 both engines run, records of published windows moved to their home window in it), and the valid and
 malformed rows are appended to the same Delta tables with delta-rs, quarantine first, each commit
 recording the snapshot's sequence number as its Delta txn version. Both engines read that record, so a
@@ -14,7 +14,6 @@ from __future__ import annotations
 import tempfile
 from collections import Counter
 from collections.abc import Iterator
-from itertools import chain
 from pathlib import Path
 
 import pyarrow as pa
@@ -37,7 +36,11 @@ from seqlake.pipelines.landing.tables import LandingPaths
 from seqlake.pipelines.tables import load_existing_table
 from seqlake.tableformat.snapshots import sequence_number
 
-READ_BATCH_ROWS = 128 * 1024  # raw records validated per query: memory stays bounded by a batch
+READ_BATCH_ROWS = 128 * 1024  # raw records read, and answers returned, per batch
+# Raw records per validation query. DuckDB's scan of a registered stream runs ahead of a slower reader
+# of the answers (the landing writer) until it has read the whole stream: one query over a whole
+# snapshot held all of it (2.8 GiB at 10^7 records). A query per slice bounds that by the slice.
+QUERY_ROWS = 8 * READ_BATCH_ROWS
 _RAW_RECORDS = "raw_records"  # the name each batch goes by in the validation query
 
 
@@ -68,8 +71,8 @@ def snapshot_records(table: Table, snapshot: Snapshot) -> Iterator[pa.RecordBatc
 
 class BatchValidator:
     """Validates streams of raw record batches (RAW_SCHEMA) with `validation_sql` on an in-process
-    DuckDB connection: one query per stream, read and answered batch by batch (bounded memory), in
-    the stream's order. Each answer batch holds rows of `parsed_schema`, typed or with their reason, a
+    DuckDB connection: one query per slice of QUERY_ROWS records, answered batch by batch (bounded
+    memory), in the stream's order. Each answer batch holds rows of `parsed_schema`, typed or with their reason, a
     record of a published window in its home window of `homes` (`plan.home_windows`)."""
 
     def __init__(self, config: Config, homes: dict[int, int] | None = None) -> None:
@@ -78,16 +81,14 @@ class BatchValidator:
         self._con = connect(extensions=())
 
     def stream(self, records: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        first = next(records, None)
-        if first is None:
-            return
-        # The files' own types (Iceberg keeps microseconds): the query reads RAW_SCHEMA's columns by name.
-        self._con.register(_RAW_RECORDS, pa.RecordBatchReader.from_batches(first.schema, chain([first], records)))
-        try:
-            for batch in self._con.execute(self._sql).to_arrow_reader(READ_BATCH_ROWS):
-                yield batch.cast(self.schema)
-        finally:
-            self._con.unregister(_RAW_RECORDS)
+        for piece in _slices(records, QUERY_ROWS):
+            # The files' own types (Iceberg keeps microseconds): the query reads RAW_SCHEMA's columns by name.
+            self._con.register(_RAW_RECORDS, pa.Table.from_batches(piece))
+            try:
+                for batch in self._con.execute(self._sql).to_arrow_reader(READ_BATCH_ROWS):
+                    yield batch.cast(self.schema)
+            finally:
+                self._con.unregister(_RAW_RECORDS)
 
     def __call__(self, batch: pa.RecordBatch) -> pa.Table:
         """One batch's rows."""
@@ -95,6 +96,20 @@ class BatchValidator:
 
     def close(self) -> None:
         self._con.close()
+
+
+def _slices(records: Iterator[pa.RecordBatch], rows: int) -> Iterator[list[pa.RecordBatch]]:
+    """`records` in order, in lists of whole batches of about `rows` records (at least one batch)."""
+    piece: list[pa.RecordBatch] = []
+    held = 0
+    for batch in records:
+        piece.append(batch)
+        held += batch.num_rows
+        if held >= rows:
+            yield piece
+            piece, held = [], 0
+    if piece:
+        yield piece
 
 
 class _Split:
