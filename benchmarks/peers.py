@@ -317,11 +317,11 @@ def _zstd_everything_bytes(data: Path, scratch: Path) -> int:
     """The size of seqlake's files rewritten with every column under zstd at the layout's level
     (pyarrow's default encodings, the same row groups): what the encoding choice's size is held to."""
     scratch.mkdir()
+    level = DEFAULT_POLICY.compression_level  # the policy the bench's files are written with
     total = 0
     for number, path in enumerate(sorted(data.rglob("*.parquet"))):
         source = pq.ParquetFile(path)
         copy = scratch / f"{number}.parquet"
-        level = DEFAULT_POLICY.compression_level  # the policy the bench's files are written with
         with pq.ParquetWriter(copy, source.schema_arrow, compression="zstd", compression_level=level) as writer:
             for group in range(source.num_row_groups):
                 rows = source.read_row_group(group)
