@@ -9,6 +9,8 @@ VENV := .venv
 BIN := $(VENV)/bin
 INSTALLED := $(VENV)/.installed
 JARS := .jars/.resolved
+# Spark's driver class-data archive (seqlake/engines/spark_classes.py), made once the jars are in place.
+CLASS_ARCHIVE := .jars/.class-archive
 # Test files run in parallel processes (pytest-xdist), each file whole in one of them (its fixtures
 # shared); much of a test's time is a JVM, a subprocess or a commit waiting, so two overlap on two cores.
 TEST_WORKERS ?= 2
@@ -28,7 +30,7 @@ test: setup
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet --site-dir $$(mktemp -d)
 	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadfile
 
-setup: $(INSTALLED) $(JARS)
+setup: $(INSTALLED) $(JARS) $(CLASS_ARCHIVE)
 
 jars: $(JARS)
 
@@ -55,6 +57,11 @@ $(JARS): jvm/pom.xml $(JAR_FOLDERS:%=jvm/%/pom.xml)
 		mvn --batch-mode --quiet -f jvm/$$folder/pom.xml dependency:copy-dependencies \
 			-DoutputDirectory=../../.jars/$$folder -DincludeScope=runtime || exit 1; \
 	done
+	touch $@
+
+# A driver without the archive still runs, only slower to start: set-up goes on if the JVM cannot write one.
+$(CLASS_ARCHIVE): $(INSTALLED) $(JARS)
+	$(BIN)/python -m seqlake.engines.spark_classes || echo "seqlake: Spark drivers will start without a class archive"
 	touch $@
 
 lint: setup

@@ -14,7 +14,10 @@ import subprocess
 from collections.abc import Mapping
 from pathlib import Path
 
-from seqlake.engines.spark_session import jars_dir
+from seqlake.engines.spark_session import QUICK_JVM_OPTIONS, jars_dir
+
+# A test server's JVM serves small requests: the JIT's quick tier and one collector thread spend less CPU.
+SERVER_JVM_OPTIONS = QUICK_JVM_OPTIONS
 
 
 def free_port() -> int:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shlex
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -33,11 +34,17 @@ LOG_SETTINGS = Path(__file__).with_name("log4j2.properties")
 # cross-checks) spends less CPU with the JIT's quick tier alone and one garbage-collector thread than
 # it gains from the optimizing tier: about a third less on the demo's samples jobs. The quick tier's
 # code cache is small by default (48 MiB), and a full one stops compiling: room for Spark's generated code.
+CLASS_ARCHIVE = "spark-classes.jsa"
 QUICK_JVM_OPTIONS = ("-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC", "-XX:ReservedCodeCacheSize=240m")
 
 
 def jars_dir() -> Path:
     return Path(os.environ.get(ENV_JARS_DIR) or CHECKOUT_JARS_DIR)
+
+
+def class_archive_path() -> Path:
+    """The driver's class-data archive (seqlake.engines.spark_classes), beside the jars it was made with."""
+    return jars_dir() / CLASS_ARCHIVE
 
 
 def spark_jars() -> list[Path]:
@@ -178,10 +185,15 @@ def spark_conf(config: Config, master: str = "local[2]", jars: bool = True) -> d
     return conf
 
 
-def driver_java_options(quick: bool = False) -> str:
-    """The driver JVM's options: seqlake's log settings; `quick`, for a short job in local mode, with
-    QUICK_JVM_OPTIONS."""
+def driver_java_options(quick: bool = False, archive: bool = True) -> str:
+    """The driver JVM's options: seqlake's log settings; the class archive when set-up wrote one
+    (`archive`); `quick`, for a short job in local mode, with QUICK_JVM_OPTIONS."""
     options = [f"-Dlog4j2.configurationFile={LOG_SETTINGS.as_uri()}", *(QUICK_JVM_OPTIONS if quick else ())]
+    path = class_archive_path()
+    if archive and path.is_file():
+        # The JVM starts without an archive it cannot use (another JDK or Spark); its warning about
+        # that would go to stdout, which carries a command's answer.
+        options += [shlex.quote(f"-XX:SharedArchiveFile={path}"), "-Xlog:cds*=off"]
     return " ".join(options)
 
 
