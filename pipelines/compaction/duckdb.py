@@ -55,19 +55,18 @@ def _as_history(table: pa.Table, schema: pa.Schema) -> pa.Table:
     return table.select(schema.names).cast(schema)
 
 
-def _windows_list(windows: list[int]) -> str:
-    return ", ".join(str(int(w)) for w in windows)
-
-
 def batch_events_duckdb(con, config: Config, paths: LandingPaths, windows: list[int], detail, published) -> pa.Table:
     """The batch's events, each once, by the same rule as the Spark engine's `batch_events`."""
     retention = int(config.layout.detail_retention_windows)
-    listed = _windows_list(windows)
+    # The batch's windows as a table: DuckDB tests a row against a NOT IN list of literals one literal
+    # at a time (5 s for 100K rows and a backlog of 4,557 windows), against a subquery by a hash join.
+    con.register("_batch_windows", pa.table({"window_id": pa.array(windows, pa.int64())}))
+    in_batch = "window_id IN (SELECT window_id FROM _batch_windows)"
     landing = f"delta_scan({sql_literal(_local(paths.events))})"  # views take no prepared parameters
-    con.execute(f"CREATE OR REPLACE TEMP VIEW _batch_landing AS SELECT * FROM {landing} WHERE window_id IN ({listed})")
+    con.execute(f"CREATE OR REPLACE TEMP VIEW _batch_landing AS SELECT * FROM {landing} WHERE {in_batch}")
     con.execute(
         f"CREATE OR REPLACE TEMP VIEW _earlier AS SELECT event_id, window_id FROM {landing} "
-        f"WHERE window_id >= {windows[0] - retention} AND window_id < {windows[-1]} AND window_id NOT IN ({listed})"
+        f"WHERE window_id >= {windows[0] - retention} AND window_id < {windows[-1]} AND NOT ({in_batch})"
     )
     elsewhere = sorted(w for w in published if w >= windows[0] - retention and w not in windows)
     held = (
