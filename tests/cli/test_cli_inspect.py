@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from seqlake.engines.duckdb_session import connect
+from seqlake.engines.duckdb_session import lake_cursor
 from seqlake.pipelines.landing.tables import landing_paths
 from seqlake.pipelines.tables import load_existing_table
 from seqlake.tableformat.registry import live_runs, run_id_of_path
@@ -47,7 +47,7 @@ def test_tables_lists_every_table_with_its_rows_files_and_size(small):
     assert listed["history"]["files"] == len(files)
     assert listed["history"]["bytes"] == sum(f.file_size_in_bytes for f in files)
     assert listed["history"]["snapshot_id"] == current_snapshot(history).snapshot_id
-    with connect(extensions=("delta",)) as con:
+    with lake_cursor() as con:
         found = con.execute("SELECT count(*) FROM delta_scan(?)", [landing_paths(small.config).events]).fetchone()
     assert found is not None  # an aggregate answers one row
     (landed,) = found

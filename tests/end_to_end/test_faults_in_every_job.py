@@ -27,7 +27,7 @@ import yaml
 
 from seqlake.core.config import Config, load_config
 from seqlake.engines.catalog import open_catalog
-from seqlake.engines.duckdb_session import connect
+from seqlake.engines.duckdb_session import lake_cursor
 from seqlake.pipelines.compaction.duckdb import compact_batch_duckdb
 from seqlake.pipelines.compaction.plan import history_tables
 from seqlake.pipelines.faults import KILL_AT_ENV
@@ -81,7 +81,7 @@ def warehouse(tmp_path_factory) -> Warehouse:
     seqlake(config_path, "ingest")
     config = load_config(str(config_path))
     paths = landing_paths(config)
-    with connect(extensions=("delta",)) as con:
+    with lake_cursor() as con:
         landed = con.execute(
             "SELECT count(*), count(DISTINCT event_id) FROM delta_scan(?)", [paths.events.removeprefix("file://")]
         ).fetchone()
@@ -108,7 +108,7 @@ def contents(config: Config) -> dict[str, str]:
         rows = rows.drop_columns([c for c in VOLATILE if c in rows.column_names])
         found[identifier[-1]] = hashlib.sha256("\n".join(sorted(map(repr, rows.to_pylist()))).encode()).hexdigest()
     paths = landing_paths(config)
-    with connect(extensions=("delta",)) as con:
+    with lake_cursor() as con:
         for name, uri in (("landing/events", paths.events), ("landing/quarantine", paths.quarantine)):
             rows = con.execute("SELECT * FROM delta_scan(?)", [uri.removeprefix("file://")]).to_arrow_table()
             found[name] = hashlib.sha256("\n".join(sorted(map(repr, rows.to_pylist()))).encode()).hexdigest()

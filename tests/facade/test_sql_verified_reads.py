@@ -21,7 +21,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import seqlake
-from seqlake.engines.duckdb_session import connect
+from seqlake.engines.duckdb_session import lake_cursor
 from seqlake.pipelines.compaction.plan import history_tables
 from seqlake.sql_session import SqlError, open_session
 from tests.facade.test_sql import build_small_warehouse
@@ -45,7 +45,7 @@ def largest_history_file(config) -> tuple[str, Path]:
 def control_digest(config) -> tuple:
     """The digest as DuckDB computes it reading the files itself (no page checksums checked)."""
     history, _ = history_tables(config)
-    with connect() as con:
+    with lake_cursor() as con:
         digest = con.execute(DIGEST.format("iceberg_scan(?)"), [history.metadata_location]).fetchone()
     assert digest is not None  # an aggregate answers one row
     return digest

@@ -4,7 +4,7 @@ nothing, and ingest, compaction and merges carry on with every event once."""
 
 from __future__ import annotations
 
-from seqlake.engines.duckdb_session import connect
+from seqlake.engines.duckdb_session import lake_cursor
 from seqlake.pipelines.compaction.duckdb import compact_batch_duckdb, merge_runs_if_needed_duckdb
 from seqlake.pipelines.compaction.plan import history_tables
 from seqlake.pipelines.landing.tables import is_delta_table
@@ -33,7 +33,7 @@ def expire_all_but_current(table) -> int:
 def landed_frontier(lake, windows: set[int]) -> dict[int, int]:
     """Per source partition, the highest LSN of the windows' landed or quarantined records."""
     highest: dict[int, int] = {}
-    with connect(extensions=("delta",)) as con:
+    with lake_cursor() as con:
         for uri in (lake.paths.events, lake.paths.quarantine):
             if not is_delta_table(uri):
                 continue

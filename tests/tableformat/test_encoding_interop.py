@@ -9,7 +9,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from seqlake.engines.duckdb_session import connect
+from seqlake.engines.duckdb_session import lake_cursor
 from seqlake.tableformat.encoding_choice import BYTE_STREAM_SPLIT, CODECS, DELTA, DICTIONARY, PLAIN
 from seqlake.tableformat.footer import FileFacts
 from seqlake.tableformat.io import resolve_uri
@@ -83,7 +83,7 @@ def test_every_encoding_choice_reads_the_same_in_duckdb_pyiceberg_and_spark(spar
     select = ", ".join(columns).replace("event_ts", "{ts}(event_ts) AS event_ts")
     order = ", ".join(KEY_COLUMNS)
     from_pyiceberg = rows(table.scan(selected_fields=tuple(columns)).to_arrow())
-    with connect() as con:
+    with lake_cursor() as con:
         cursor = con.execute(
             f"SELECT {select.format(ts='epoch_us')} FROM iceberg_scan(?) ORDER BY {order}", [table.metadata_location]
         )

@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from seqlake.core.errors import SchemaError
-from seqlake.engines.duckdb_session import connect
+from seqlake.engines.duckdb_session import lake_cursor
 from seqlake.tableformat.aggregates import history_stats
 from seqlake.tableformat.io import CountingFileSystem
 from seqlake.tableformat.reader import HistoryReader, Selection
@@ -59,7 +59,7 @@ def duckdb_reference(table, user: int, sel: Selection, columns: list[str]) -> li
     selected = ", ".join(dict.fromkeys([*columns, "event_ts", "lsn"]))
     query = f"SELECT {selected} FROM iceberg_scan(?) WHERE {' AND '.join(where)}"
     query += " ORDER BY event_ts, lsn"
-    with connect() as con:
+    with lake_cursor() as con:
         rows = con.execute(query, [table.metadata_location, *params]).to_arrow_table()
     if sel.top_k is not None:
         rows = rows.slice(max(0, rows.num_rows - sel.top_k))

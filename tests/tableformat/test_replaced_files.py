@@ -22,7 +22,7 @@ import yaml
 
 import seqlake
 from seqlake.core.errors import CorruptFileError, SqlError
-from seqlake.engines.duckdb_session import connect
+from seqlake.engines.duckdb_session import lake_cursor
 from seqlake.pipelines.compaction.plan import history_tables
 from seqlake.sql_session import open_session
 from seqlake.tableformat.cache import CachedHistoryReader
@@ -60,7 +60,7 @@ def replacements(path: Path, other: Path, work: Path) -> dict[str, Path]:
     (zeros between its column chunks and its footer, which readers find from the end), so that only
     its footer gives it away; and another history file seqlake wrote."""
     filtered = work / "filtered.parquet"
-    with connect() as con:
+    with lake_cursor() as con:
         con.execute(
             f"COPY (FROM read_parquet('{path}') WHERE user_id = {USER} AND lsn % 2 = 0) TO '{filtered}' "
             "(FORMAT parquet, COMPRESSION zstd)"
@@ -129,7 +129,7 @@ def test_a_replaced_history_file_is_refused_by_every_reader(small, tmp_path):
     try:
         for kind, replacement in replacements(path, other, tmp_path).items():
             shutil.copyfile(replacement, path)
-            with connect() as con:  # a valid Parquet file: DuckDB reads it without an error
+            with lake_cursor() as con:  # a valid Parquet file: DuckDB reads it without an error
                 counted = con.execute(f"SELECT count(*) FROM read_parquet('{path}')").fetchone()
                 assert counted is not None and counted[0] > 0
             said = refusals(small.config)

@@ -9,7 +9,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
-from seqlake.engines.duckdb_session import connect
+from seqlake.engines.duckdb_session import lake_cursor
 from seqlake.tableformat import thrift_compact as tc
 from seqlake.tableformat.checksum import table_checksum
 from seqlake.tableformat.footer import FileFacts
@@ -151,7 +151,7 @@ def test_each_column_gets_the_encoding_and_codec_its_footer_records(config, tmp_
 def test_any_parquet_reader_reads_the_file_unchanged(config, tmp_path):
     data = one_bucket(config, {3: 200, 4: 20})
     write(config, data, tmp_path / "f.parquet")
-    with connect() as con:
+    with lake_cursor() as con:
         rows = con.execute(
             "SELECT user_id, lsn, item_id, surface FROM read_parquet(?) ORDER BY user_id, feature_group, event_ts, lsn",
             [str(tmp_path / "f.parquet")],

@@ -28,7 +28,7 @@ from seqlake.core.config import Config, GeneratorSpec
 from seqlake.core.errors import SimulatedCrash
 from seqlake.core.windows import window_ids
 from seqlake.engines.catalog import open_catalog, table_identifier
-from seqlake.engines.duckdb_session import connect
+from seqlake.engines.duckdb_session import lake_cursor
 from seqlake.pipelines.compaction import spark as compaction
 from seqlake.pipelines.compaction import spark_runs as spark_history
 from seqlake.pipelines.compaction.duckdb import compact_batch_duckdb
@@ -148,7 +148,7 @@ def compact_all(spark, lake: Lake) -> None:
 
 
 def assert_every_valid_event_once(lake: Lake) -> None:
-    with connect(extensions=("delta",)) as con:
+    with lake_cursor() as con:
         found = con.execute(
             "SELECT count(DISTINCT event_id) FROM delta_scan(?)", [lake.paths.events.removeprefix("file://")]
         ).fetchone()

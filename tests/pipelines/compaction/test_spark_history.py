@@ -7,7 +7,7 @@ import pyarrow as pa
 import pytest
 from pyiceberg.expressions import EqualTo
 
-from seqlake.engines.duckdb_session import connect
+from seqlake.engines.duckdb_session import lake_cursor
 from seqlake.pipelines.compaction.spark_runs import BUCKET, with_bucket, write_run_with_spark
 from seqlake.tableformat.bucketing import bucket_of
 from seqlake.tableformat.fsck import fsck_table
@@ -68,7 +68,7 @@ def test_engines_return_identical_rows_for_a_user(spark, lake_config, data):
     scan = table.scan(row_filter=EqualTo("user_id", user), selected_fields=tuple(columns))
     from_pyiceberg = rows(scan.to_arrow())
     from_reader = rows(HistoryReader(table).read_user(user, columns))
-    with connect() as con:
+    with lake_cursor() as con:
         cursor = con.execute(
             f"SELECT {select.format(ts='epoch_us')} FROM iceberg_scan(?) WHERE user_id = ? ORDER BY {order}",
             [table.metadata_location, user],

@@ -26,7 +26,7 @@ from seqlake.core.config import DEFAULT_CONFIG_PATH, load_config
 from seqlake.core.errors import SeqlakeError, SetupError
 from seqlake.core.events import RAW_SCHEMA
 from seqlake.engines.catalog import open_catalog, table_identifier
-from seqlake.engines.duckdb_session import connect
+from seqlake.engines.duckdb_session import lake_cursor
 from seqlake.pipelines.compaction.plan import history_tables
 from seqlake.pipelines.compaction.quarantine import compaction_quarantine_schema, compaction_quarantine_table
 from seqlake.pipelines.demo.full import RAW_TABLE
@@ -149,7 +149,7 @@ def users_on_disk(roots: list[Path], users: list[int], leaving_out: tuple[str, .
 def landing_contents(paths: LandingPaths) -> dict[str, str]:
     """A digest of each landing table's rows, in any order."""
     found = {}
-    with connect(extensions=("delta",)) as con:
+    with lake_cursor() as con:
         for name, uri in (("events", paths.events), ("quarantine", paths.quarantine)):
             rows = con.execute("SELECT * FROM delta_scan(?)", [uri.removeprefix("file://")]).to_arrow_table()
             text = "\n".join(sorted(repr(row) for row in rows.to_pylist()))
@@ -163,7 +163,7 @@ def commits(tables) -> dict[str, int]:
 
 
 def landing_count(lake, users: list[int]) -> int:
-    with connect(extensions=("delta",)) as con:
+    with lake_cursor() as con:
         found = con.execute(
             "SELECT count(*) FROM delta_scan(?) WHERE list_contains(?, user_id)",
             [lake.paths.events.removeprefix("file://"), users],

@@ -22,7 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from seqlake.engines.duckdb_session import connect
+from seqlake.engines.duckdb_session import lake_cursor
 from seqlake.pipelines.compaction.duckdb import compact_batch_duckdb, merge_runs_if_needed_duckdb
 from seqlake.pipelines.compaction.plan import history_tables
 from seqlake.pipelines.compaction.spark import compact_batch
@@ -56,7 +56,7 @@ SEED = 4242  # every case and its run without the forget see the same stream
 def landing_users(lake: Lake, windows: list[int] | None = None) -> list[int]:
     """The users with landed events (of `windows`, default all), the most active first."""
     where = "WHERE list_contains(?, window_id)" if windows is not None else ""
-    with connect(extensions=("delta",)) as con:
+    with lake_cursor() as con:
         found = con.execute(
             f"SELECT user_id FROM delta_scan(?) {where} GROUP BY 1 ORDER BY count(*) DESC, 1",
             [lake.paths.events.removeprefix("file://"), *([windows] if windows is not None else [])],
@@ -72,7 +72,7 @@ def contents(lake: Lake, leaving_out: Sequence[int] = ()) -> dict[str, str]:
     found = {}
     for table in [history.refresh(), *tables_with_users(lake.config)]:
         found[table.name()[-1]] = _digest(table.scan().to_arrow(), out)
-    with connect(extensions=("delta",)) as con:
+    with lake_cursor() as con:
         events = con.execute("SELECT * FROM delta_scan(?)", [lake.paths.events.removeprefix("file://")])
         found["landing/events"] = _digest(events.to_arrow_table(), out)
     return found
@@ -91,7 +91,7 @@ def rows_of(lake: Lake, users: list[int]) -> dict[str, int]:
     for table in [history.refresh(), *tables_with_users(lake.config)]:
         ids = table.scan(selected_fields=("user_id",)).to_arrow()["user_id"]
         found[table.name()[-1]] = pc.sum(pc.is_in(ids, value_set=wanted)).as_py() or 0
-    with connect(extensions=("delta",)) as con:
+    with lake_cursor() as con:
         landed = con.execute(
             "SELECT count(*) FROM delta_scan(?) WHERE list_contains(?, user_id)",
             [lake.paths.events.removeprefix("file://"), users],

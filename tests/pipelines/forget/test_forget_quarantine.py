@@ -19,7 +19,7 @@ import yaml
 
 from seqlake.core.config import Config, load_config
 from seqlake.core.payload import named_user_ids, validate_payload
-from seqlake.engines.duckdb_session import connect
+from seqlake.engines.duckdb_session import lake_cursor
 from seqlake.pipelines.compaction.plan import history_tables
 from seqlake.pipelines.demo.generator import EventGenerator
 from seqlake.pipelines.forget.landing import names_users, user_rows_in_landing
@@ -83,7 +83,7 @@ def test_duckdb_selects_the_quarantined_payloads_the_reference_names(tmp_path: P
     write_deltalake(str(tmp_path / "quarantine"), records)
     by_key = {(n % 3, n): p for n, p in enumerate(payloads)}
     named = Counter(u for p in payloads for u in named_user_ids(p))
-    with connect(extensions=("delta",)) as con:
+    with lake_cursor() as con:
         for users in ([1000031], [1000000, 1000007], [5, 10000310], [2**63 - 1], sorted(named)[:3]):
             held = user_rows_in_landing(con, (tmp_path / "quarantine").as_uri(), pa.array(users, pa.int64()), True)
             keys = set(zip(held["source_partition"].to_pylist(), held["lsn"].to_pylist(), strict=True))
@@ -92,13 +92,13 @@ def test_duckdb_selects_the_quarantined_payloads_the_reference_names(tmp_path: P
 
 def quarantined(config: Config) -> list[str]:
     path = engine_location(landing_paths(config).quarantine)
-    with connect(extensions=("delta",)) as con:
+    with lake_cursor() as con:
         return [row[0] for row in con.execute("SELECT payload FROM delta_scan(?)", [path]).fetchall()]
 
 
 def landed_users(config: Config) -> set[int]:
     path = engine_location(landing_paths(config).events)
-    with connect(extensions=("delta",)) as con:
+    with lake_cursor() as con:
         return {row[0] for row in con.execute("SELECT DISTINCT user_id FROM delta_scan(?)", [path]).fetchall()}
 
 

@@ -17,7 +17,7 @@ import yaml
 
 from seqlake.core.config import load_config
 from seqlake.engines.catalog import open_catalog
-from seqlake.engines.duckdb_session import connect
+from seqlake.engines.duckdb_session import lake_cursor
 from seqlake.pipelines.compaction.plan import history_tables
 from seqlake.pipelines.landing.tables import landing_paths
 from seqlake.tableformat.io import engine_location
@@ -86,7 +86,7 @@ def raw_records(config_path: Path) -> int:
 def quarantine(config_path: Path) -> list[tuple[str, str]]:
     """(reason, payload) of every quarantined record, in order."""
     paths = landing_paths(load_config(str(config_path)))
-    with connect(extensions=("delta",)) as con:
+    with lake_cursor() as con:
         return con.execute(
             "SELECT reason, payload FROM delta_scan(?) ORDER BY source_partition, lsn",
             [engine_location(paths.quarantine)],

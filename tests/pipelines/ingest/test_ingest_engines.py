@@ -28,7 +28,7 @@ from seqlake.core.config import Config, load_config
 from seqlake.core.errors import SeqlakeError
 from seqlake.core.windows import window_ids
 from seqlake.engines.catalog import open_catalog, table_identifier
-from seqlake.engines.duckdb_session import connect
+from seqlake.engines.duckdb_session import lake_cursor
 from seqlake.pipelines.compaction.duckdb import compact_batch_duckdb
 from seqlake.pipelines.demo.generator import EventGenerator, GeneratorStats
 from seqlake.pipelines.faults import KILL_AT_ENV
@@ -105,7 +105,7 @@ def tier(config: Config, name: str) -> LandingPaths:
 def read_rows(uri: str, schema: pa.Schema) -> pa.Table:
     """Every row of a Delta table as DuckDB's delta extension reads it, in a fixed order."""
     columns = ", ".join(schema.names)
-    with connect(extensions=("delta",)) as con:
+    with lake_cursor() as con:
         rows = con.execute(f"SELECT {columns} FROM delta_scan(?) ORDER BY ALL", [engine_location(uri)]).arrow()
     rows = rows.read_all() if hasattr(rows, "read_all") else rows
     return rows.cast(pa.schema([f.with_nullable(True) for f in schema]))

@@ -25,7 +25,7 @@ from seqlake.core.errors import SourceError
 from seqlake.core.events import RAW_SCHEMA
 from seqlake.core.sources import KafkaTopic
 from seqlake.engines.catalog import open_catalog, table_identifier
-from seqlake.engines.duckdb_session import connect
+from seqlake.engines.duckdb_session import lake_cursor
 from seqlake.pipelines.faults import KILL_AT_ENV
 from seqlake.pipelines.ingest.duckdb import ingest_source_in_process
 from seqlake.pipelines.ingest.kafka.duckdb import ingest_topic_in_process, payload_texts
@@ -112,7 +112,7 @@ def offsets_held(paths: LandingPaths) -> dict[int, list[int]]:
         SELECT source_partition, list(lsn ORDER BY lsn) FROM (
           SELECT source_partition, lsn FROM delta_scan(?) UNION ALL SELECT source_partition, lsn FROM delta_scan(?)
         ) GROUP BY ALL"""
-    with connect(extensions=("delta",)) as con:
+    with lake_cursor() as con:
         return dict(con.execute(query, [engine_location(paths.events), engine_location(paths.quarantine)]).fetchall())
 
 
@@ -211,7 +211,7 @@ def test_a_topic_whose_retention_dropped_offsets_the_lake_needs_is_refused_in_on
     landed = ingest_topic_in_process(config, topic, paths)
     assert (landed.landed, dict(landed.quarantined)) == (10, {"unreadable_line": 2})
     before = content(config, paths)
-    with connect(extensions=("delta",)) as con:
+    with lake_cursor() as con:
         quarantined = con.execute(
             "SELECT lsn, payload FROM delta_scan(?) ORDER BY lsn", [engine_location(paths.quarantine)]
         ).fetchall()

@@ -23,7 +23,7 @@ import yaml
 from benchmarks.merge import BASE_WINDOW, publish_window, window_rows
 from seqlake.core.config import DEFAULT_CONFIG_PATH, Config, parse_config
 from seqlake.core.errors import SchemaError
-from seqlake.engines.duckdb_session import connect
+from seqlake.engines.duckdb_session import lake_cursor
 from seqlake.pipelines.compaction.duckdb import merge_runs_if_needed_duckdb
 from seqlake.pipelines.compaction.plan import history_tables
 from seqlake.pipelines.maintenance.migrate import migrate, plan_migration
@@ -171,7 +171,7 @@ def check_reads(history, config: Config, expected: pa.Table, monkeypatch) -> Non
 
     monkeypatch.setattr(HistoryReader, "read_rows", counted)
     names = history_arrow_schema(config).names
-    with connect() as con:
+    with lake_cursor() as con:
         scanned = con.execute("SELECT * FROM iceberg_scan(?)", [history.metadata_location]).to_arrow_table()
     assert ordered(scanned, names) == ordered(expected, names)
     with open_session(config, quiet=True) as session:  # `seqlake sql`: the verified scan, file by file's projection

@@ -16,7 +16,7 @@ import pytest
 from seqlake.core.config import Config
 from seqlake.core.errors import SchemaError
 from seqlake.engines.catalog import spark_name
-from seqlake.engines.duckdb_session import connect
+from seqlake.engines.duckdb_session import lake_cursor
 from seqlake.pipelines.compaction.plan import history_tables
 from seqlake.pipelines.compaction.spark import merge_runs_if_needed
 from seqlake.pipelines.ingest.raw_source import land_raw_records
@@ -106,7 +106,7 @@ def test_spark_ingests_compacts_and_merges_across_a_migration(spark, lake_config
     names = history_arrow_schema(v2).names
     order = [*KEY_COLUMNS, "source_partition"]
     by_spark = spark.table(spark_name(v2, "history")).select(*names).toArrow()
-    with connect() as con:
+    with lake_cursor() as con:
         by_duckdb = con.execute("SELECT * FROM iceberg_scan(?)", [history.metadata_location]).to_arrow_table()
     users = pc.unique(by_duckdb["user_id"]).to_pylist()
     by_reader = pa.concat_tables(HistoryReader(history).read_users(users).values())

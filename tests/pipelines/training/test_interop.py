@@ -6,7 +6,7 @@ import pyarrow as pa
 import pytest
 
 from seqlake.engines.catalog import open_catalog, spark_name, table_identifier
-from seqlake.engines.duckdb_session import connect
+from seqlake.engines.duckdb_session import lake_cursor
 
 pytestmark = pytest.mark.spark
 
@@ -29,7 +29,7 @@ def test_spark_written_iceberg_table_reads_the_same_in_pyiceberg_and_duckdb(spar
     assert from_pyiceberg.to_pylist() == [
         dict(zip(("user_id", "feature_group", "lsn", "score"), row, strict=True)) for row in ROWS
     ]
-    with connect() as con:
+    with lake_cursor() as con:
         from_duckdb = con.execute(
             "SELECT user_id, feature_group, lsn, score FROM iceberg_scan(?) ORDER BY lsn",
             [table.metadata_location],
@@ -65,7 +65,7 @@ def test_spark_written_delta_table_reads_in_duckdb(spark, lake_config, tmp_path)
     df.limit(1).write.format("delta").mode("append").save(path)
     history = spark.sql(f"DESCRIBE HISTORY delta.`{path}`").collect()
     assert len(history) == 2
-    with connect() as con:
+    with lake_cursor() as con:
         found = con.execute("SELECT count(*), list(DISTINCT lsn ORDER BY lsn) FROM delta_scan(?)", [path]).fetchone()
     assert found is not None  # an aggregate answers one row
     count, lsns = found
