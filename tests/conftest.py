@@ -11,13 +11,12 @@ import yaml
 from hypothesis import settings
 
 from seqlake.core.config import DEFAULT_CONFIG_PATH, Config, parse_config
-from seqlake.engines.spark_session import QUICK_JVM_OPTIONS
+from tests.server_process import TEST_JVM_OPTIONS
 
 # Every Spark driver the tests start (each worker's session, `seqlake ... --engine spark` in a
-# subprocess, spark-submit) runs short jobs on small data, for which the JIT's quick tier spends a third
-# less CPU (seqlake.engines.spark_session.QUICK_JVM_OPTIONS). Spark's launcher adds SPARK_SUBMIT_OPTS to
-# a driver's JVM options; the test servers' JVMs take them from tests.server_process.
-os.environ.setdefault("SPARK_SUBMIT_OPTS", " ".join(QUICK_JVM_OPTIONS))
+# subprocess, spark-submit) on the JIT's quick tier (tests.server_process): Spark's launcher adds
+# SPARK_SUBMIT_OPTS to a driver's JVM options.
+os.environ.setdefault("SPARK_SUBMIT_OPTS", TEST_JVM_OPTIONS)
 
 # The S3 server, PostgreSQL server, Spark cluster, Iceberg REST catalog and Kafka broker fixtures for
 # every test module.

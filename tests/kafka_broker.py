@@ -22,7 +22,8 @@ import pytest
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from tests.server_process import SERVER_JVM_OPTIONS, classpath, free_port, java, start, stop
+from seqlake.engines.spark_session import QUICK_JVM_OPTIONS
+from tests.server_process import classpath, free_port, java, start, stop
 
 HEAP = "-Xmx512m"
 
@@ -109,7 +110,7 @@ def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBrok
     properties.write_text(_settings(port, controller_port, log_dir))
     (root / "log4j2.properties").write_text(LOG4J2)
     logs = f"-Dlog4j2.configurationFile={root / 'log4j2.properties'}"
-    command = [java(), HEAP, *SERVER_JVM_OPTIONS, logs, "-cp", classpath("kafka")]
+    command = [java(), HEAP, *QUICK_JVM_OPTIONS, logs, "-cp", classpath("kafka")]
     began = time.monotonic()
     # Kafka's cluster ids are 16 random bytes in URL-safe base64 without padding.
     cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")

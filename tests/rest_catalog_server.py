@@ -25,7 +25,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.server_process import SERVER_JVM_OPTIONS, classpath, free_port, java, start, stop
+from seqlake.engines.spark_session import QUICK_JVM_OPTIONS
+from tests.server_process import classpath, free_port, java, start, stop
 
 MAIN_CLASS = "org.apache.iceberg.rest.RESTCatalogServer"
 HEAP = "-Xmx512m"
@@ -66,7 +67,7 @@ def rest_catalog_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Re
     }
     log = root / "server.log"
     began = time.monotonic()
-    process = start([java(), HEAP, *SERVER_JVM_OPTIONS, "-cp", classpath("rest"), MAIN_CLASS], log, env)
+    process = start([java(), HEAP, *QUICK_JVM_OPTIONS, "-cp", classpath("rest"), MAIN_CLASS], log, env)
     try:
         uri = f"http://127.0.0.1:{port}"
         for _ in range(1200):

@@ -16,8 +16,10 @@ from pathlib import Path
 
 from seqlake.engines.spark_session import QUICK_JVM_OPTIONS, jars_dir
 
-# A test server's JVM serves small requests: the JIT's quick tier and one collector thread spend less CPU.
-SERVER_JVM_OPTIONS = QUICK_JVM_OPTIONS
+# Every JVM the tests start (Spark drivers, executors and daemons, the test servers) runs short jobs on
+# small data: the JIT's quick tier and one collector thread spend about a third less CPU on them.
+# The servers' command lines take QUICK_JVM_OPTIONS; Spark's launchers take this string from the environment.
+TEST_JVM_OPTIONS = " ".join(QUICK_JVM_OPTIONS)
 
 
 def free_port() -> int:

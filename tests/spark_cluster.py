@@ -17,7 +17,7 @@ from pathlib import Path
 import pyspark
 import pytest
 
-from tests.server_process import SERVER_JVM_OPTIONS
+from tests.server_process import TEST_JVM_OPTIONS
 
 SPARK_BIN = Path(pyspark.__file__).parent / "bin"
 WORKERS = 2
@@ -48,7 +48,7 @@ def spark_cluster(tmp_path_factory: pytest.TempPathFactory, s3_server) -> Iterat
     folder = tmp_path_factory.mktemp("spark-cluster")
     port, ui_port = _free_port(), _free_port()
     env = {**os.environ, **s3_server.env(), "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable}
-    env["SPARK_DAEMON_JAVA_OPTS"] = " ".join(SERVER_JVM_OPTIONS)  # the master's and workers' JVMs
+    env["SPARK_DAEMON_JAVA_OPTS"] = TEST_JVM_OPTIONS  # the master's and workers' JVMs
     spark_class = str(SPARK_BIN / "spark-class")
     master = f"spark://127.0.0.1:{port}"
     processes = []

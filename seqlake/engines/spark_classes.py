@@ -1,8 +1,8 @@
 """The class-data archive of Spark's driver JVM: the classes a seqlake job loads, parsed and verified once.
 
-A Spark driver with Iceberg and Delta loads some 20,000 classes before its first query; reading them from
-jars, verifying and linking them is most of its start-up CPU. Java's application class-data sharing
-(AppCDS) maps them instead from an archive written once at set-up (`make jars` runs
+A Spark driver with Iceberg and Delta loads thousands of classes before its first query; reading them from
+jars, verifying and linking them is much of its start-up CPU. Java's application class-data sharing
+(AppCDS) maps them instead from an archive written once at set-up (`make setup` runs
 `python -m seqlake.engines.spark_classes`) by a driver that ran a warm-up: Iceberg and Delta tables
 written, merged, read and deleted from, and Python code run on Arrow batches. Every later driver that
 starts with seqlake's options maps it (`seqlake.engines.spark_session.driver_java_options`).
@@ -13,7 +13,6 @@ they differ (another JDK, another Spark): a stale archive costs its speed, never
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import tempfile
@@ -114,7 +113,6 @@ def build_class_archive() -> Path:
         [sys.executable, "-m", "seqlake.engines.spark_classes", "--warm-up", str(partial)],
         capture_output=True,
         text=True,
-        env={**os.environ, "PYSPARK_PYTHON": sys.executable},
     )
     if done.returncode != 0 or not partial.is_file():
         lines = (done.stderr or done.stdout).strip().splitlines()

@@ -30,11 +30,12 @@ CHECKOUT_JARS_DIR = Path(__file__).resolve().parents[2] / ".jars"
 REQUIRED_JARS = ("iceberg-spark-runtime", "delta-spark", "delta-storage", "sqlite-jdbc")
 # The driver's log4j settings: errors only (package data, so installed wheels and checkouts both have it).
 LOG_SETTINGS = Path(__file__).with_name("log4j2.properties")
+# The driver's class-data archive in the jars folder (seqlake.engines.spark_classes writes it).
+CLASS_ARCHIVE = "spark-classes.jsa"
 # A driver JVM that lives for a minute or two (a short job in local mode, such as the demo's
 # cross-checks) spends less CPU with the JIT's quick tier alone and one garbage-collector thread than
 # it gains from the optimizing tier: about a third less on the demo's samples jobs. The quick tier's
 # code cache is small by default (48 MiB), and a full one stops compiling: room for Spark's generated code.
-CLASS_ARCHIVE = "spark-classes.jsa"
 QUICK_JVM_OPTIONS = ("-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC", "-XX:ReservedCodeCacheSize=240m")
 
 

@@ -17,15 +17,14 @@ import pytest
 import yaml
 
 from seqlake.core.config import DEFAULT_CONFIG_PATH, Config, load_config
-from seqlake.engines.spark_session import QUICK_JVM_OPTIONS
 from tests.paths import REPO_ROOT
+from tests.server_process import TEST_JVM_OPTIONS
 from tests.spark_cluster import SPARK_BIN, SparkCluster
 
 BUCKET = "seqlake-pipeline"
 # Small enough for a few Spark jobs on one machine; late, duplicate and malformed records included.
 TINY_GENERATOR = {"users": 16, "heavy_users": 1, "max_events": 300, "windows": 2, "malformed_share": 0.02}
 REPO = REPO_ROOT
-QUICK = " ".join(QUICK_JVM_OPTIONS)  # the executors' JVMs run short tasks (the drivers': tests/conftest.py)
 SORT_KEYS = {"history": ["user_id", "feature_group", "event_ts", "lsn", "source_partition"]}
 
 
@@ -90,7 +89,7 @@ def submit_demo(cluster: SparkCluster, config: Path, folder: Path, env: dict[str
     )
     done = subprocess.run(
         [str(SPARK_BIN / "spark-submit"), "--master", cluster.master, "--jars", jars, "--py-files", str(code)]
-        + ["--conf", "spark.executor.memory=1g", "--conf", f"spark.executor.extraJavaOptions={QUICK}"]
+        + ["--conf", "spark.executor.memory=1g", "--conf", f"spark.executor.extraJavaOptions={TEST_JVM_OPTIONS}"]
         + [str(REPO / "jobs" / "demo.py"), "--config", str(config)],
         capture_output=True,
         text=True,
