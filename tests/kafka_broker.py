@@ -115,7 +115,8 @@ def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBrok
     # Kafka's cluster ids are 16 random bytes in URL-safe base64 without padding.
     cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
     formatted = subprocess.run(
-        [*command, "kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(properties)],
+        # Attached with "=": an id may begin with "-", which the tool would take for an option.
+        [*command, "kafka.tools.StorageTool", "format", f"--cluster-id={cluster_id}", "-c", str(properties)],
         capture_output=True,
         text=True,
     )
