@@ -10,10 +10,11 @@ import pyarrow.parquet as pq
 
 from seqlake.cli import commands, main
 from seqlake.core.events import RAW_SCHEMA
+from tests import forked_commands
 
 
 def run_cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "seqlake.cli", *args], capture_output=True, text=True, env=env)
+    return forked_commands.run([sys.executable, "-m", "seqlake.cli", *args], capture_output=True, text=True, env=env)
 
 
 def test_help_lists_every_command(capsys):

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import yaml
 
+from tests import forked_commands
 from tests.pipelines.ingest.test_import_guards import MAPPING  # MovieLens-like ratings
 
 USERS = (101, 202, 303)
@@ -23,7 +24,7 @@ START = datetime(2026, 1, 5, tzinfo=UTC)
 def seqlake(folder: Path, *args: str, expect: int = 0) -> subprocess.CompletedProcess:
     """A command as a user runs it from the project folder `seqlake init` wrote (./seqlake.yaml)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("SEQLAKE_")}
-    done = subprocess.run(
+    done = forked_commands.run(
         [sys.executable, "-m", "seqlake.cli", *args], capture_output=True, text=True, env=env, cwd=folder
     )
     assert done.returncode == expect, f"seqlake {' '.join(args)}: {done.stderr}"

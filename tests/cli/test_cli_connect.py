@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import os
 import shlex
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
+from tests import forked_commands
 from tests.facade.test_sql import USER_ROWS, build_small_warehouse
 
 
@@ -26,7 +26,7 @@ def config_file(tmp_path_factory) -> Path:
 
 def seqlake(config_file: Path, *args: str, cwd: Path | None = None) -> str:
     env = {k: v for k, v in os.environ.items() if not k.startswith("SEQLAKE_")}
-    done = subprocess.run(
+    done = forked_commands.run(
         [sys.executable, "-m", "seqlake.cli", "connect", "--config", str(config_file), *args],
         capture_output=True,
         text=True,
@@ -40,7 +40,7 @@ def seqlake(config_file: Path, *args: str, cwd: Path | None = None) -> str:
 def without_seqlake(code: str, stdin: str = "", cwd: Path | None = None, env: dict[str, str] | None = None) -> str:
     """Python code run in a process where importing seqlake fails: the tool alone."""
     guard = "import sys; sys.modules['seqlake'] = None\n"
-    done = subprocess.run(
+    done = forked_commands.run(
         [sys.executable, "-c", guard + code], input=stdin, capture_output=True, text=True, cwd=cwd, env=env
     )
     assert done.returncode == 0, done.stderr

@@ -18,6 +18,7 @@ import pytest
 import yaml
 
 from seqlake.core.config import DEFAULT_CONFIG_PATH
+from tests import forked_commands
 from tests.facade.test_sql import build_small_warehouse
 
 BIG = "99999999999999999999"  # beyond every 64-bit integer
@@ -31,7 +32,7 @@ def warehouse(tmp_path_factory) -> Path:
 
 
 def seqlake(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(
+    return forked_commands.run(
         [sys.executable, "-m", "seqlake.cli", *args], capture_output=True, text=True, env={**os.environ, **(env or {})}
     )
 

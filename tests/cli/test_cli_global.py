@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from seqlake import __version__
+from tests import forked_commands
 from tests.facade.test_sql import USER_ROWS, build_small_warehouse
 from tests.paths import REPO_ROOT
 
@@ -23,7 +24,9 @@ def seqlake(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     """`python -m seqlake ARGS` in `cwd`, with this checkout's code and no SEQLAKE_* variable."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("SEQLAKE_")}
     env["PYTHONPATH"] = str(REPO)
-    return subprocess.run([sys.executable, "-m", "seqlake", *args], capture_output=True, text=True, cwd=cwd, env=env)
+    return forked_commands.run(
+        [sys.executable, "-m", "seqlake", *args], capture_output=True, text=True, cwd=cwd, env=env
+    )
 
 
 @pytest.fixture(scope="module")

@@ -12,6 +12,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
+from tests import forked_commands
 from tests.conftest import make_config
 from tests.history_data import history_table, publish_run, synthetic_history
 
@@ -35,7 +36,7 @@ def warehouse(tmp_path_factory):
 def history(root, *args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "SEQLAKE_WAREHOUSE": str(root)}
     command = [sys.executable, "-m", "seqlake", "history", "--user", str(BIG_USER), *args]
-    return subprocess.run(command, capture_output=True, text=True, env=env)
+    return forked_commands.run(command, capture_output=True, text=True, env=env)
 
 
 def test_text_shows_the_selected_groups_columns_with_exact_integers_and_utc_times(warehouse):
@@ -103,7 +104,9 @@ def as_of(root, *args: str) -> tuple[list[tuple[int, int]], dict]:
     """(source partition, LSN) of the rows `seqlake history --output json ARGS` shows, and its document."""
     env = {**os.environ, "SEQLAKE_WAREHOUSE": str(root)}
     command = [sys.executable, "-m", "seqlake", "history", "--user", str(TRAVELLER), "--output", "json"]
-    done = subprocess.run([*command, "--columns", "source_partition", *args], capture_output=True, text=True, env=env)
+    done = forked_commands.run(
+        [*command, "--columns", "source_partition", *args], capture_output=True, text=True, env=env
+    )
     assert done.returncode == 0, done.stderr
     document = json.loads(done.stdout)
     return [(r["source_partition"], r["lsn"]) for r in document["rows"]], document
@@ -125,7 +128,7 @@ def test_as_of_a_snapshot_shows_what_its_publications_had_published(travelled):
     assert as_of(root, "--as-of", str(unpublished))[1]["as_of"] == {"0": 119, "1": 29}
     # Text: the frontier the read was bounded by follows the count.
     env = {**os.environ, "SEQLAKE_WAREHOUSE": str(root)}
-    done = subprocess.run(
+    done = forked_commands.run(
         [sys.executable, "-m", "seqlake", "history", "--user", str(TRAVELLER), "--as-of", str(first)],
         capture_output=True,
         text=True,

@@ -17,6 +17,7 @@ from seqlake.pipelines.landing.tables import landing_paths
 from seqlake.pipelines.tables import load_existing_table
 from seqlake.tableformat.registry import live_runs, run_id_of_path
 from seqlake.tableformat.schema import KEY_COLUMNS
+from tests import forked_commands
 from tests.facade.test_sql import USER_ROWS, build_small_warehouse
 from tests.snapshots import current_snapshot
 
@@ -28,7 +29,7 @@ def small(tmp_path_factory):
 
 def seqlake(*args: str, warehouse: Path) -> subprocess.CompletedProcess:
     env = {**os.environ, "SEQLAKE_WAREHOUSE": str(warehouse)}
-    return subprocess.run([sys.executable, "-m", "seqlake", *args], capture_output=True, text=True, env=env)
+    return forked_commands.run([sys.executable, "-m", "seqlake", *args], capture_output=True, text=True, env=env)
 
 
 def as_json(*args: str, warehouse: Path) -> dict:

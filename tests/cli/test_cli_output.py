@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from seqlake.cli import commands, main
+from tests import forked_commands
 from tests.facade.test_sql import USER_ROWS, build_small_warehouse
 from tests.paths import REPO_ROOT
 
@@ -83,7 +84,9 @@ def own_warehouse(tmp_path: Path) -> Path:
 
 def seqlake(*args: str, warehouse: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     environment = {**os.environ, "SEQLAKE_WAREHOUSE": str(warehouse), **(env or {})}
-    return subprocess.run([sys.executable, "-m", "seqlake", *args], capture_output=True, text=True, env=environment)
+    return forked_commands.run(
+        [sys.executable, "-m", "seqlake", *args], capture_output=True, text=True, env=environment
+    )
 
 
 def test_every_command_has_a_json_run():

@@ -12,6 +12,7 @@ from seqlake.core.config import parse_config
 from seqlake.core.errors import ConfigError
 from seqlake.core.uris import masked_text, masked_uri
 from seqlake.engines.spark_session import jdbc_catalog_options
+from tests import forked_commands
 
 SECRET = "hunter2"
 
@@ -41,7 +42,7 @@ def test_masked_text_masks_uris_inside_a_message() -> None:
 def run_cli(*args: str, catalog_uri: str) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith("SEQLAKE_")}
     env["SEQLAKE_CATALOG_URI"] = catalog_uri
-    return subprocess.run([sys.executable, "-m", "seqlake.cli", *args], capture_output=True, text=True, env=env)
+    return forked_commands.run([sys.executable, "-m", "seqlake.cli", *args], capture_output=True, text=True, env=env)
 
 
 @pytest.mark.parametrize(

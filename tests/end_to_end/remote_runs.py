@@ -7,7 +7,6 @@ import fcntl
 import hashlib
 import json
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -17,6 +16,7 @@ import pytest
 import yaml
 
 from seqlake.core.config import DEFAULT_CONFIG_PATH, Config, load_config
+from tests import forked_commands
 from tests.paths import REPO_ROOT
 from tests.server_process import TEST_JVM_OPTIONS
 from tests.spark_cluster import SPARK_BIN, SparkCluster
@@ -40,7 +40,7 @@ def write_config(folder: Path, warehouse: str, catalog_uri: str | None) -> Path:
 
 def seqlake(config: Path, *args: str, env: dict[str, str] | None = None) -> str:
     """Run a seqlake command as a user would; its output (stdout and stderr), failing on a non-zero exit."""
-    done = subprocess.run(
+    done = forked_commands.run(
         [sys.executable, "-m", "seqlake", "--config", str(config), *args],
         capture_output=True,
         text=True,
@@ -77,17 +77,17 @@ def pipeline_contents(config_path: Path) -> dict[str, str]:
 def submit_demo(cluster: SparkCluster, config: Path, folder: Path, env: dict[str, str]) -> str:
     """`spark-submit --master spark://... jobs/demo.py`, seqlake's code shipped as --py-files."""
     tools = {**os.environ, **env}
-    jars = subprocess.run(
+    jars = forked_commands.run(
         [sys.executable, "-m", "seqlake.engines.spark_session", "--jars", "--s3"],
         env=tools,
         capture_output=True,
         text=True,
     ).stdout.strip()
     code = folder / "seqlake-code.zip"
-    subprocess.run(
+    forked_commands.run(
         [sys.executable, "-m", "seqlake.engines.spark_session", "--py-files", str(code)], env=tools, check=True
     )
-    done = subprocess.run(
+    done = forked_commands.run(
         [str(SPARK_BIN / "spark-submit"), "--master", cluster.master, "--jars", jars, "--py-files", str(code)]
         + ["--conf", "spark.executor.memory=1g", "--conf", f"spark.executor.extraJavaOptions={TEST_JVM_OPTIONS}"]
         + [str(REPO / "jobs" / "demo.py"), "--config", str(config)],

@@ -37,6 +37,7 @@ from seqlake.pipelines.training.rebuild.samples import write_arrow_samples
 from seqlake.pipelines.training.sequence import Tenant
 from seqlake.tableformat.fsck import fsck_table
 from seqlake.tableformat.reader import HistoryReader
+from tests import forked_commands
 from tests.capture_step import capture_step
 from tests.pipelines.compaction.test_no_event_lost import H0, make_warehouse, ratings, seqlake
 
@@ -165,7 +166,7 @@ def run(warehouse: Warehouse, job: str, expect: int = 0, kill_at: str | None = N
     if job == "capture":
         command = [sys.executable, "-m", "tests.capture_step", str(warehouse.config_path), "3"]
         base = {k: v for k, v in os.environ.items() if not k.startswith("SEQLAKE_")}
-        done = subprocess.run(command, capture_output=True, text=True, env=base | env)
+        done = forked_commands.run(command, capture_output=True, text=True, env=base | env)
         assert done.returncode == expect, done.stderr
         return done
     config = migrated_config(warehouse) if job == "migrate" else warehouse.config_path

@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 from seqlake.core.config import load_config
+from tests import forked_commands
 from tests.end_to_end.remote_runs import embedded_run, pipeline_contents, run_pipeline, seqlake, write_config
 from tests.rest_catalog_server import AuthenticatingFront, RestCatalogServer
 from tests.server_process import free_port
@@ -68,7 +69,7 @@ def test_a_rest_catalog_that_cannot_be_reached_is_one_line_without_its_secret(tm
     data["warehouse"]["catalog_type"] = "rest"
     config.write_text(yaml.safe_dump(data, sort_keys=False))
     secret = "client-" + os.urandom(8).hex()
-    done = subprocess.run(
+    done = forked_commands.run(
         [sys.executable, "-m", "seqlake", "--config", str(config), "tables"],
         capture_output=True,
         text=True,
@@ -93,7 +94,7 @@ def test_wrong_credentials_are_refused_in_one_line_without_them(rest_catalog_ser
 
         def tables(**secrets: str) -> subprocess.CompletedProcess[str]:
             env = {k: v for k, v in os.environ.items() if not k.startswith("SEQLAKE_CATALOG_")}
-            return subprocess.run(
+            return forked_commands.run(
                 [sys.executable, "-m", "seqlake", "--config", str(config), "tables"],
                 capture_output=True,
                 text=True,

@@ -16,6 +16,7 @@ from seqlake.core.config import DEFAULT_CONFIG_PATH, Config, parse_config
 from seqlake.core.errors import SetupError
 from seqlake.engines.storage import S3Settings, create_bucket, list_objects
 from seqlake.tableformat.reader import HistoryReader
+from tests import forked_commands
 from tests.conftest import SMALL_GENERATOR, make_config
 from tests.history_data import history_table, publish_run, synthetic_history
 from tests.paths import REPO_ROOT
@@ -97,7 +98,7 @@ def run_sql(config: Config, folder: Path, query: str, **env: str) -> subprocess.
     config_file = folder / "seqlake.yaml"
     config_file.write_text(yaml.safe_dump(config.model_dump(mode="json")))
     repo = REPO_ROOT
-    return subprocess.run(
+    return forked_commands.run(
         [
             sys.executable,
             "-m",

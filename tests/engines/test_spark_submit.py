@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -15,6 +14,7 @@ import yaml
 from seqlake.core.config import DEFAULT_CONFIG_PATH
 from seqlake.core.errors import SetupError
 from seqlake.engines.spark_session import session_settings, spark_jars
+from tests import forked_commands
 from tests.paths import REPO_ROOT
 
 SPARK_SUBMIT = Path(pyspark.__file__).parent / "bin" / "spark-submit"
@@ -63,14 +63,14 @@ def test_spark_submit_keeps_master_and_conf(tmp_path: Path) -> None:
     probe.write_text(PROBE)
     env = {**os.environ, "PYTHONPATH": str(REPO), "PYSPARK_PYTHON": sys.executable}
     env.pop("SEQLAKE_SPARK_MASTER", None)
-    jars = subprocess.run(
+    jars = forked_commands.run(
         [sys.executable, "-m", "seqlake.engines.spark_session", "--jars"],
         env=env,
         capture_output=True,
         text=True,
         check=True,
     ).stdout.strip()
-    done = subprocess.run(
+    done = forked_commands.run(
         [
             str(SPARK_SUBMIT),
             "--master",

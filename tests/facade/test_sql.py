@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import io
 import json
-import subprocess
 import sys
 import uuid
 from dataclasses import dataclass
@@ -35,6 +34,7 @@ from seqlake.sql_session import SqlError, open_session, sql_files
 from seqlake.tableformat.registry import RunRecord, commit_runs, history_file_uri
 from seqlake.tableformat.run_writer import write_run
 from seqlake.tableformat.schema import history_arrow_schema
+from tests import forked_commands
 from tests.conftest import make_config
 from tests.history_data import synthetic_history
 
@@ -685,7 +685,7 @@ def test_seqlake_sql_errors_are_clear(on_small, tmp_path):
 
 def test_seqlake_sql_command_exit_codes(on_small):
     def run(*args):
-        return subprocess.run([sys.executable, "-m", "seqlake.jobs.sql", *args], capture_output=True, text=True)
+        return forked_commands.run([sys.executable, "-m", "seqlake.jobs.sql", *args], capture_output=True, text=True)
 
     ok = run("--query", "SELECT count(*) AS n FROM user_history($uid)", "-p", "uid=33")
     assert ok.returncode == 0, ok.stderr
@@ -712,7 +712,7 @@ def test_seqlake_sql_file_never_echoes_a_file_that_is_not_sql(on_small, tmp_path
         catalog: "not a SQL file (binary content)",
     }
     for path, reason in cases.items():
-        done = subprocess.run(
+        done = forked_commands.run(
             [sys.executable, "-m", "seqlake.jobs.sql", "--file", str(path)], capture_output=True, text=True
         )
         assert done.returncode == 1, done.stderr

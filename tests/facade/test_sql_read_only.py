@@ -23,6 +23,7 @@ from seqlake.engines.catalog import open_catalog, table_identifier
 from seqlake.jobs.sql import main as sql_main
 from seqlake.sql_guard import ALLOWED
 from seqlake.sql_session import SqlError, open_session
+from tests import forked_commands
 from tests.facade.test_sql import build_small_warehouse
 from tests.snapshots import current_snapshot
 
@@ -138,7 +139,7 @@ def test_hostile_statements_are_refused_and_the_warehouse_is_unchanged(small, wa
 def test_hostile_statement_through_the_command_is_one_clear_error(small, warehouse):
     before = checksums(warehouse)
     statement = f"COPY (SELECT 'gone' AS x) TO '{warehouse}/catalog.db' (FORMAT csv)"
-    done = subprocess.run(
+    done = forked_commands.run(
         [sys.executable, "-m", "seqlake.cli", "sql", "--quiet", "--query", statement], capture_output=True, text=True
     )
     assert done.returncode == 1
@@ -146,7 +147,7 @@ def test_hostile_statement_through_the_command_is_one_clear_error(small, warehou
     assert "the session is read-only; pass --allow-writes DIR" in done.stderr
     assert checksums(warehouse) == before
     # and every later command still works
-    after = subprocess.run(
+    after = forked_commands.run(
         [sys.executable, "-m", "seqlake.cli", "sql", "--quiet", "--query", "SELECT count(*) AS n FROM history"],
         capture_output=True,
         text=True,
@@ -378,7 +379,7 @@ def test_prepared_statements_cannot_overwrite_the_catalog_or_a_history_file(smal
         return hashlib.sha256(path.read_bytes()).hexdigest()
 
     def seqlake_sql(query: str) -> subprocess.CompletedProcess:
-        return subprocess.run(
+        return forked_commands.run(
             [sys.executable, "-m", "seqlake.cli", "sql", "--quiet", "--query", query], capture_output=True, text=True
         )
 

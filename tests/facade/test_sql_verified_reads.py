@@ -12,7 +12,6 @@ the table, the file and what is wrong: through a new session (what `seqlake sql`
 from __future__ import annotations
 
 import contextlib
-import subprocess
 import sys
 from pathlib import Path
 
@@ -24,6 +23,7 @@ import seqlake
 from seqlake.engines.duckdb_session import lake_cursor
 from seqlake.pipelines.compaction.plan import history_tables
 from seqlake.sql_session import SqlError, open_session
+from tests import forked_commands
 from tests.facade.test_sql import build_small_warehouse
 from tests.tableformat.test_verified_reads import damage_offsets
 
@@ -133,10 +133,10 @@ def test_a_damaged_page_through_seqlake_sql_is_one_line_and_exit_1(small, monkey
             damaged[offset] ^= 0x5A
             path.write_bytes(bytes(damaged))
             command = [sys.executable, "-m", "seqlake.cli"]
-            done = subprocess.run(
+            done = forked_commands.run(
                 [*command, "sql", "--quiet", "--query", DIGEST.format("history")], capture_output=True, text=True
             )
-            refused = subprocess.run([*command, "history", "--user", "44"], capture_output=True, text=True)
+            refused = forked_commands.run([*command, "history", "--user", "44"], capture_output=True, text=True)
             if done.returncode == 0:  # a flip the page checksums do not cover: the rows must be clean
                 assert refused.returncode == 0
                 continue

@@ -17,6 +17,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from seqlake.tableformat.fsck import FsckError, check_table, fsck_table
+from tests import forked_commands
 from tests.conftest import make_config
 from tests.history_data import history_table, publish_run, synthetic_history
 
@@ -76,7 +77,9 @@ def test_every_broken_file_is_a_finding_and_the_rest_is_checked(table):
 
 def fsck_command(warehouse: Path, *args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "SEQLAKE_WAREHOUSE": str(warehouse)}
-    return subprocess.run([sys.executable, "-m", "seqlake.cli", "fsck", *args], capture_output=True, text=True, env=env)
+    return forked_commands.run(
+        [sys.executable, "-m", "seqlake.cli", "fsck", *args], capture_output=True, text=True, env=env
+    )
 
 
 def test_the_command_lists_findings_and_a_repair_plan(table, tmp_path):

@@ -26,6 +26,7 @@ from seqlake.pipelines.demo.generator import EventGenerator
 from seqlake.pipelines.ingest.raw_source import create_raw_table, land_raw_records
 from seqlake.tableformat.checksum import table_checksum
 from seqlake.tableformat.schema import KEY_COLUMNS
+from tests import forked_commands
 from tests.conftest import make_config
 
 
@@ -34,7 +35,7 @@ def seqlake(warehouse: Path, *args: str) -> subprocess.CompletedProcess:
     config_file = warehouse.parent / "seqlake.yaml"
     if config_file.exists():
         env["SEQLAKE_CONFIG"] = str(config_file)
-    return subprocess.run([sys.executable, "-m", "seqlake.cli", *args], capture_output=True, text=True, env=env)
+    return forked_commands.run([sys.executable, "-m", "seqlake.cli", *args], capture_output=True, text=True, env=env)
 
 
 def in_process_config(warehouse: Path):

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
@@ -27,6 +26,7 @@ from seqlake.pipelines.compaction.plan import history_tables
 from seqlake.sql_session import open_session
 from seqlake.tableformat.cache import CachedHistoryReader
 from seqlake.tableformat.reader import HistoryReader, Selection
+from tests import forked_commands
 from tests.capture_step import capture_step
 from tests.facade.test_sql import build_small_warehouse
 
@@ -106,7 +106,7 @@ def refusals(config) -> dict[str, str]:
         "seqlake sql": ["sql", "--quiet", "-q", "FROM history"],
     }
     for name, args in commands.items():
-        done = subprocess.run([*command, *args], capture_output=True, text=True, env={**os.environ, **env})
+        done = forked_commands.run([*command, *args], capture_output=True, text=True, env={**os.environ, **env})
         lines = done.stderr.strip().splitlines()
         said[name] = lines[0] if done.returncode == 1 and len(lines) == 1 else f"exit {done.returncode}: {done.stderr}"
     return said

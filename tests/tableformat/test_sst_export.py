@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,6 +33,7 @@ from seqlake.tableformat.sst_export import (
     user_key_range,
     user_prefix,
 )
+from tests import forked_commands
 from tests.conftest import make_config
 from tests.history_data import synthetic_history
 
@@ -210,7 +210,7 @@ def test_cli_refuses_a_folder_that_is_not_empty_or_is_inside_the_warehouse(lake:
     before = sorted(warehouse.rglob("*"))
     for out, reason in refusals.items():
         command = [sys.executable, "-m", "seqlake.cli", "export-sst", "--out", out]
-        done = subprocess.run(command, capture_output=True, text=True, env=env)
+        done = forked_commands.run(command, capture_output=True, text=True, env=env)
         assert done.returncode == 1, done.stderr
         assert done.stderr.splitlines() == [f"seqlake export-sst: error: --out {out}: {reason}"]
     assert (used / "notes.txt").read_text() == "mine" and sorted(used.iterdir()) == [used / "notes.txt"]

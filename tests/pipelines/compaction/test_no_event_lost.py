@@ -25,6 +25,7 @@ from seqlake.pipelines.compaction.plan import history_tables
 from seqlake.pipelines.faults import KILL_AT_ENV
 from seqlake.tableformat.registry import live_runs
 from seqlake.tableformat.schema import STORAGE_ORDER
+from tests import forked_commands
 
 HOUR = 3600
 H0 = 472_222  # the first window: 2023-11-14 22:00 UTC
@@ -65,7 +66,7 @@ def seqlake(
     config: Path, *args: str, expect: int = 0, env_extra: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith("SEQLAKE_")} | (env_extra or {})
-    result = subprocess.run(
+    result = forked_commands.run(
         [sys.executable, "-m", "seqlake.cli", args[0], "--config", str(config), *args[1:]],
         capture_output=True,
         text=True,

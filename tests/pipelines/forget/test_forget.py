@@ -52,6 +52,7 @@ from seqlake.pipelines.training.tables import (
 from seqlake.tableformat.fsck import fsck_table
 from seqlake.tableformat.reader import HistoryReader
 from seqlake.tableformat.registry import live_runs, published_windows
+from tests import forked_commands
 from tests.conftest import make_config
 from tests.pipelines.compaction.test_publication_races import deliver, new_lake
 from tests.tableformat.test_durable_state import compact_closed
@@ -205,10 +206,10 @@ def test_forget_removes_the_users_everywhere_even_when_killed_then_maintain_remo
     # commits; then run to the end.
     command, env = forget_command(lake, tmp_path, [doomed[1], doomed[0], doomed[0]])
     for point in ("forget_written", "forget_committed#2"):
-        killed = subprocess.run(command, capture_output=True, text=True, env=env | {KILL_AT_ENV: point})
+        killed = forked_commands.run(command, capture_output=True, text=True, env=env | {KILL_AT_ENV: point})
         assert killed.returncode == -9, killed.stderr
     assert 0 < sum(user_rows(t, doomed) for t in tables) < sum(held.values())  # half done
-    done = subprocess.run(command, capture_output=True, text=True, env=env)
+    done = forked_commands.run(command, capture_output=True, text=True, env=env)
     assert done.returncode == 0, done.stderr
     printed = {line.split(": ")[1] for line in done.stdout.splitlines() if ": removed " in line}
     assert printed == set(held) | {"forget_audit"} and "none left in the tables searched" in done.stdout
@@ -285,7 +286,7 @@ def demo_config(small_demo: tuple[Path, Path]) -> Path:
 def seqlake_process(config: Path, *args: str) -> str:
     """A seqlake command in its own process, as a user runs it; stdout."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("SEQLAKE_")}
-    done = subprocess.run(
+    done = forked_commands.run(
         [sys.executable, "-m", "seqlake.cli", args[0], "--config", str(config), *args[1:]],
         capture_output=True,
         text=True,

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
@@ -26,6 +25,7 @@ from seqlake.pipelines.forget.landing import names_users, user_rows_in_landing
 from seqlake.pipelines.forget.remove import tables_with_users, user_rows
 from seqlake.pipelines.landing.tables import landing_paths
 from seqlake.tableformat.io import engine_location
+from tests import forked_commands
 from tests.pipelines.compaction.test_no_event_lost import make_warehouse
 
 pytestmark = pytest.mark.spark
@@ -111,7 +111,7 @@ def test_forget_on_the_small_demo_with_its_quarantine_removes_the_users_everywhe
     config_path.write_text(yaml.safe_dump(data, sort_keys=False))
     env = {k: v for k, v in os.environ.items() if not k.startswith("SEQLAKE_")}
     seqlake = [sys.executable, "-m", "seqlake.cli"]
-    demo = subprocess.run(
+    demo = forked_commands.run(
         [*seqlake, "demo", "--small", "--config", str(config_path)], capture_output=True, text=True, env=env
     )
     assert demo.returncode == 0, demo.stderr
@@ -131,7 +131,7 @@ def test_forget_on_the_small_demo_with_its_quarantine_removes_the_users_everywhe
     assert all(user_rows(table, doomed) for table in tables[:2])  # history and detail hold them
 
     chosen = [arg for user in doomed for arg in ("--user", str(user))]
-    forget = subprocess.run(
+    forget = forked_commands.run(
         [*seqlake, "forget", "--config", str(config_path), *chosen, "--output", "json"],
         capture_output=True,
         text=True,

@@ -45,6 +45,7 @@ from seqlake.pipelines.landing.tables import LandingPaths, landing_paths
 from seqlake.pipelines.landing.windows import landed_windows
 from seqlake.tableformat.checksum import table_checksum
 from seqlake.tableformat.io import engine_location
+from tests import forked_commands
 from tests.paths import REPO_ROOT
 from tests.pipelines.ingest.test_importers import MOVIES, OTTO
 
@@ -205,7 +206,7 @@ def write_config(config: Config, path: Path) -> Path:
 def seqlake_ingest(config_file: Path, *args: str, env_extra: dict[str, str] | None = None):
     env = {k: v for k, v in os.environ.items() if not k.startswith("SEQLAKE_")} | (env_extra or {})
     command = [sys.executable, "-m", "seqlake.cli", "ingest", "--config", str(config_file), *args]
-    return subprocess.run(command, capture_output=True, text=True, env=env)
+    return forked_commands.run(command, capture_output=True, text=True, env=env)
 
 
 @pytest.mark.parametrize("rerun", ["duckdb", pytest.param("spark", marks=pytest.mark.spark)])
@@ -273,7 +274,7 @@ def test_maintain_removes_the_files_a_killed_in_process_ingest_left_once_past_th
     def maintain(*args: str) -> None:
         env = {k: v for k, v in os.environ.items() if not k.startswith("SEQLAKE_")}
         command = [sys.executable, "-m", "seqlake.cli", "maintain", "--config", str(config_file), *args]
-        done = subprocess.run(command, capture_output=True, text=True, env=env)
+        done = forked_commands.run(command, capture_output=True, text=True, env=env)
         assert done.returncode == 0, done.stderr
 
     if snapshot == 1:
