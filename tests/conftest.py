@@ -64,11 +64,18 @@ def lake_config(tmp_path_factory: pytest.TempPathFactory) -> Config:
     return make_config(tmp_path_factory.mktemp("lake") / "warehouse")
 
 
+# The shared session runs thousands of small queries, where generating and compiling Java for each new
+# plan (a quarter of its CPU) costs more than it saves: it evaluates expressions as Spark's interpreter
+# does. The Spark runs of seqlake's commands in the tests (drivers of their own) keep Spark's default,
+# so generated code is still exercised.
+SHARED_SESSION_SETTINGS = {"spark.sql.codegen.wholeStage": "false", "spark.sql.codegen.factoryMode": "NO_CODEGEN"}
+
+
 @pytest.fixture(scope="session")
 def spark(lake_config: Config):
     from seqlake.engines.spark_session import spark_session
 
-    session = spark_session(lake_config, "seqlake-tests", "local[2]")
+    session = spark_session(lake_config, "seqlake-tests", "local[2]", **SHARED_SESSION_SETTINGS)
     yield session
     session.stop()
 
