@@ -85,20 +85,22 @@ def spark(lake_config: Config):
 # ones first keeps a long file from running alone at the end while the other worker idles.
 LONG_FILES = (
     "tests/end_to_end/test_remote_cluster.py",
-    "tests/end_to_end/test_remote_rest.py",
-    "tests/pipelines/compaction/test_batch_compaction.py",
-    "tests/pipelines/forget/test_forget_fence.py",
-    "tests/pipelines/compaction/test_no_event_lost.py",
-    "tests/pipelines/ingest/test_ingest_engines.py",
     "tests/end_to_end/test_faults_in_every_job.py",
-    "tests/pipelines/compaction/test_exactly_once.py",
-    "tests/pipelines/forget/test_forget.py",
-    "tests/pipelines/ingest/test_set_based_validation.py",
-    "tests/pipelines/ingest/test_kafka_ingest.py",
     "tests/pipelines/ingest/test_importers.py",
-    "tests/benchmarks/test_samples_bench.py",
-    "tests/end_to_end/test_demo.py",
+    "tests/pipelines/ingest/test_kafka_ingest.py",
+    "tests/pipelines/forget/test_forget_fence.py",
+    "tests/pipelines/ingest/test_ingest_engines.py",
+    "tests/pipelines/compaction/test_no_event_lost.py",
+    "tests/cli/test_cli_output.py",
+    "tests/cli/test_cli_errors.py",
+    "tests/pipelines/compaction/test_exactly_once.py",
+    "tests/pipelines/compaction/test_batch_compaction.py",
+    "tests/end_to_end/test_remote_rest.py",  # apart from test_remote_cluster, whose embedded_run it reuses
     "tests/benchmarks/test_compaction_bench.py",
+    "tests/facade/test_sql_read_only.py",
+    "tests/pipelines/compaction/test_publication_races.py",
+    "tests/end_to_end/test_readme_examples.py",
+    "tests/benchmarks/test_samples_bench.py",
 )
 
 
