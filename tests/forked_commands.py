@@ -220,21 +220,14 @@ def run(args: list[str], **kwargs: Any) -> subprocess.CompletedProcess:
     if not server.usable_for(env) or not server.lock.acquire(blocking=False):
         return subprocess.run(args, **kwargs)
     try:
-        with tempfile.TemporaryFile() as stdin:
+        with tempfile.TemporaryFile() as stdin:  # empty without input: EOF, as /dev/null gives
             data = kwargs.get("input")
             if data is not None:
                 stdin.write(data.encode() if isinstance(data, str) else data)
                 stdin.seek(0)
-                stdin_fd = stdin.fileno()
-            else:
-                stdin_fd = os.open(os.devnull, os.O_RDONLY)
-            try:
-                returncode, out, err = server.run(
-                    list(args[2:]), env, str(kwargs.get("cwd") or os.getcwd()), stdin_fd, kwargs.get("timeout")
-                )
-            finally:
-                if data is None:
-                    os.close(stdin_fd)
+            returncode, out, err = server.run(
+                list(args[2:]), env, str(kwargs.get("cwd") or os.getcwd()), stdin.fileno(), kwargs.get("timeout")
+            )
     finally:
         server.lock.release()
     stdout: str | bytes = out
