@@ -19,6 +19,7 @@ from pyiceberg.exceptions import CommitFailedException, ValidationException
 from pyiceberg.expressions import In
 from pyiceberg.table import Table
 
+from seqlake.engines.iceberg_writes import overwrite_by_partition
 from seqlake.tableformat.deletes import nothing_matched_is_fine
 from seqlake.tableformat.forgets import ReadPoint, drop_users, fenced_transaction
 
@@ -41,10 +42,12 @@ def replace_windows(
         try:
             transaction, missed = fenced_transaction(table.refresh(), point)
             with nothing_matched_is_fine():  # a window's first publication replaces nothing
-                transaction.overwrite(
+                overwrite_by_partition(
+                    transaction,
                     drop_users(rows, missed),
-                    overwrite_filter=In("window_id", windows),
-                    snapshot_properties=snapshot_properties or {},
+                    "window_id",
+                    In("window_id", windows),
+                    snapshot_properties or {},
                 )
             transaction.commit_transaction()
             return
