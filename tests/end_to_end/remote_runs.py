@@ -17,6 +17,7 @@ import yaml
 
 from seqlake.core.config import DEFAULT_CONFIG_PATH, Config, load_config
 from tests import forked_commands
+from tests.conftest import SHARED_SESSION_SETTINGS
 from tests.paths import REPO_ROOT
 from tests.server_process import TEST_JVM_OPTIONS
 from tests.spark_cluster import SPARK_BIN, SparkCluster
@@ -90,6 +91,9 @@ def submit_demo(cluster: SparkCluster, config: Path, folder: Path, env: dict[str
     done = forked_commands.run(
         [str(SPARK_BIN / "spark-submit"), "--master", cluster.master, "--jars", jars, "--py-files", str(code)]
         + ["--conf", "spark.executor.memory=1g", "--conf", f"spark.executor.extraJavaOptions={TEST_JVM_OPTIONS}"]
+        # Expressions interpreted, as in the tests' shared session (tests/conftest.py): on this tiny
+        # demo, compiling generated code costs more than it saves. The REST run keeps Spark's default.
+        + [arg for key, value in SHARED_SESSION_SETTINGS.items() for arg in ("--conf", f"{key}={value}")]
         + [str(REPO / "jobs" / "demo.py"), "--config", str(config)],
         capture_output=True,
         text=True,
@@ -129,9 +133,13 @@ def embedded_run(
 ) -> tuple[dict[str, str], float]:
     """The embedded run's table contents and seconds: the demo on a worker's shared local Spark session
     and its warehouse (a local folder, SQLite), in a namespace of its own. Computed once for the whole
-    test run: the first module to ask runs it and keeps the result beside the workers' temporary
-    folders; a module on another worker waits for it and reads it."""
-    shared = tmp_path_factory.getbasetemp().parent / "embedded_run.json"
+    test run: the first module to ask runs it and keeps the result in the run's temporary folder; a
+    module on another worker waits for it and reads it."""
+    # The run's own folder: the workers' temporary folders' parent, or the only one without workers.
+    run_folder = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        run_folder = run_folder.parent
+    shared = run_folder / "embedded_run.json"
     with open(f"{shared}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if shared.exists():
