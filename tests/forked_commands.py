@@ -60,6 +60,8 @@ for name in sys.argv[2:]:
     importlib.import_module(name)
 if "duckdb" in sys.modules:  # its default connection has a worker thread; a child opens it anew if used
     sys.modules["duckdb"].default_connection().close()
+if "seqlake.engines.duckdb_session" in sys.modules:  # DuckDB checks the extensions' signatures here, once
+    sys.modules["seqlake.engines.duckdb_session"].connect().close()
 server = socket.socket(fileno=int(sys.argv[1]))
 if len(os.listdir("/proc/self/task")) != 1:  # forking a process with threads is not safe
     server.send(b'{"ready": false}')
