@@ -194,18 +194,24 @@ class ArrivalFrontiers:
         """`arrivals_sql`: a query of (source_partition, arrival_ts, lsn, window_id) rows; window_id
         NULL for points that are no landing record (publication frontiers)."""
         self.con = con
+        # One read of the points (a lake's whole landing tier), reduced per (partition, time); both
+        # tables below derive from it.
+        con.execute(
+            "CREATE OR REPLACE TEMP TABLE _arrival_points AS SELECT source_partition, "
+            "CAST(arrival_ts AS TIMESTAMPTZ) AS arrival_ts, max(lsn) AS lsn, max(window_id) AS window_id "
+            f"FROM ({arrivals_sql}) GROUP BY ALL"
+        )
         con.execute(
             "CREATE OR REPLACE TABLE _arrival_lsns AS SELECT source_partition, arrival_ts, "
-            "max(lsn) OVER (PARTITION BY source_partition ORDER BY arrival_ts) AS lsn FROM "
-            f"(SELECT source_partition, CAST(arrival_ts AS TIMESTAMPTZ) AS arrival_ts, max(lsn) AS lsn "
-            f"FROM ({arrivals_sql}) GROUP BY ALL)"
+            "max(lsn) OVER (PARTITION BY source_partition ORDER BY arrival_ts) AS lsn FROM _arrival_points"
         )
         con.execute(
             "CREATE OR REPLACE TABLE _arrival_windows AS SELECT arrival_ts, "
             "max(window_id) OVER (ORDER BY arrival_ts) AS window_id FROM "
-            f"(SELECT CAST(arrival_ts AS TIMESTAMPTZ) AS arrival_ts, max(window_id) AS window_id "
-            f"FROM ({arrivals_sql}) WHERE window_id IS NOT NULL GROUP BY ALL)"
+            "(SELECT arrival_ts, max(window_id) AS window_id FROM _arrival_points "
+            "WHERE window_id IS NOT NULL GROUP BY ALL)"
         )
+        con.execute("DROP TABLE _arrival_points")
 
     def at(self, ts: pa.Array | pa.ChunkedArray) -> tuple[pa.Array, pa.Array]:
         """Per time: the frontier map {source partition: LSN} and the open window (-1: none)."""
