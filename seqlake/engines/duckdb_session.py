@@ -48,6 +48,21 @@ def sql_literal(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
 
+# The extension files whose signature DuckDB checked in this process (by size and modification
+# time). DuckDB checks it on every LOAD, which for avro, iceberg and delta costs about 0.5 s of CPU
+# per new database, so a database that loads only checked files starts without checking them again.
+_checked: dict[Path, tuple[int, int]] = {}
+
+
+def _identity(path: Path) -> tuple[int, int]:
+    found = path.stat()
+    return found.st_size, found.st_mtime_ns
+
+
+def _was_checked(path: Path) -> bool:
+    return _checked.get(path) == _identity(path)
+
+
 def connect(
     database: str = ":memory:",
     extensions: tuple[str, ...] = DEFAULT_EXTENSIONS,
@@ -79,21 +94,6 @@ def connect(
     for path in paths:
         _checked[path] = _identity(path)
     return con
-
-
-# The extension files whose signature DuckDB checked in this process (by size and modification
-# time). DuckDB checks it on every LOAD, which for avro, iceberg and delta costs about 0.5 s of CPU
-# per new database, so a database that loads only checked files starts without checking them again.
-_checked: dict[Path, tuple[int, int]] = {}
-
-
-def _identity(path: Path) -> tuple[int, int]:
-    found = path.stat()
-    return found.st_size, found.st_mtime_ns
-
-
-def _was_checked(path: Path) -> bool:
-    return _checked.get(path) == _identity(path)
 
 
 _shared: duckdb.DuckDBPyConnection | None = None

@@ -31,9 +31,11 @@ def avro_copy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def test_a_file_is_checked_once_then_loaded_unchecked_until_it_changes(avro_copy: Path) -> None:
     with connect(extensions=("avro",)) as first:
         assert not unchecked_allowed(first)  # DuckDB checks the signature
-        assert first.execute("SELECT count(*) FROM duckdb_extensions() WHERE loaded AND extension_name = 'avro'")
+        loaded = "SELECT count(*) FROM duckdb_extensions() WHERE loaded AND extension_name = 'avro'"
+        assert first.execute(loaded).fetchone() == (1,)
     with connect(extensions=("avro",)) as second:
         assert unchecked_allowed(second)
+        assert second.execute(loaded).fetchone() == (1,)
     # The same file with bytes changed in its code (a second later): checked again, and refused.
     checked_at = avro_copy.stat().st_mtime_ns
     with avro_copy.open("r+b") as file:
