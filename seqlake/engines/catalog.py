@@ -25,7 +25,7 @@ from seqlake.core.config import Config
 from seqlake.core.errors import SetupError
 from seqlake.core.uris import masked_uri
 from seqlake.engines.duckdb_session import object_storage_for
-from seqlake.engines.iceberg_writes import enable_iceberg_page_checksums
+from seqlake.engines.iceberg_writes import enable_iceberg_page_checksums, serialize_manifest_evaluation
 from seqlake.engines.storage import S3Settings, check_access, is_s3
 
 log = logging.getLogger(__name__)
@@ -54,6 +54,7 @@ def open_catalog(config: Config) -> Catalog:
     """
     uri = config.catalog_uri()
     enable_iceberg_page_checksums()  # every file written through this catalog carries page CRCs
+    serialize_manifest_evaluation()  # a commit replacing files finds them in its parent's manifests
     try:
         if config.warehouse_uri().startswith("file://"):
             config.warehouse_path().mkdir(parents=True, exist_ok=True)

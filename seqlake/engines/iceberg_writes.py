@@ -1,16 +1,24 @@
-"""How seqlake writes through pyiceberg: page checksums on every Parquet file, and partitioned
-overwrites in time linear in the rows.
+"""How seqlake writes through pyiceberg: page checksums on every Parquet file, commits that find the
+files they replace whatever the threads do, and partitioned overwrites in time linear in the rows.
 
 The tables other than history runs (detail, training samples and their quarantines, the compaction
 quarantine) are Iceberg tables written through pyiceberg or Spark. Iceberg's Spark writer
 (parquet-java) writes page CRCs by default; pyiceberg has no table property for them, so
 `enable_iceberg_page_checksums` adds `write_page_checksum=True` to the options pyiceberg hands
 pyarrow's ParquetWriter. `seqlake.tableformat.page_checksums` checks that a file carries them.
+
+A commit that replaces files (a forget's rewrite, a merge, a partial delete) looks for them in the
+parent snapshot's manifests on pyiceberg's thread pool, all threads sharing one partition evaluator
+that keeps the manifest it is evaluating in an attribute (pyiceberg 0.12.0). Two threads interleaving
+there can skip the manifest that holds a replaced file, and the commit fails with "Missing required
+files to delete". `serialize_manifest_evaluation` makes that evaluation one thread at a time (a lock
+around microseconds of work; reading the manifests stays parallel).
 """
 
 from __future__ import annotations
 
 import itertools
+import threading
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
@@ -33,6 +41,25 @@ def enable_iceberg_page_checksums() -> None:
 
     with_page_checksums._seqlake_page_checksums = True  # type: ignore[attr-defined]  # a marker on the function
     iceberg_pyarrow._get_parquet_writer_kwargs = with_page_checksums
+
+
+def serialize_manifest_evaluation() -> None:
+    """Make pyiceberg's manifest partition evaluator safe to share between threads (idempotent,
+    process-wide). Its `eval` sets `partition_fields` and then reads it back while visiting."""
+    from pyiceberg.expressions import visitors
+    from pyiceberg.manifest import ManifestFile
+
+    original = visitors._ManifestEvalVisitor.eval
+    if getattr(original, "_seqlake_serialized", False):
+        return
+    lock = threading.Lock()
+
+    def serialized(self: visitors._ManifestEvalVisitor, manifest: ManifestFile) -> bool:
+        with lock:
+            return original(self, manifest)
+
+    serialized._seqlake_serialized = True  # type: ignore[attr-defined]  # a marker on the function
+    visitors._ManifestEvalVisitor.eval = serialized
 
 
 # Partitions handed to pyiceberg at a time: its cost is (partitions in a call) x (rows in a call).
