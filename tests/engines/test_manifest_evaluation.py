@@ -54,7 +54,7 @@ def test_evaluations_of_two_manifests_on_two_threads_each_read_their_own_bounds(
         table.append(pa.table({"a": pa.array([1], pa.int64()), "b": pa.array([b], pa.int64())}))
     snapshot = table.current_snapshot()
     assert snapshot is not None
-    first, second = sorted(snapshot.manifests(table.io), key=lambda m: m.added_snapshot_id or 0)
+    first, second = sorted(snapshot.manifests(table.io), key=lambda m: m.sequence_number)
     evaluate = manifest_evaluator(SPEC, SCHEMA, And(EqualTo("a", 1), EqualTo("b", 1)))
     assert (evaluate(first), evaluate(second)) == (True, False)  # one thread: the manifest holding b=1
 
