@@ -36,6 +36,7 @@ from tests.pipelines.compaction.test_publication_races import (
     assert_every_valid_event_once,
     closed_unpublished,
     deliver,
+    example_seed,
     new_lake,
 )
 from tests.pipelines.forget.test_forget_fence import capture, landing_users, rows_of
@@ -188,7 +189,7 @@ RACES = st.tuples(st.sampled_from(["compact", "capture", "samples"]), st.integer
 def test_any_interleaving_with_forgets_and_kills_keeps_them_forgotten_and_every_other_event_once(
     lake_config, plan, first, race
 ):
-    lake = new_lake(lake_config, max_runs=2)
+    lake = new_lake(lake_config, max_runs=2, seed=example_seed(plan, first, race))
     run = Run(lake)
     deliver(lake)
     run.forget(run.pick_users(first))  # at least one forget in every interleaving
