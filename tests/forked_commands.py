@@ -3,8 +3,9 @@
 A command still runs in a process of its own: its arguments, environment, working folder, stdin, stdout,
 stderr and exit status are its own, and it ends as `python -m` ends (atexit handlers, flushed streams,
 an uncaught exception's traceback). What it skips is the start of a new interpreter and the imports of
-pyarrow, pandas, pyiceberg, SQLAlchemy, DuckDB and seqlake's entry points (1.2 CPU-s a command becomes
-0.4): each test worker keeps one Python that has imported them and forks a child per command.
+pyarrow, pandas, pyiceberg, SQLAlchemy, DuckDB and seqlake's entry points (`seqlake --help` takes 0.1
+CPU-s instead of 1.2): each test worker keeps one Python that has imported them and forks a child per
+command.
 
 Anything else (another program, `-c`, options to Python itself, an environment that changes how Python
 starts, arguments `subprocess.run` takes that this does not) goes to `subprocess.run` unchanged.
@@ -55,7 +56,7 @@ PRELOADED = (
 # The forking Python: imports PRELOADED, then for each request on its socket forks a child that takes the
 # request's stdio, folder, environment and arguments and runs the module as `python -m` would.
 _FORK_SERVER = r"""
-import importlib, json, os, runpy, socket, sys
+import gc, importlib, json, os, runpy, socket, sys
 for name in sys.argv[2:]:
     importlib.import_module(name)
 if "duckdb" in sys.modules:  # its default connection has a worker thread; a child opens it anew if used
@@ -66,6 +67,9 @@ server = socket.socket(fileno=int(sys.argv[1]))
 if len(os.listdir("/proc/self/task")) != 1:  # forking a process with threads is not safe
     server.send(b'{"ready": false}')
     sys.exit(0)
+# Moved out of the collector's reach: a child's collections would otherwise visit (and so copy) every
+# object imported here; a command's own objects are collected as usual.
+gc.freeze()
 server.send(b'{"ready": true}')
 
 def serve():

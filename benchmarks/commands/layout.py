@@ -25,10 +25,15 @@ from seqlake.core.output import emit
 )
 @click.option("--heavy-rows", type=IntegerAtLeast(1), default=20_000, show_default=True, help="Rows of a heavy user.")
 @click.option("--repeats", type=IntegerAtLeast(1), default=3, show_default=True, help="Timing repeats.")
+@click.option(
+    "--lookups", type=IntegerAtLeast(1), default=200, show_default=True, help="Users looked up per timed pass."
+)
 @seed_option(1)
 @click.option("--out", metavar="FILE.md", help="Also write the table to this file.")
 @common_options
-def command(users: int, heavy_users: int, heavy_rows: int, repeats: int, seed: int, out: str | None) -> None:
+def command(
+    users: int, heavy_users: int, heavy_rows: int, repeats: int, lookups: int, seed: int, out: str | None
+) -> None:
     if heavy_users > users:
         raise click.UsageError(f"--heavy-users must be between 0 and --users ({users}), got {heavy_users}")
     from benchmarks.layout import format_table, run_layout_bench
@@ -41,6 +46,7 @@ def command(users: int, heavy_users: int, heavy_rows: int, repeats: int, seed: i
         heavy_rows=heavy_rows,
         seed=seed,
         repeats=repeats,
+        lookups=lookups,
         config=load_cli_config(),
     )
     table = f"{format_table(rows)}\n\n{load.close().line()}"

@@ -53,7 +53,10 @@ RUNS: dict[str, tuple[list[str], int]] = {
     "backfill": (["--labels", "{tmp}/labels.csv", "--tenant", "retrieval"], 0),
     "export-sst": (["--out", "{tmp}/sst"], 0),
     "storage": (["list", "no-such-bucket"], 1),  # no S3 server at the endpoint
-    "bench-layout": (["--users", "20", "--heavy-users", "1", "--heavy-rows", "300", "--repeats", "1"], 0),
+    "bench-layout": (
+        ["--users", "20", "--heavy-users", "1", "--heavy-rows", "300", "--repeats", "1", "--lookups", "10"],
+        0,
+    ),
     "bench-ingest": (["--prior-events", "10", "--landing-prior", "20"], 2),
     "bench-reads": (
         ["--users", "40", "--heavy-users", "1", "--heavy-rows", "400", "--runs", "2", "--multi-users", "8"]
