@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -107,6 +108,12 @@ LONG_FILES = (
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     rank = {name: n for n, name in enumerate(LONG_FILES)}
     items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(LONG_FILES)))  # stable: the rest in order
+
+
+def pytest_collection_finish() -> None:
+    # What collection imported (the libraries, seqlake, the test modules) lives as long as the process:
+    # out of the collector's reach, each collection during the tests visits only what the tests made.
+    gc.freeze()
 
 
 _MEASUREMENTS: list[str] = []
