@@ -67,9 +67,15 @@ def lake_config(tmp_path_factory: pytest.TempPathFactory) -> Config:
 
 # The shared session runs thousands of small queries, where generating and compiling Java for each new
 # plan (a quarter of its CPU) costs more than it saves: it evaluates expressions as Spark's interpreter
-# does. The Spark runs of seqlake's commands in the tests (drivers of their own) keep Spark's default,
-# so generated code is still exercised, except the cluster run (tests/end_to_end/remote_runs.py).
-SHARED_SESSION_SETTINGS = {"spark.sql.codegen.wholeStage": "false", "spark.sql.codegen.factoryMode": "NO_CODEGEN"}
+# does. Re-planning each query stage by stage as it runs (adaptive execution) costs another seventh of
+# its CPU on tables this small, for results that are the same. The Spark runs of seqlake's commands in
+# the tests (drivers of their own) keep seqlake's settings, so generated code and adaptive execution
+# are still exercised, except the cluster run (tests/end_to_end/remote_runs.py).
+SHARED_SESSION_SETTINGS = {
+    "spark.sql.codegen.wholeStage": "false",
+    "spark.sql.codegen.factoryMode": "NO_CODEGEN",
+    "spark.sql.adaptive.enabled": "false",
+}
 
 
 @pytest.fixture(scope="session")
