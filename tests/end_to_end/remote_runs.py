@@ -91,8 +91,9 @@ def submit_demo(cluster: SparkCluster, config: Path, folder: Path, env: dict[str
     done = forked_commands.run(
         [str(SPARK_BIN / "spark-submit"), "--master", cluster.master, "--jars", jars, "--py-files", str(code)]
         + ["--conf", "spark.executor.memory=1g", "--conf", f"spark.executor.extraJavaOptions={TEST_JVM_OPTIONS}"]
-        # Expressions interpreted, as in the tests' shared session (tests/conftest.py): on this tiny
-        # demo, compiling generated code costs more than it saves. The REST run keeps Spark's default.
+        # Expressions interpreted and queries planned once, as in the tests' shared session
+        # (tests/conftest.py): on this tiny demo, compiling generated code and re-planning by stage cost
+        # more than they save. The REST run keeps seqlake's settings.
         + [arg for key, value in SHARED_SESSION_SETTINGS.items() for arg in ("--conf", f"{key}={value}")]
         + [str(REPO / "jobs" / "demo.py"), "--config", str(config)],
         capture_output=True,
