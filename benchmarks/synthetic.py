@@ -110,6 +110,7 @@ def synthetic_rows(
     lsn: np.ndarray,
     rng: np.random.Generator,
     min_lsn: np.ndarray | None = None,
+    last_event_ts_us: np.ndarray | None = None,
     source_partition: np.ndarray | None = None,
     event_count: np.ndarray | None = None,
     window_id: np.ndarray | None = None,
@@ -119,7 +120,8 @@ def synthetic_rows(
     """History rows with the given keys, in the history schema and in storage order: by bucket (unless
     `bucketed` is False, for one file's rows), then user, feature group, event time and LSN.
 
-    Left out, a column takes its default: `min_lsn` the LSN (single-event rows), `source_partition`
+    Left out, a column takes its default: `min_lsn` the LSN and `last_event_ts` the event time
+    (single-event rows), `source_partition`
     the user modulo the configured partitions, `event_count` 1, `window_id` the event time's window.
     Attribute values come from `values(name, kind, n, rng)` (default `column_values`) and are null
     outside the row's feature group."""
@@ -130,6 +132,9 @@ def synthetic_rows(
         "feature_group": feature_group,
         "event_ts": pa.array(event_ts_us, pa.int64()).cast(pa.timestamp("us", tz="UTC")),
         "lsn": np.asarray(lsn, np.int64),
+        "last_event_ts": pa.array(event_ts_us if last_event_ts_us is None else last_event_ts_us, pa.int64()).cast(
+            pa.timestamp("us", tz="UTC")
+        ),
         "min_lsn": np.asarray(lsn if min_lsn is None else min_lsn, np.int64),
         "source_partition": (
             (user_id % config.generator.source_partitions) if source_partition is None else source_partition

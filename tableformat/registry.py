@@ -49,6 +49,7 @@ from seqlake.tableformat.frontier import published_frontier as published_frontie
 from seqlake.tableformat.io import resolve_uri
 from seqlake.tableformat.layout import STATISTICS_COLUMNS
 from seqlake.tableformat.schema import (
+    ADDED_BOOKKEEPING,
     FORMAT_VERSION,
     history_iceberg_schema,
     history_partition_spec,
@@ -145,10 +146,12 @@ def check_matches_config(
 
 def schema_diff(table: Table, config: HistorySpec, schema: Schema | None = None) -> SchemaDiff:
     """What the configuration asks of `table`'s columns (and, for history, of its feature groups and
-    declared column types). Columns that are not feature-group columns (keys, bookkeeping) are fixed."""
+    declared column types). Columns that are not feature-group columns (keys, bookkeeping) are fixed,
+    but for bookkeeping the format added later (`ADDED_BOOKKEEPING`), which a migration adds."""
     expected = schema or history_iceberg_schema(config)
     features = config.column_types()
-    fixed = frozenset(f.name for f in expected.fields if f.name not in features)
+    addable = frozenset(ADDED_BOOKKEEPING) if schema is None else frozenset()
+    fixed = frozenset(f.name for f in expected.fields if f.name not in features and f.name not in addable)
     if schema is not None:
         return compare(".".join(table.name()), table.schema(), expected, fixed=fixed)
     diff = compare(

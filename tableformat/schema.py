@@ -3,7 +3,8 @@
 A history row is one aggregated interaction: all events of one (user, feature group, item) that
 arrived in one processing window, merged by the declared operators. Its key is
 (user_id, feature_group, event_ts, lsn): `event_ts` is the first event time of the merged events and
-`lsn` the largest LSN among them, i.e. the moment the row's value became known.
+`lsn` the largest LSN among them, i.e. the moment the row's value became known. `last_event_ts` is
+the latest event time merged in: a row holds only events of [event_ts, last_event_ts].
 """
 
 from __future__ import annotations
@@ -53,11 +54,18 @@ ICEBERG_TO_ARROW = (
 
 # Bookkeeping every history row carries besides its key and the feature-group columns.
 BOOKKEEPING = [
+    # Latest event time merged into the row; optional only because tables older than the column
+    # read it as null in their files (`ADDED_BOOKKEEPING`): seqlake always writes it.
+    pa.field("last_event_ts", TIMESTAMP_US),
     pa.field("min_lsn", pa.int64(), nullable=False),  # smallest LSN merged into the row
     pa.field("source_partition", pa.int32(), nullable=False),
     pa.field("event_count", pa.int32(), nullable=False),  # events merged into the row
     pa.field("window_id", pa.int64(), nullable=False),  # processing window that published it
 ]
+
+# Bookkeeping columns added to the format after its first tables: a migration adds them to an older
+# table (`seqlake migrate`), whose files then read them as null (see `latest_event_micros`).
+ADDED_BOOKKEEPING = ("last_event_ts",)
 
 
 def with_field_ids(fields: list[pa.Field] | pa.Schema) -> pa.Schema:

@@ -45,13 +45,13 @@ from seqlake.core.errors import SchemaError, SeqlakeError, UnknownRunError
 from seqlake.core.progress import Progress
 from seqlake.engines.duckdb_session import connect, sql_literal
 from seqlake.tableformat.registry import live_runs, run_id_of_path
-from seqlake.tableformat.schema import KEY_COLUMNS
+from seqlake.tableformat.schema import BOOKKEEPING, KEY_COLUMNS
 
 KEY_ENCODING_VERSION = 1
 VALUE_FORMAT_VERSION = 1
 MANIFEST_NAME = "manifest.json"
 DEFAULT_TARGET_FILE_BYTES = 64 * 2**20
-BOOKKEEPING_COLUMNS = ("min_lsn", "source_partition", "event_count", "window_id")
+BOOKKEEPING_COLUMNS = tuple(f.name for f in BOOKKEEPING)
 
 _SIGN = np.uint64(1 << 63)
 _SIGN_INT = 1 << 63

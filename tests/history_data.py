@@ -187,3 +187,21 @@ def time_travel_history(config: Config, user: int, name: str = "history"):
     publish_run(table, config, other, "x1", frontier=False)
     snapshots.append(table.current_snapshot().snapshot_id)
     return table, snapshots, pa.concat_tables(parts)
+
+
+def micros_rows(arrow: pa.Table) -> list[dict]:
+    """Rows in key order with every timestamp as epoch microseconds: engines differ in how they hand
+    out time zones."""
+    from seqlake.tableformat.schema import KEY_COLUMNS
+
+    arrow = arrow.sort_by([(k, "ascending") for k in KEY_COLUMNS])
+    for i, field in enumerate(arrow.schema):
+        if pa.types.is_timestamp(field.type):
+            arrow = arrow.set_column(i, field.name, arrow[field.name].cast(pa.int64()))
+    return arrow.to_pylist()
+
+
+def micros_select(schema: pa.Schema, function: str) -> str:
+    """A SELECT list of `schema`'s columns, timestamps through the engine's epoch-microseconds
+    `function` (`epoch_us` in DuckDB, `unix_micros` in Spark)."""
+    return ", ".join(f"{function}({f.name}) AS {f.name}" if pa.types.is_timestamp(f.type) else f.name for f in schema)

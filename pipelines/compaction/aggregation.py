@@ -29,7 +29,7 @@ from seqlake.core.operators import get_operator
 from seqlake.core.payload import INT_RANGES
 
 Dialect = Literal["spark", "duckdb"]
-BOOKKEEPING_OUTPUTS = ("event_ts", "lsn", "min_lsn", "source_partition", "event_count", "window_id")
+BOOKKEEPING_OUTPUTS = ("event_ts", "lsn", "last_event_ts", "min_lsn", "source_partition", "event_count", "window_id")
 
 SPARK_TYPES = {
     "bool": "BOOLEAN",
@@ -140,6 +140,7 @@ def _bookkeeping(selected: str) -> str:
       feature_group,
       min(event_ts) AS event_ts,
       max(lsn) AS lsn,
+      max(event_ts) AS last_event_ts,
       min(lsn) AS min_lsn,
       source_partition,
       CAST(count(*) AS INT) AS event_count,

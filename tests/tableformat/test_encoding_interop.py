@@ -15,7 +15,14 @@ from seqlake.tableformat.footer import FileFacts
 from seqlake.tableformat.io import resolve_uri
 from seqlake.tableformat.layout import DICTIONARY_KEYS
 from seqlake.tableformat.schema import KEY_COLUMNS, history_arrow_schema
-from tests.history_data import SMALL_ROW_GROUPS, history_table, publish_run, synthetic_history
+from tests.history_data import (
+    SMALL_ROW_GROUPS,
+    history_table,
+    micros_rows,
+    micros_select,
+    publish_run,
+    synthetic_history,
+)
 
 pytestmark = pytest.mark.spark
 
@@ -46,9 +53,7 @@ def forced(schema: pa.Schema, variant: int, codec: str) -> tuple[tuple[str, str,
     )
 
 
-def rows(arrow: pa.Table) -> list[dict]:
-    arrow = arrow.sort_by([(k, "ascending") for k in KEY_COLUMNS])
-    return arrow.set_column(2, "event_ts", arrow["event_ts"].cast(pa.int64())).to_pylist()
+rows = micros_rows
 
 
 def test_every_encoding_choice_reads_the_same_in_duckdb_pyiceberg_and_spark(spark, lake_config):
@@ -80,7 +85,7 @@ def test_every_encoding_choice_reads_the_same_in_duckdb_pyiceberg_and_spark(spar
         assert any(kinds[name] == kind and (e, c) == (encoding, compression) for name, e, c in seen), (kind, encoding)
 
     columns = schema.names
-    select = ", ".join(columns).replace("event_ts", "{ts}(event_ts) AS event_ts")
+    select = micros_select(schema, "{ts}")
     order = ", ".join(KEY_COLUMNS)
     from_pyiceberg = rows(table.scan(selected_fields=tuple(columns)).to_arrow())
     with lake_cursor() as con:

@@ -9,7 +9,7 @@ below is the documented semantics written out in Python:
 - first arrival of an event id wins (smallest (source_partition, lsn), as `dedupe_sql` orders them);
   ids published by earlier windows are dropped;
 - one row per (user, feature group, source partition, item); event_ts = min, lsn = max,
-  min_lsn = min, event_count = events merged, window_id = max;
+  last_event_ts = max, min_lsn = min, event_count = events merged, window_id = max;
 - each column the row's group declares merges with that group's operator over the non-null values:
   max/min/sum/bit_or, count (0 when none), first/last = the value of the smallest/largest-LSN event
   that carries one; NULL when no event carries a value; NULL for columns the group does not declare.
@@ -157,6 +157,7 @@ def reference_fold(config: Config, rows: list[dict], published: AbstractSet[str]
             "feature_group": group,
             "event_ts": min(r["event_ts"] for r in events),
             "lsn": events[-1]["lsn"],
+            "last_event_ts": max(r["event_ts"] for r in events),
             "min_lsn": events[0]["lsn"],
             "source_partition": partition,
             "event_count": len(events),

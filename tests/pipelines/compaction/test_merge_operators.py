@@ -66,13 +66,14 @@ def event(event_id, group, item, seconds, lsn, value=None, other=None, *, partit
     }
 
 
-def row(group, item, seconds, lsn, min_lsn, count, value, other=None, *, partition=0, user=1) -> dict:
-    """One expected history row (window 0)."""
+def row(group, item, seconds, lsn, min_lsn, count, value, other=None, *, partition=0, user=1, last=None) -> dict:
+    """One expected history row (window 0); `last` is its latest event's seconds (default `seconds`)."""
     return {
         "user_id": user,
         "feature_group": group,
         "event_ts": T0 + timedelta(seconds=seconds),
         "lsn": lsn,
+        "last_event_ts": T0 + timedelta(seconds=seconds if last is None else last),
         "min_lsn": min_lsn,
         "source_partition": partition,
         "event_count": count,
@@ -102,7 +103,7 @@ CASES = {
             event("c", "clicks", 10, 9, 3, -7),
             event("d", "clicks", 11, 1, 4, None),  # no value at all: NULL
         ],
-        [row("clicks", 10, 2, 3, 1, 3, 3), row("clicks", 11, 1, 4, 4, 1, None)],
+        [row("clicks", 10, 2, 3, 1, 3, 3, last=9), row("clicks", 11, 1, 4, 4, 1, None)],
     ),
     "min": (
         "int16",
@@ -112,7 +113,7 @@ CASES = {
             event("c", "clicks", 10, 2, 3, -2),
             event("d", "clicks", 10, 3, 4, 8, partition=1),  # another source partition: its own row
         ],
-        [row("clicks", 10, 0, 3, 1, 3, -2), row("clicks", 10, 3, 4, 4, 1, 8, partition=1)],
+        [row("clicks", 10, 0, 3, 1, 3, -2, last=2), row("clicks", 10, 3, 4, 4, 1, 8, partition=1)],
     ),
     "sum": (
         "int64",
@@ -162,7 +163,11 @@ CASES = {
             event("e", "clicks", 11, 0, 5, "z"),
             event("f", "clicks", 12, 0, 6, None),
         ],
-        [row("clicks", 10, 3, 3, 1, 3, "b"), row("clicks", 11, 0, 5, 4, 2, ""), row("clicks", 12, 0, 6, 6, 1, None)],
+        [
+            row("clicks", 10, 3, 3, 1, 3, "b", last=8),
+            row("clicks", 11, 0, 5, 4, 2, ""),
+            row("clicks", 12, 0, 6, 6, 1, None),
+        ],
     ),
     "last": (
         "string",
@@ -176,9 +181,9 @@ CASES = {
             event("g", "clicks", 11, 0, 6, "z", partition=1),  # latest arrival, earliest event time: last
         ],
         [
-            row("clicks", 10, 0, 3, 1, 3, "b"),
+            row("clicks", 10, 0, 3, 1, 3, "b", last=9),
             row("clicks", 11, 5, 4, 4, 1, "partition 0"),
-            row("clicks", 11, 0, 6, 1, 3, "z", partition=1),
+            row("clicks", 11, 0, 6, 1, 3, "z", partition=1, last=9),
         ],
     ),
 }

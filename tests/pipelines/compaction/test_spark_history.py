@@ -14,7 +14,7 @@ from seqlake.tableformat.fsck import fsck_table
 from seqlake.tableformat.reader import HistoryReader
 from seqlake.tableformat.registry import RunRecord, commit_runs
 from seqlake.tableformat.schema import KEY_COLUMNS, history_arrow_schema
-from tests.history_data import history_table, publish_run, synthetic_history
+from tests.history_data import history_table, micros_rows, micros_select, publish_run, synthetic_history
 
 pytestmark = pytest.mark.spark
 
@@ -59,11 +59,8 @@ def test_engines_return_identical_rows_for_a_user(spark, lake_config, data):
     columns = history_arrow_schema(lake_config).names
     order = ", ".join(KEY_COLUMNS)
     # Event times compared as epoch microseconds: engines differ in how they hand out time zones.
-    select = ", ".join(columns).replace("event_ts", "{ts}(event_ts) AS event_ts")
-
-    def rows(arrow: pa.Table) -> list[dict]:
-        arrow = arrow.sort_by([(k, "ascending") for k in KEY_COLUMNS])
-        return arrow.set_column(2, "event_ts", arrow["event_ts"].cast(pa.int64())).to_pylist()
+    select = micros_select(history_arrow_schema(lake_config), "{ts}")
+    rows = micros_rows
 
     scan = table.scan(row_filter=EqualTo("user_id", user), selected_fields=tuple(columns))
     from_pyiceberg = rows(scan.to_arrow())
