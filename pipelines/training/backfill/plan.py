@@ -1,25 +1,32 @@
 """Backfills: a tenant's sequence for every row of any labelled table, point-in-time correct.
 
 A label row is `(user_id, ts, any other columns)`; each gets the tenant's sequence (its feature
-groups and columns, the newest `max_length` rows, oldest first) as it stood at `ts`:
+groups and columns, the newest `max_length` rows, oldest first) as it stood just before `ts`. A
+label is usually the outcome of the interaction at `ts`, which must not be its own input: every
+bound is strict.
 
-- event time (`as_of="event-time"`): the published history rows whose event time is strictly
-  before `ts` (`event_ts < ts`: a label is usually the outcome of the interaction at `ts`, which
-  must not be its own input). What a replay by event time gives, late arrivals included.
-- arrival (`as_of="arrival"`): only what had arrived by `ts`. Per source partition p, the frontier
-  F_p(ts) is the highest LSN of p that had arrived by `ts`: the largest of the LSNs of p's landing
-  records with `arrival_ts <= ts`, and of the frontiers recorded by publications once every window
-  published up to them had ended by `ts` (a window's records all arrive before its end). LSNs are
-  arrival order within a partition, so "LSN <= F_p(ts)" is "arrived by ts" (publication points
-  alone are lower bounds: without the landing records the rule is conservative). The sequence is then
-  what a capture at `ts` would have read: history rows with `lsn <= F_p(ts)` outside the window
-  open at `ts` (the newest window any landing record arrived in by `ts`), that window rebuilt
-  from the detail table's events up to the frontiers; no event-time bound. It equals
-  `seqlake samples` for a captured request at its request time.
+- event time (`as_of="event-time"`): the fold of exactly the events that happened before `ts`
+  (`event_ts < ts`), late arrivals included: what a replay by event time gives. A history row
+  merges one item's events of a processing window and is stamped with the earliest of them
+  (`event_ts`); a row whose latest event (`last_event_ts`) is at or after `ts` is not taken as it
+  stands: its window is rebuilt from the detail table's events before `ts` with the compaction's
+  SQL (`gather.gather_sequences(exact_until=...)`). Once a window's detail has expired, such rows
+  are withheld, and counted.
+- arrival (`as_of="arrival"`): only what had arrived before `ts` (`arrival_ts < ts`; with
+  `inclusive`, `<= ts`, for labels that are not themselves events). Per source partition p, the
+  frontier F_p(ts) is the highest LSN of p that had arrived: the largest of the LSNs of p's landing
+  records that arrived before ts, and of the frontiers recorded by publications whose windows had
+  all ended (a window's records all arrive before its end). LSNs are arrival order within a
+  partition, so "LSN <= F_p(ts)" is "arrived before ts" (publication points alone are lower bounds:
+  without the landing records the rule is conservative). The sequence is then what a capture just
+  before `ts` would have read: history rows with `lsn <= F_p(ts)` outside the window open at `ts`
+  (the newest window any landing record arrived in), that window rebuilt from the detail table's
+  events up to the frontiers. It equals `seqlake samples` for a captured request.
 
-The leakage report counts, under event-time semantics, the label rows whose sequence holds rows
-that arrived after `ts` (a row with `lsn > F_p(ts)`: at least one of its events arrived later),
-and how many such rows.
+The leakage report checks every emitted sequence for each way the future can get in: rows that
+arrived after `ts` (late arrivals; event time takes them in by definition), rows that arrived or
+happened exactly at `ts` (the label's own event), and rows that merged events from `ts` on. It is
+0 on data without late arrivals.
 
 The plan is the samples job's (`gather.gather_sequences`): label rows become pointers (no
 fragment, no checksum), read bucket by bucket in batches, one set-based plan per batch.
@@ -47,7 +54,12 @@ from seqlake.pipelines.faults import kill_point
 from seqlake.pipelines.landing.tables import is_delta_table, landing_paths
 from seqlake.pipelines.tables import load_existing_table
 from seqlake.pipelines.training.rebuild.duckdb import Reconstruction
-from seqlake.pipelines.training.rebuild.gather import SequenceRows, gather_sequences
+from seqlake.pipelines.training.rebuild.gather import (
+    SequenceRows,
+    WindowDetail,
+    gather_sequences,
+    latest_event_micros,
+)
 from seqlake.pipelines.training.sequence import Tenant, list_schema
 from seqlake.pipelines.training.tables import FRAGMENT, SEQUENCE, create_bucketed_table, training_schema
 from seqlake.tableformat.bucketing import bucket_of
@@ -67,23 +79,53 @@ INTERNAL = ("_row", "_ts", "_bucket")  # columns the job adds to the label rows 
 
 @dataclass
 class LeakageReport:
-    """Under event-time semantics: label rows whose sequence holds rows that arrived after their ts."""
+    """What of the future the emitted sequences hold, per kind: rows that arrived after the label's
+    ts, rows that arrived or happened at ts, rows that merged events from ts on; and rows withheld
+    (they merged events from ts on, and their window's detail has expired)."""
 
     label_rows: int = 0
-    leaking_rows: int = 0  # label rows with at least one late sequence row
-    leaked_events: int = 0  # late sequence rows over all label rows
+    leaking_rows: int = 0  # label rows whose sequence holds a row of any kind below
+    late_arrivals: int = 0
+    at_label_time: int = 0
+    merged_after: int = 0
+    withheld: int = 0
 
-    def add(self, leaked: np.ndarray) -> None:
-        self.label_rows += len(leaked)
-        self.leaking_rows += int(np.count_nonzero(leaked))
-        self.leaked_events += int(leaked.sum())
+    @property
+    def leaked_events(self) -> int:
+        """Sequence rows of every kind, over all label rows (a row of two kinds counts twice)."""
+        return self.late_arrivals + self.at_label_time + self.merged_after
+
+    def add(self, leaks: Leaks) -> None:
+        self.label_rows += len(leaks.late)
+        self.leaking_rows += int(np.count_nonzero(leaks.late + leaks.at_ts + leaks.merged))
+        self.late_arrivals += int(leaks.late.sum())
+        self.at_label_time += int(leaks.at_ts.sum())
+        self.merged_after += int(leaks.merged.sum())
+        self.withheld += int(leaks.withheld.sum())
 
     def summary(self) -> str:
         share = self.leaking_rows / self.label_rows if self.label_rows else 0.0
-        return (
-            f"leakage under event-time semantics: {self.leaking_rows:,} of {self.label_rows:,} label rows "
-            f"({share:.2%}) would receive {self.leaked_events:,} sequence rows that arrived after their ts"
+        text = (
+            f"leakage: {self.leaking_rows:,} of {self.label_rows:,} label rows ({share:.2%}) hold rows known only "
+            f"after their ts: {self.late_arrivals:,} arrived later, {self.at_label_time:,} arrived or happened "
+            f"at ts, {self.merged_after:,} merged events from ts on"
         )
+        if self.withheld:
+            text += (
+                f"; {self.withheld:,} rows withheld (they merged events from ts on and their window's "
+                "detail has expired)"
+            )
+        return text
+
+
+@dataclass(frozen=True)
+class Leaks:
+    """Per label row, sequence rows of each kind (see `LeakageReport`)."""
+
+    late: np.ndarray
+    at_ts: np.ndarray
+    merged: np.ndarray
+    withheld: np.ndarray
 
 
 @dataclass
@@ -128,7 +170,11 @@ def label_pointers(tenant: Tenant, labels: pa.Table, as_of: AsOf) -> pa.Table:
 @dataclass(frozen=True)
 class BackfillBatch:
     sequences: dict[str, pa.Array]  # seq_<model column> list arrays, in label order
-    leaked: np.ndarray  # per label row: event-time sequence rows that arrived after ts
+    leaks: Leaks
+
+
+# History columns the leakage checks read besides the sequence's (`gather.latest_event_micros`).
+LEAK_COLUMNS = ("lsn", "source_partition", "last_event_ts", "event_count", "window_id")
 
 
 def backfill_batch(
@@ -138,34 +184,51 @@ def backfill_batch(
     labels: pa.Table,
     history: pa.Table,
     events: pa.Table | None,
+    detail: WindowDetail,
     con=None,
 ) -> BackfillBatch:
-    """The sequences of a batch of label rows (`user_id`, `_ts`, `lsn_bound`, `open_window`) from
-    their users' history rows and, for arrival semantics, the open windows' detail events."""
-    pointers = label_pointers(tenant, labels, "event-time")
-    rows = gather_sequences(
-        config, tenant, "time", pointers, history, None, cut_to_length=True, extra=("lsn", "source_partition")
-    )
-    leaked = _leaked(rows, pointers)
-    if as_of == "arrival":
-        pointers = label_pointers(tenant, labels, "arrival")
-        rows = gather_sequences(config, tenant, "lsn", pointers, history, events, con=con)
+    """The sequences of a batch of label rows from their users' history rows and detail.
+
+    `labels`: `user_id`, `_ts`, and the frontiers: `lsn_bound` and `open_window` as the sequence
+    sees them (strict, or inclusive when asked), `arrived_before` and `arrived_by` the frontiers of
+    what arrived before and at `_ts`, for the leakage checks. `events`: arrival, the open windows'
+    detail events; `detail`: event time, the detail the windows spanning a label's ts are rebuilt from."""
+    pointers = label_pointers(tenant, labels, as_of)
+    if as_of == "event-time":
+        rows = gather_sequences(
+            config, tenant, "time", pointers, history, None, cut_to_length=True, extra=LEAK_COLUMNS, exact_until=detail
+        )
+    else:
+        rows = gather_sequences(config, tenant, "lsn", pointers, history, events, con=con, extra=LEAK_COLUMNS)
     sequences = {
         f"{SEQUENCE}{name}": values.cast(pa.list_(tenant.schema.field(name).type))
         for name, values in rows.lists(tenant.model_columns).items()
     }
-    return BackfillBatch(sequences, leaked)
+    return BackfillBatch(sequences, leaks(config, rows, labels))
 
 
-def _leaked(rows: SequenceRows, pointers: pa.Table) -> np.ndarray:
-    """Per label: sequence rows above their partition's frontier (a partition with no frontier had
-    delivered nothing by ts)."""
-    owner = np.repeat(np.arange(pointers.num_rows, dtype=np.int64), rows.lengths)
-    lsn = rows.rows["lsn"].combine_chunks().fill_null(0).to_numpy(zero_copy_only=False)[rows.take]
-    partition = rows.rows["source_partition"].combine_chunks().fill_null(0).to_numpy(zero_copy_only=False)
-    matrix, column = bound_matrix(pointers["lsn_bound"], partition[rows.take].astype(np.int64))
-    late = lsn > matrix[owner, column]
-    return np.bincount(owner, weights=late, minlength=pointers.num_rows).astype(np.int64)
+def leaks(config: Config, rows: SequenceRows, labels: pa.Table) -> Leaks:
+    """Per label row (`_ts`, `arrived_before`, `arrived_by`): its sequence's rows that arrived after
+    ts, arrived or happened at ts, or merged events from ts on."""
+    n = labels.num_rows
+    owner = np.repeat(np.arange(n, dtype=np.int64), rows.lengths)
+    held = rows.rows.select(["event_ts", *LEAK_COLUMNS]).take(pa.array(rows.take))
+    lsn = held["lsn"].combine_chunks().fill_null(0).to_numpy(zero_copy_only=False)
+    partition = held["source_partition"].combine_chunks().fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
+    before, column = bound_matrix(labels["arrived_before"], partition)
+    by, _ = bound_matrix(labels["arrived_by"], partition)
+    ts = pc.cast(labels["_ts"], TIMESTAMP_US).cast(pa.int64()).to_numpy(zero_copy_only=False)[owner]
+    first = held["event_ts"].combine_chunks().cast(pa.int64()).to_numpy(zero_copy_only=False)
+    last = latest_event_micros(held, config.layout.window_seconds)
+    late = lsn > by[owner, column]
+    at_ts = ((lsn > before[owner, column]) & ~late) | (first == ts)
+    merged = (last >= ts) & (first < ts)
+
+    def per_label(mask: np.ndarray) -> np.ndarray:
+        return np.bincount(owner, weights=mask, minlength=n).astype(np.int64)
+
+    withheld = rows.withheld if rows.withheld is not None else np.zeros(n, np.int64)
+    return Leaks(per_label(late), per_label(at_ts), per_label(merged), withheld)
 
 
 # -- frontiers at a time --------------------------------------------------------------------------
@@ -173,9 +236,10 @@ def _leaked(rows: SequenceRows, pointers: pa.Table) -> np.ndarray:
 
 def publication_table(history: Table, window_seconds: int) -> pa.Table:
     """The publications' frontiers as arrival points (`seqlake.tableformat.time_travel.publication_points`),
-    one row per (point, source partition), with no landing window."""
+    one row per (point, source partition), with no landing window. A point is its windows' end, and
+    their records all arrived before it: they count as arrived at its last microsecond."""
     points = publication_points(history, window_seconds)
-    times = [at for at, frontier in points for _ in frontier]
+    times = [at - ONE_MICROSECOND for at, frontier in points for _ in frontier]
     return pa.table(
         {
             "source_partition": pa.array([p for _, frontier in points for p in frontier], pa.int32()),
@@ -213,8 +277,13 @@ class ArrivalFrontiers:
         )
         con.execute("DROP TABLE _arrival_points")
 
+    def before(self, ts: pa.Array | pa.ChunkedArray) -> tuple[pa.Array, pa.Array]:
+        """`at`, of what arrived strictly before each time (times are whole microseconds)."""
+        return self.at(pc.subtract(pc.cast(ts, TIMESTAMP_US), pa.scalar(ONE_MICROSECOND)))
+
     def at(self, ts: pa.Array | pa.ChunkedArray) -> tuple[pa.Array, pa.Array]:
-        """Per time: the frontier map {source partition: LSN} and the open window (-1: none)."""
+        """Per time: the frontier map {source partition: LSN} of what arrived at or before it, and
+        the open window (-1: none)."""
         con = self.con
         con.register("_label_ts", pa.table({"_i": pa.array(np.arange(len(ts), dtype=np.int64)), "_ts": ts}))
         found = con.execute(
@@ -316,12 +385,16 @@ class Backfill:
         batch_rows: int = 2048,
         ts_column: str = "ts",
         point: ReadPoint | None = None,
+        inclusive: bool = False,
     ) -> None:
+        """`inclusive`: arrival semantics take in what arrived at `ts` too (labels that are not
+        events themselves); by default only what arrived before it."""
         if as_of not in AS_OF:
             raise SchemaError(f"as_of must be one of {', '.join(AS_OF)}, not {as_of!r}")
         from seqlake.pipelines.compaction.plan import history_tables
 
         self.config, self.tenant, self.as_of, self.batch_rows = config, tenant, as_of, batch_rows
+        self.inclusive = inclusive
         self.history, self.detail = history_tables(config)
         # Before the first read: what the output's commit checks (a run again keeps its first one).
         self.point = point or read_point(self.history)
@@ -351,16 +424,26 @@ class Backfill:
                 yield self.rebuild(pa.Table.from_batches([batch]))
 
     def rebuild(self, labels: pa.Table) -> pa.Table:
-        bounds, windows = self.frontiers.at(labels["_ts"])
+        before, before_window = self.frontiers.before(labels["_ts"])
+        by, by_window = self.frontiers.at(labels["_ts"])
+        bounds, windows = (by, by_window) if self.inclusive else (before, before_window)
         keys = pa.table(
-            {"user_id": labels["user_id"], "_ts": labels["_ts"], "lsn_bound": bounds, "open_window": windows}
+            {
+                "user_id": labels["user_id"],
+                "_ts": labels["_ts"],
+                "lsn_bound": bounds,
+                "open_window": windows,
+                "arrived_before": before,
+                "arrived_by": by,
+            }
         )
         pointers = label_pointers(self.tenant, keys, self.as_of)
         reconstruction = self.reconstruction
-        history = reconstruction.history_rows(pointers)
+        history = reconstruction.history_rows(pointers, LEAK_COLUMNS)
         events = reconstruction._open_window_events(pointers) if self.as_of == "arrival" else None
-        found = backfill_batch(self.config, self.tenant, self.as_of, keys, history, events)
-        self.leakage.add(found.leaked)
+        detail = WindowDetail(reconstruction.detail_windows(), reconstruction.window_events)
+        found = backfill_batch(self.config, self.tenant, self.as_of, keys, history, events, detail)
+        self.leakage.add(found.leaks)
         out = labels.select(self.columns)
         for name, values in found.sequences.items():
             out = out.append_column(name, values)
@@ -387,6 +470,7 @@ def write_backfill(
     out: str | None = None,
     batch_rows: int = 2048,
     ts_column: str = "ts",
+    inclusive: bool = False,
 ) -> BackfillResult:
     """Backfill `labels` into the Iceberg table `out` (default `backfill_<tenant>`, bucketed like
     history), replacing it in one commit. Rows of users a forget removed after the job's read are
@@ -395,7 +479,7 @@ def write_backfill(
     name = out or f"backfill_{tenant.name}"
     point = None  # the first attempt's: a job that began before a forget leaves its users out, run again or not
     for _ in range(ATTEMPTS):
-        job = Backfill(config, labels, tenant, as_of, batch_rows, ts_column, point)
+        job = Backfill(config, labels, tenant, as_of, batch_rows, ts_column, point, inclusive)
         point = job.point
         try:
             rows = _write_once(config, job, name)

@@ -212,14 +212,15 @@ class Reconstruction:
         events = self._open_window_events(pointers) if self.mode == "lsn" else None
         return rebuild_batch(self.config, self.tenant, self.mode, pointers, history, events, self.database)
 
-    def history_rows(self, pointers: pa.Table) -> pa.Table:
+    def history_rows(self, pointers: pa.Table, extra: tuple[str, ...] = ()) -> pa.Table:
         """The batch's users' history rows that its requests may need (`user_id` and the tenant's
         read columns), in file order: per data file that may hold the users (bucket and user
         bounds), the row groups whose user, feature-group and time bounds meet the batch's, read in
         one call through the reader's cache, then filtered by user, group and the batch's time span.
-        No work per user: the rebuild finds each request's rows by binary search."""
+        No work per user: the rebuild finds each request's rows by binary search. `extra`: further
+        history columns to read."""
         tenant = self.tenant
-        columns = ["user_id", *(c for c in tenant.read_columns() if c != "user_id")]
+        columns = list(dict.fromkeys(["user_id", *(c for c in tenant.read_columns() if c != "user_id"), *extra]))
         users = np.unique(pointers["user_id"].to_numpy())
         start, end = pc.min(pointers["range_start"]).as_py(), pc.max(pointers["range_end"]).as_py()
         index = self.reader.lookup_index()
@@ -246,13 +247,25 @@ class Reconstruction:
 
     def _open_window_events(self, pointers: pa.Table) -> pa.Table:
         """Detail events of the batch's users in the windows open at their captures."""
-        users = pc.unique(pointers["user_id"]).to_pylist()
-        windows = pc.unique(pointers["open_window"]).to_pylist()
-        if not users:
-            return landing_schema(self.config).empty_table()
+        return self.window_events(
+            pc.unique(pointers["user_id"]).to_pylist(), pc.unique(pointers["open_window"]).to_pylist()
+        )
+
+    def detail_windows(self) -> frozenset[int]:
+        """The windows the detail table holds (older ones have expired)."""
+        return frozenset(self._files())
+
+    def _files(self) -> dict[int, list[str]]:
         if self._detail_files is None:  # planned once: a plan per batch costs more than its reads
             self._detail_files = detail_files(self.detail)
-        paths = [path for w in windows for path in self._detail_files.get(w, [])]
+        return self._detail_files
+
+    def window_events(self, users: list[int], windows: list[int]) -> pa.Table:
+        """Detail events of `users` in `windows`, the tenant's feature groups (see `detail_events`)."""
+        if not users or not windows:
+            return pa.schema([f.with_nullable(True) for f in landing_schema(self.config)]).empty_table()
+        files = self._files()
+        paths = [path for w in windows for path in files.get(w, [])]
         return detail_events(
             self.config,
             self.tenant,

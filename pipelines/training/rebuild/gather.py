@@ -15,6 +15,7 @@ row; the open window's rebuild is the compaction's aggregation SQL, run by DuckD
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import duckdb
@@ -38,6 +39,9 @@ class SequenceRows:
     rows: pa.Table  # source rows: history, rebuilt open-window rows, fragment rows
     take: np.ndarray  # int64 indices into rows, sequence after sequence, oldest row first
     offsets: np.ndarray  # int64, one more than there are pointers
+    # Per pointer, under an exact event-time bound: rows left out because they merged events at or
+    # after the bound and their window's detail has expired (None: no bound, or nothing left out).
+    withheld: np.ndarray | None = None
 
     @property
     def lengths(self) -> np.ndarray:
@@ -257,6 +261,31 @@ def rebuilt_open_window(
     return rows.filter(pc.is_in(rows["feature_group"], groups))
 
 
+@dataclass(frozen=True)
+class WindowDetail:
+    """The detail events a time-bounded gather rebuilds windows from: the windows the detail table
+    still holds, and `events(users, windows)`, their landing rows of those users."""
+
+    windows: frozenset[int]
+    events: Callable[[list[int], list[int]], pa.Table]
+
+
+def latest_event_micros(rows: pa.Table, window_seconds: int) -> np.ndarray:
+    """Each history row's latest merged event time (`last_event_ts`) in microseconds. Files written
+    before the column read it as null: a single-event row then ends at its event time, any other at
+    its window's last microsecond (a window's events all arrived, so happened, before its end)."""
+    ts = _micros(rows["event_ts"])
+    if "last_event_ts" not in rows.column_names:
+        raise ValueError("latest_event_micros needs the rows' last_event_ts")
+    last = _micros(rows["last_event_ts"])
+    known = _valid(rows["last_event_ts"])
+    if known.all():
+        return last
+    window_end = (_numpy(rows["window_id"]) + 1) * window_seconds * 1_000_000 - 1
+    single = _numpy(rows["event_count"], fill=2) <= 1 if "event_count" in rows.column_names else False
+    return np.where(known, last, np.where(single, ts, np.maximum(window_end, ts)))
+
+
 def gather_sequences(
     config: Config,
     tenant: Tenant,
@@ -268,6 +297,7 @@ def gather_sequences(
     cut_to_length: bool | None = None,
     extra: tuple[str, ...] = (),
     con: duckdb.DuckDBPyConnection | None = None,
+    exact_until: WindowDetail | None = None,
 ) -> SequenceRows:
     """Every pointer's sequence as indices into one table of source rows (the model columns plus
     `extra` history columns, null on fragment rows).
@@ -309,6 +339,20 @@ def gather_sequences(
             maybe = before[high] - before[low]
         else:
             hidden, maybe = None, np.zeros(n, np.int64)
+    elif exact_until is not None and h.rows.num_rows:
+        last = latest_event_micros(h.rows, config.layout.window_seconds)
+        window = _numpy(h.rows["window_id"])
+        # Rows of a (user, window) that holds a row spanning time: a pointer inside the span sees the
+        # window rebuilt, or the spanning rows withheld.
+        spans = last > h.ts
+        hidden = None
+        if spans.any():
+            owner_window = _user_windows(h, window)
+            hidden = np.isin(owner_window, np.unique(owner_window[spans]))
+            before = np.concatenate([[0], np.cumsum(hidden)])
+            maybe = before[high] - before[low]
+        else:
+            maybe = np.zeros(n, np.int64)
     else:
         maybe = np.zeros(n, np.int64)
     need = np.maximum(p.need, 0)
@@ -316,8 +360,12 @@ def gather_sequences(
     counts = high - low
     rebuilt = None
     if lsn_mode and events is not None and events.num_rows:
-        rebuilt = _rebuilt_candidates(config, tenant, pointers, events, p, con)
+        rebuilt = _candidates(rebuilt_open_window(config, tenant, pointers, events, con), p)
         rebuilt = rebuilt if rebuilt.num_rows else None
+    bounded = None
+    if not lsn_mode and hidden is not None and exact_until is not None:
+        bounded = _bounded_windows(config, tenant, pointers, p, h, hidden, last, window, low, counts, exact_until, con)
+        rebuilt = bounded.rebuilt if bounded.rebuilt.num_rows else None
 
     source_names = list(dict.fromkeys([*tenant.model_columns, *extra]))
     schema = pa.schema(
@@ -334,7 +382,9 @@ def gather_sequences(
         owner = np.repeat(np.arange(n, dtype=np.int64), counts)
         row = _spans(low, counts)
         visible = np.ones(len(row), bool)
-        if hidden is not None:
+        if bounded is not None:
+            visible = bounded.visible
+        elif hidden is not None:
             check = np.flatnonzero(hidden[row])
             who, where = owner[check], row[check]
             visible[check] = (window[where] != p.open_window[who]) & (h.lsn[where] <= matrix[who, column[where]])
@@ -365,13 +415,100 @@ def gather_sequences(
         take = lookup[_spans(np.stack([kept_starts, len(kept) + fragment_starts], axis=1).ravel(), lengths)]
     offsets = np.concatenate([[0], np.cumsum(kept_counts + p.fragment_lengths)]).astype(np.int64)
     rows = pa.concat_tables(parts).combine_chunks()
-    return SequenceRows(rows, take, offsets)
+    return SequenceRows(rows, take, offsets, None if bounded is None else bounded.withheld)
 
 
-def _rebuilt_candidates(config, tenant, pointers, events, p: _Pointers, con) -> pa.Table:
-    """The open windows rebuilt, each row a candidate of its pointer: in its range, older than its
+def _user_windows(h: SortedHistory, window: np.ndarray) -> np.ndarray:
+    """One int64 per row naming its (user segment, window)."""
+    segment = np.repeat(np.arange(len(h.segment_starts), dtype=np.int64), h.segment_ends - h.segment_starts)
+    _, dense = np.unique(window, return_inverse=True)
+    return segment * (int(dense.max()) + 1 if len(dense) else 1) + dense
+
+
+@dataclass(frozen=True)
+class _Bounded:
+    visible: np.ndarray  # per candidate (owner, row) of the spans, in candidate order
+    rebuilt: pa.Table  # rebuilt windows' rows, candidates of their pointers, sorted by (pointer, key)
+    withheld: np.ndarray  # per pointer
+
+
+def _bounded_windows(config, tenant, pointers, p: _Pointers, h, hidden, last, window, low, counts, detail, con):
+    """Under an exact event-time bound: which candidates each pointer sees, and its rebuilt windows."""
+    n = len(low)
+    owner = np.repeat(np.arange(n, dtype=np.int64), counts)
+    row = _spans(low, counts)
+    check = np.flatnonzero(hidden[row])
+    who, where = owner[check], row[check]
+    straddles = last[where] > p.end[who]
+    # (pointer, window) pairs as one int64: those holding a row that merged events after the end.
+    first, width = int(window.min()), int(window.max()) - int(window.min()) + 1
+    pair_of = who * width + (window[where] - first)
+    pairs = np.unique(pair_of[straddles])
+    pair_owner, pair_window = pairs // width, pairs % width + first
+    held = np.isin(pair_window, np.fromiter(detail.windows, np.int64, len(detail.windows)))
+    rebuilt_here = np.isin(pair_of, pairs[held])
+    lost = straddles & ~rebuilt_here
+    visible = np.ones(len(row), bool)
+    visible[check] = ~rebuilt_here & ~lost
+    withheld = np.bincount(who[lost], minlength=n).astype(np.int64)
+    rebuilt = _rebuild_until(config, tenant, p, pair_owner[held], pair_window[held], detail, con)
+    return _Bounded(visible, _candidates(rebuilt, p), withheld)
+
+
+def _rebuild_until(config, tenant, p: _Pointers, owner: np.ndarray, windows: np.ndarray, detail, con) -> pa.Table:
+    """The (pointer, window) pairs' rows from the window's detail events of the pointer's user with
+    event_ts <= its range_end, aggregated per (pair, item) by the compaction's SQL (`_pos`: the pointer)."""
+    users = p.user[owner]
+    if len(owner) == 0:
+        events = detail.events([], [])
+    else:
+        events = detail.events(np.unique(users).tolist(), np.unique(windows).tolist())
+    own = con is None
+    if con is None:
+        con = connect(extensions=())
+    try:
+        pairs = pa.table(
+            {
+                "_pos": pa.array(owner, pa.int64()),
+                "_pair": pa.array(np.arange(len(owner), dtype=np.int64)),
+                "user_id": pa.array(users, pa.int64()),
+                "window_id": pa.array(windows, pa.int64()),
+                "_until": pa.array(p.end[owner], pa.int64()),
+            }
+        )
+        con.register("_bounded_pairs", pairs)
+        con.register("_bounded_events", events)
+        visible = (
+            "WITH _visible_events AS (SELECT b._pos, b._pair, e.* FROM _bounded_events AS e "
+            "JOIN _bounded_pairs AS b ON e.user_id = b.user_id AND e.window_id = b.window_id "
+            "AND epoch_us(e.event_ts) <= b._until) "
+        )
+        rows = con.execute(f"{visible}{_until_sql(config)}").to_arrow_table()
+        con.unregister("_bounded_pairs")
+        con.unregister("_bounded_events")
+    finally:
+        if own:
+            con.close()
+    return rows.filter(pc.is_in(rows["feature_group"], pa.array(tenant.feature_groups)))
+
+
+_UNTIL_SQL: dict[int, tuple[Config, str]] = {}
+
+
+def _until_sql(config: Config) -> str:
+    """The bounded windows' aggregation per (pointer, pair, item) in DuckDB, translated once."""
+    found = _UNTIL_SQL.get(id(config))
+    if found is None or found[0] is not config:
+        if len(_UNTIL_SQL) >= 8:
+            _UNTIL_SQL.clear()
+        sql = aggregation_sql(config, "_visible_events", "duckdb", ("_pos", "_pair"))
+        found = _UNTIL_SQL[id(config)] = (config, sql)
+    return found[1]
+
+
+def _candidates(rows: pa.Table, p: _Pointers) -> pa.Table:
+    """Rebuilt rows (with `_pos`), each a candidate of its pointer: in its range, older than its
     fragment, sorted by (pointer, key)."""
-    rows = rebuilt_open_window(config, tenant, pointers, events, con)
     if not rows.num_rows:
         return rows
     pos = _numpy(rows["_pos"])
