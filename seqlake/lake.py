@@ -270,19 +270,21 @@ class Lake:
         as_of: Literal["event-time", "arrival"] = "event-time",
         out: str | None = None,
         ts_column: str = "ts",
+        inclusive: bool = False,
     ) -> BackfillResult:
-        """Each label row (user_id, ts, other columns kept) with the tenant's sequence as it stood at
-        ts, written to the Iceberg table `out` (default backfill_<tenant>, replaced; bucketed like
-        history) (`seqlake.pipelines.training.backfill.plan.write_backfill`). The result holds the leakage
-        report (`result.leakage`: label rows that event-time semantics would give events that
-        arrived after their ts).
+        """Each label row (user_id, ts, other columns kept) with the tenant's sequence as it stood just
+        before ts, written to the Iceberg table `out` (default backfill_<tenant>, replaced; bucketed
+        like history) (`seqlake.pipelines.training.backfill.plan.write_backfill`). The result holds the
+        leakage report (`result.leakage`: sequence rows known only after their label's ts, by kind).
 
         Parameters:
             labels: an Arrow table, an Iceberg table's name, a Delta folder, a Parquet or CSV file.
             tenant: the tenant's name or `Tenant` (feature groups, columns, length).
-            as_of: "event-time" (event time < ts) or "arrival" (only what had arrived by ts).
+            as_of: "event-time" (the events with event time < ts) or "arrival" (only what had
+                arrived before ts).
             out: the output table's name.
             ts_column: the label time column.
+            inclusive: arrival only: what arrived at ts counts too (labels that are not events).
 
         Raises:
             SchemaError: the labels lack user_id or the time column, or a value does not convert.
@@ -291,7 +293,7 @@ class Lake:
 
         self._check_warehouse()
         profile = self.tenant(tenant) if isinstance(tenant, str) else tenant
-        return write_backfill(self.config, labels, profile, as_of, out, ts_column=ts_column)
+        return write_backfill(self.config, labels, profile, as_of, out, ts_column=ts_column, inclusive=inclusive)
 
     def backfill_batches(
         self,
@@ -300,6 +302,7 @@ class Lake:
         *,
         as_of: Literal["event-time", "arrival"] = "event-time",
         ts_column: str = "ts",
+        inclusive: bool = False,
     ) -> Backfill:
         """The same backfill as a stream, nothing written: iterate `job` (Arrow tables of label rows
         with their `seq_` list columns, bucket by bucket); `job.leakage` is complete once it is
@@ -308,7 +311,7 @@ class Lake:
 
         self._check_warehouse()
         profile = self.tenant(tenant) if isinstance(tenant, str) else tenant
-        return Backfill(self.config, labels, profile, as_of, ts_column=ts_column)
+        return Backfill(self.config, labels, profile, as_of, ts_column=ts_column, inclusive=inclusive)
 
     # -- deletion ------------------------------------------------------------------------------------
 

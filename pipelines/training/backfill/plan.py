@@ -391,6 +391,8 @@ class Backfill:
         events themselves); by default only what arrived before it."""
         if as_of not in AS_OF:
             raise SchemaError(f"as_of must be one of {', '.join(AS_OF)}, not {as_of!r}")
+        if inclusive and as_of != "arrival":
+            raise SchemaError("inclusive applies to arrival semantics (event time is always before ts)")
         from seqlake.pipelines.compaction.plan import history_tables
 
         self.config, self.tenant, self.as_of, self.batch_rows = config, tenant, as_of, batch_rows
