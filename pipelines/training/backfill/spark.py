@@ -131,11 +131,11 @@ def _newest(candidates: DataFrame, tenant: Tenant) -> DataFrame:
 
 
 def backfill_with_spark(
-    spark: SparkSession, config: Config, tenant: Tenant, pointers: str, columns: list[str], as_of: AsOf
+    spark: SparkSession, config: Config, tenant: Tenant, pointers: str, columns: list[str], candidates: DataFrame
 ) -> tuple[DataFrame, LeakageReport]:
-    """The label rows (`columns`) with the tenant's `seq_` list columns, and the leakage report."""
+    """The label rows (`columns`) with the tenant's `seq_` list columns from their `candidates`
+    (`label_candidates`, read twice: persist them), and the leakage report."""
     model = tenant.model_columns
-    candidates = label_candidates(spark, config, tenant, pointers, as_of).persist()
     kept = _newest(candidates.where(~F.col("_withheld")), tenant)
     lists = kept.groupBy("_row").agg(
         F.array_sort(F.collect_list(F.struct((-F.col("_rank")).alias("_ord"), *model))).alias("_rows")
@@ -195,8 +195,10 @@ def write_spark_backfill(
     history, _ = history_tables(config)
     point = read_point(history)  # before the first read
     columns = write_label_pointers(config, labels, tenant, pointers, ts_column, inclusive)
+    # Unpersisted at the end: Spark would serve a later run's same plan (same table names) from it.
+    candidates = label_candidates(spark, config, tenant, pointers, as_of).persist()
     try:
-        rows, report = backfill_with_spark(spark, config, tenant, pointers, columns, as_of)
+        rows, report = backfill_with_spark(spark, config, tenant, pointers, columns, candidates)
         rows.writeTo(spark_name(config, name)).partitionedBy(
             F.bucket(config.layout.bucket_count, "user_id")
         ).createOrReplace()
@@ -204,5 +206,6 @@ def write_spark_backfill(
         remove_missed(load_existing_table(config, name), point, None, history)
         spark.catalog.refreshTable(spark_name(config, name))
     finally:
+        candidates.unpersist()
         drop_tables(config, [pointers])
     return report.label_rows, report

@@ -24,7 +24,6 @@ from tests.pipelines.training.test_late_materialization import (
     WINDOW,
     capture_now,
     event,
-    exchanges,
     fresh_lake,
     land,
     minutes,
@@ -56,19 +55,30 @@ def test_arrival_semantics_equal_the_samples_of_captured_requests(spark, lake_co
     result = write_arrow_samples(config, tenant)
     assert (result.samples, result.quarantined) == (1, 0)
     samples = load_existing_table(config, samples_table_name(tenant)).scan().to_arrow()
-    # The training table itself is the label table (Iceberg, by name), its request time the ts.
+    # The training table itself is the label table (Iceberg, by name), its request time the ts. The
+    # request was captured at the newest arrival and saw it: inclusive arrival is the capture's rule.
     arrival = write_backfill(
-        config, training_table_name(tenant), tenant, "arrival", out="bf_arrival", ts_column="request_ts"
+        config, training_table_name(tenant), tenant, "arrival", out="bf_arrival", ts_column="request_ts", inclusive=True
     )
-    assert arrival.rows == 1
+    # The report names what is at ts: the event that arrived at it (minute 8), and the one that
+    # happened at it (minute 7; it arrived a minute before it, at LSN 6).
+    assert arrival.rows == 1 and arrival.leakage.at_label_time == 2
     rows = load_existing_table(config, "bf_arrival").scan().to_arrow()
     sequence_columns = [c for c in samples.column_names if c.startswith("seq_")]
     assert rows.select(sequence_columns).to_pylist() == samples.select(sequence_columns).to_pylist()
     assert rows["request_id"].to_pylist() == ["r1"] and rows["label_click"].to_pylist() == [True]
     assert minutes(pa.table({"event_ts": rows["seq_event_ts"][0].values})) == [0, 1, 2, 3, 6, 7, 8]
+    # By default arrival is strict: what arrived before ts, without the event that arrived at it.
+    strict = write_backfill(
+        config, training_table_name(tenant), tenant, "arrival", out="bf_strict", ts_column="request_ts"
+    )
+    assert strict.leakage.leaked_events == strict.leakage.at_label_time == 1
+    rows = load_existing_table(config, "bf_strict").scan().to_arrow()
+    assert minutes(pa.table({"event_ts": rows["seq_event_ts"][0].values})) == [0, 1, 2, 3, 6, 7]
 
     # Event time takes the late events in: item 104 at minute 4, and item 106, whose row now starts
-    # at minute 5 (the late event's time) with its later value. Two late rows per label: leakage.
+    # at minute 5 (the late event's time) and ends at minute 6, before ts (minute 7), so it is used
+    # as it is. Two late rows per label: leakage of one kind.
     labels = tmp_path / "labels.parquet"
     pq.write_table(
         pa.table({"user_id": [USER, USER], "ts": [capture.request.request_ts] * 2, "clicked": [True, False]}), labels
@@ -79,37 +89,47 @@ def test_arrival_semantics_equal_the_samples_of_captured_requests(spark, lake_co
     assert out == 0
     printed = capsys.readouterr().out
     assert "2 label rows backfilled (event-time, duckdb)" in printed
-    assert "2 of 2 label rows (100.00%) would receive 4 sequence rows that arrived after their ts" in printed
+    assert (
+        "leakage: 2 of 2 label rows (100.00%) hold rows known only after their ts: 4 arrived later, "
+        "0 arrived or happened at ts, 0 merged events from ts on"
+    ) in printed
     by_time = load_existing_table(config, "bf_time").scan().to_arrow()
     assert minutes(pa.table({"event_ts": by_time["seq_event_ts"][0].values})) == [0, 1, 2, 3, 4, 5]
     assert sorted(by_time["clicked"].to_pylist()) == [False, True]
 
     # Spark: the same rows and the same leakage, from a storage-partitioned join.
-    semantics: tuple[tuple[AsOf, str], ...] = (("arrival", "bf_arrival"), ("event-time", "bf_time"))
-    for as_of, table in semantics:
+    semantics: tuple[tuple[AsOf, bool, str, tuple[int, int]], ...] = (
+        ("arrival", True, "bf_arrival", (1, 2)),
+        ("arrival", False, "bf_strict", (1, 1)),
+        ("event-time", False, "bf_time", (2, 4)),
+    )
+    for as_of, inclusive, table, leaks in semantics:
         source = training_table_name(tenant) if as_of == "arrival" else labels
         ts = "request_ts" if as_of == "arrival" else "ts"
-        count, report = write_spark_backfill(spark, config, source, tenant, as_of, out=f"{table}_spark", ts_column=ts)
+        count, report = write_spark_backfill(
+            spark, config, source, tenant, as_of, out=f"{table}_spark", ts_column=ts, inclusive=inclusive
+        )
         expected = load_existing_table(config, table).scan().to_arrow()
         on_spark = load_existing_table(config, f"{table}_spark").scan().to_arrow()
         key = "request_id" if as_of == "arrival" else "clicked"
-        assert on_spark.sort_by(key).to_pylist() == expected.sort_by(key).to_pylist()
+        assert on_spark.sort_by(key).to_pylist() == expected.sort_by(key).to_pylist(), table
         assert count == expected.num_rows
-        leaks = (2, 4) if as_of == "event-time" else (1, 2)
         assert (report.leaking_rows, report.leaked_events) == leaks
 
-    # The label pointers join history bucket by bucket: event time needs no shuffle at all; arrival
-    # shuffles only the open window rebuilt from detail (partitioned by window), never history.
+    # The label pointers join history bucket by bucket, and history is read in place. Only rows
+    # rebuilt from detail are shuffled: the open window (arrival), or the (label, window) pairs of
+    # rows that merged events from ts on (event time; the pairs' keys come from history).
     write_label_pointers(config, labels, tenant, "bf_pointers")
     history = spark_name(config, HISTORY)
-    by_time = label_candidates(spark, config, tenant, "bf_pointers", "event-time")._jdf.queryExecution()
-    assert exchanges(by_time.executedPlan()) == []
-    by_arrival = label_candidates(spark, config, tenant, "bf_pointers", "arrival")._jdf.queryExecution()
-    scans = scans_below_exchanges(by_arrival.executedPlan())
-    of_history = {
-        shuffled: [s for s in found if s.startswith(f"BatchScan {history}[")] for shuffled, found in scans.items()
-    }
-    assert of_history[False] and not of_history[True]
+    for as_of in ("event-time", "arrival"):
+        plan = label_candidates(spark, config, tenant, "bf_pointers", as_of)._jdf.queryExecution()
+        scans = scans_below_exchanges(plan.executedPlan())
+        of_history = {
+            shuffled: [s for s in found if s.startswith(f"BatchScan {history}[")] for shuffled, found in scans.items()
+        }
+        assert of_history[False], as_of
+        if as_of == "arrival":
+            assert not of_history[True]
 
 
 def scans_below_exchanges(plan) -> dict[bool, list[str]]:
