@@ -292,3 +292,25 @@ def test_a_tenant_widens_with_its_column_but_a_new_column_set_is_a_new_tenant(tm
     [batch] = list(pointer_batches(table.refresh(), PlainFileSystem(), 1000))
     assert batch.schema.field("recent_watch_time_ms").type == pa.list_(pa.int64())
     assert sorted(batch["recent_watch_time_ms"].to_pylist()) == [[], [BIG_WATCH]]
+
+
+def test_a_table_older_than_last_event_ts_migrates_and_reads_it_as_null(tmp_path: Path) -> None:
+    """`last_event_ts` came to the format after its first tables: one made before it is told to
+    migrate, the migration adds the column, old rows read it as null and new runs write it."""
+    config = config_of(tmp_path / "warehouse", 1)
+    history, _ = history_tables(config)
+    publish(history, config, 0, rows_of(config, 0, 200, seed=1))
+    with history.update_schema() as update:  # the table as it was before the column
+        update.delete_column("last_event_ts")
+    with pytest.raises(SchemaError, match="last_event_ts.*seqlake migrate"):
+        history_tables(config)
+    assert [d.added for d in migrate(config) if d.added] == [("last_event_ts (timestamptz)",)]
+    history, _ = history_tables(config)
+    assert history.schema().find_field("last_event_ts").optional
+    publish(history, config, 1, rows_of(config, 1, 100, seed=2))
+    rows = history.refresh().scan(selected_fields=("window_id", "event_ts", "last_event_ts")).to_arrow()
+    old = rows.filter(pc.equal(rows["window_id"], BASE_WINDOW))
+    new = rows.filter(pc.equal(rows["window_id"], BASE_WINDOW + 1))
+    assert old.num_rows == 200 and old["last_event_ts"].null_count == 200
+    assert new.num_rows == 100 and new["last_event_ts"].null_count == 0
+    assert fsck_table(history).rows == 300
