@@ -40,6 +40,7 @@ from seqlake.pipelines.ingest.raw_source import create_raw_table, land_raw_recor
 from seqlake.pipelines.landing.tables import landing_paths
 from seqlake.pipelines.landing.windows import landed_windows
 from seqlake.pipelines.tables import load_existing_table
+from seqlake.pipelines.training.backfill.plan import AsOf
 from seqlake.pipelines.training.backfill.spark import write_spark_backfill
 from seqlake.pipelines.training.sequence import Tenant
 from tests.pipelines.compaction.test_aggregation_properties import reference_fold
@@ -200,7 +201,11 @@ def test_labels_from_events_never_see_their_own_outcome(spark, lake_config, tmp_
     n = len(labels)
 
     # 1. clean data: each semantics is the fold of exactly what was known before ts, on both engines
-    runs = (("event-time", False, "pit_time"), ("arrival", False, "pit_arrival"), ("arrival", True, "pit_inclusive"))
+    runs: tuple[tuple[AsOf, bool, str], ...] = (
+        ("event-time", False, "pit_time"),
+        ("arrival", False, "pit_arrival"),
+        ("arrival", True, "pit_inclusive"),
+    )
     for as_of, inclusive, out in runs:
         flags = ["--as-of", as_of] + (["--inclusive"] if inclusive else [])
         assert backfill(config_path, path, out, *flags) == 0
