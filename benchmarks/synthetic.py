@@ -121,7 +121,7 @@ def synthetic_rows(
     `bucketed` is False, for one file's rows), then user, feature group, event time and LSN.
 
     Left out, a column takes its default: `min_lsn` the LSN and `last_event_ts` the event time
-    (single-event rows), `source_partition`
+    (null for single-event rows, as compaction writes them), `source_partition`
     the user modulo the configured partitions, `event_count` 1, `window_id` the event time's window.
     Attribute values come from `values(name, kind, n, rng)` (default `column_values`) and are null
     outside the row's feature group."""
@@ -132,9 +132,7 @@ def synthetic_rows(
         "feature_group": feature_group,
         "event_ts": pa.array(event_ts_us, pa.int64()).cast(pa.timestamp("us", tz="UTC")),
         "lsn": np.asarray(lsn, np.int64),
-        "last_event_ts": pa.array(event_ts_us if last_event_ts_us is None else last_event_ts_us, pa.int64()).cast(
-            pa.timestamp("us", tz="UTC")
-        ),
+        "last_event_ts": _last_event_ts(event_ts_us, last_event_ts_us, event_count),
         "min_lsn": np.asarray(lsn if min_lsn is None else min_lsn, np.int64),
         "source_partition": (
             (user_id % config.generator.source_partitions) if source_partition is None else source_partition
@@ -183,3 +181,10 @@ def publish_synthetic_run(
     record = RunRecord(run_id, "window", windows, len(files), rows.num_rows)
     commit_runs(table, [(record, files)], snapshot_properties=snapshot_properties)
     return files
+
+
+def _last_event_ts(event_ts_us, last_event_ts_us, event_count) -> pa.Array:
+    if last_event_ts_us is not None:
+        return pa.array(np.asarray(last_event_ts_us, np.int64)).cast(pa.timestamp("us", tz="UTC"))
+    single = np.ones(len(event_ts_us), bool) if event_count is None else np.asarray(event_count) <= 1
+    return pa.array(np.asarray(event_ts_us, np.int64), mask=single).cast(pa.timestamp("us", tz="UTC"))

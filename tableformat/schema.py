@@ -4,7 +4,8 @@ A history row is one aggregated interaction: all events of one (user, feature gr
 arrived in one processing window, merged by the declared operators. Its key is
 (user_id, feature_group, event_ts, lsn): `event_ts` is the first event time of the merged events and
 `lsn` the largest LSN among them, i.e. the moment the row's value became known. `last_event_ts` is
-the latest event time merged in: a row holds only events of [event_ts, last_event_ts].
+the latest event time merged in: a row holds only events of [event_ts, last_event_ts]. A row of one
+event leaves it null (it is its `event_ts`; most rows are, and a null costs nothing to store).
 """
 
 from __future__ import annotations
@@ -54,8 +55,9 @@ ICEBERG_TO_ARROW = (
 
 # Bookkeeping every history row carries besides its key and the feature-group columns.
 BOOKKEEPING = [
-    # Latest event time merged into the row; optional only because tables older than the column
-    # read it as null in their files (`ADDED_BOOKKEEPING`): seqlake always writes it.
+    # Latest event time merged into the row, written for rows of more than one event (null: the
+    # row's event_ts). Tables older than the column read null for every row (`ADDED_BOOKKEEPING`;
+    # `latest_event_micros` reads both).
     pa.field("last_event_ts", TIMESTAMP_US),
     pa.field("min_lsn", pa.int64(), nullable=False),  # smallest LSN merged into the row
     pa.field("source_partition", pa.int32(), nullable=False),

@@ -140,7 +140,7 @@ def _bookkeeping(selected: str) -> str:
       feature_group,
       min(event_ts) AS event_ts,
       max(lsn) AS lsn,
-      max(event_ts) AS last_event_ts,
+      CASE WHEN count(*) > 1 THEN max(event_ts) END AS last_event_ts,  -- one event: its own event_ts
       min(lsn) AS min_lsn,
       source_partition,
       CAST(count(*) AS INT) AS event_count,

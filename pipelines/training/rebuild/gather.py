@@ -271,9 +271,10 @@ class WindowDetail:
 
 
 def latest_event_micros(rows: pa.Table, window_seconds: int) -> np.ndarray:
-    """Each history row's latest merged event time (`last_event_ts`) in microseconds. Files written
-    before the column read it as null: a single-event row then ends at its event time, any other at
-    its window's last microsecond (a window's events all arrived, so happened, before its end)."""
+    """Each history row's latest merged event time (`last_event_ts`) in microseconds. A null is a
+    single-event row's (its event time); in files written before the column every row reads null,
+    and a row of more events then ends at its window's last microsecond (a window's events all
+    arrived, so happened, before its end)."""
     ts = _micros(rows["event_ts"])
     if "last_event_ts" not in rows.column_names:
         raise ValueError("latest_event_micros needs the rows' last_event_ts")

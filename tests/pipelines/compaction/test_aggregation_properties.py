@@ -157,7 +157,7 @@ def reference_fold(config: Config, rows: list[dict], published: AbstractSet[str]
             "feature_group": group,
             "event_ts": min(r["event_ts"] for r in events),
             "lsn": events[-1]["lsn"],
-            "last_event_ts": max(r["event_ts"] for r in events),
+            "last_event_ts": max(r["event_ts"] for r in events) if len(events) > 1 else None,
             "min_lsn": events[0]["lsn"],
             "source_partition": partition,
             "event_count": len(events),

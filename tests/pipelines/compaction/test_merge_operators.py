@@ -67,13 +67,14 @@ def event(event_id, group, item, seconds, lsn, value=None, other=None, *, partit
 
 
 def row(group, item, seconds, lsn, min_lsn, count, value, other=None, *, partition=0, user=1, last=None) -> dict:
-    """One expected history row (window 0); `last` is its latest event's seconds (default `seconds`)."""
+    """One expected history row (window 0); `last` is its latest event's seconds (default `seconds`;
+    none for a single event's row)."""
     return {
         "user_id": user,
         "feature_group": group,
         "event_ts": T0 + timedelta(seconds=seconds),
         "lsn": lsn,
-        "last_event_ts": T0 + timedelta(seconds=seconds if last is None else last),
+        "last_event_ts": None if count == 1 else T0 + timedelta(seconds=seconds if last is None else last),
         "min_lsn": min_lsn,
         "source_partition": partition,
         "event_count": count,

@@ -307,7 +307,11 @@ def test_a_table_older_than_last_event_ts_migrates_and_reads_it_as_null(tmp_path
     assert [d.added for d in migrate(config) if d.added] == [("last_event_ts (timestamptz)",)]
     history, _ = history_tables(config)
     assert history.schema().find_field("last_event_ts").optional
-    publish(history, config, 1, rows_of(config, 1, 100, seed=2))
+    merged = rows_of(config, 1, 100, seed=2)  # rows of two events each, the second a second later
+    later = pc.add(merged["event_ts"], pa.scalar(1_000_000, pa.duration("us")))
+    merged = merged.set_column(merged.schema.get_field_index("last_event_ts"), "last_event_ts", later)
+    counts = pa.array(np.full(100, 2, np.int32))
+    publish(history, config, 1, merged.set_column(merged.schema.get_field_index("event_count"), "event_count", counts))
     rows = history.refresh().scan(selected_fields=("window_id", "event_ts", "last_event_ts")).to_arrow()
     old = rows.filter(pc.equal(rows["window_id"], BASE_WINDOW))
     new = rows.filter(pc.equal(rows["window_id"], BASE_WINDOW + 1))
