@@ -6,6 +6,12 @@ UTC unless it names a zone), and optionally `label_click` (true/false, default f
 `label_dwell_ms` (default 0), `surface` (default empty) and `hour_of_day` (default: the request's
 hour). A request id the table already holds is left out, so running the command again appends
 nothing twice.
+
+Capture is for live requests: one older than an event the view already holds of its user, or than
+the view's newest arrival by more than `training.capture_tolerance_seconds`, would see its future,
+and the command refuses the file, naming how many. Past labels and requests are backfilled
+(`seqlake backfill --labels FILE --ts-column request_ts`); `--replay` captures them anyway, for a
+live log replayed in real time (the append's snapshot records how many).
 """
 
 from __future__ import annotations
@@ -68,8 +74,9 @@ def read_requests(path: Path) -> pa.Table:
     type=click.IntRange(min=0),
     help="Rows kept in each training row (default: training.fragment_events).",
 )
+@click.option("--replay", is_flag=True, help="Take requests in the past too: a live log replayed in real time.")
 @common_options
-def command(requests_file: str, tenant: str, fragment_events: int | None) -> None:
+def command(requests_file: str, tenant: str, fragment_events: int | None, replay: bool) -> None:
     from seqlake.pipelines.training.capture.append import write_captures
     from seqlake.pipelines.training.sequence import Tenant
 
@@ -77,13 +84,14 @@ def command(requests_file: str, tenant: str, fragment_events: int | None) -> Non
     if tenant not in config.tenants:
         raise click.BadParameter(f"no tenant {tenant!r} in the configuration (tenants: {', '.join(config.tenants)})")
     profile = Tenant(config, tenant)
-    written = write_captures(config, profile, read_requests(Path(requests_file)), fragment_events)
+    written = write_captures(config, profile, read_requests(Path(requests_file)), fragment_events, replay)
     document = {
         "table": written.table,
         "requests": written.requests,
         "appended": written.appended,
         "already_held": written.already_held,
         "left_out": written.left_out,
+        "replayed": written.replayed,
     }
     emit(document, lambda: print(f"{written.summary()}; next: seqlake samples --tenant {tenant}"))
 

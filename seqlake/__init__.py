@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from seqlake.core.errors import (
         ConfigError,
         CorruptFileError,
+        PastRequestError,
         RunsChanged,
         SchemaError,
         SeqlakeError,
@@ -52,6 +53,7 @@ _EXPORTS = {
     "SetupError": "seqlake.core.errors",
     "SqlError": "seqlake.core.errors",
     "CorruptFileError": "seqlake.core.errors",
+    "PastRequestError": "seqlake.core.errors",
     "RunsChanged": "seqlake.core.errors",
 }
 
@@ -62,6 +64,7 @@ __all__ = [
     "CorruptFileError",
     "Frontier",
     "Lake",
+    "PastRequestError",
     "ReconstructionResult",
     "Request",
     "RunsChanged",

@@ -194,26 +194,35 @@ class Lake:
         return Tenant(self.config, name)
 
     def capture(
-        self, requests: Iterable[Request], *, tenant: str | Tenant, fragment_events: int | None = None
+        self,
+        requests: Iterable[Request],
+        *,
+        tenant: str | Tenant,
+        fragment_events: int | None = None,
+        replay: bool = False,
     ) -> list[Capture]:
         """Capture inference requests against the online view now (`capture.pointers.capture_requests`).
 
         Each capture holds the model input (`sequence`), the `pointer` that rebuilds it later (range,
         LSN bound per source partition, open window, length, Top-K, checksum) and the newest
-        `fragment_events` rows (`fragment`).
+        `fragment_events` rows (`fragment`). Live requests are captured; past ones are backfilled.
 
         Parameters:
             requests: the requests (`seqlake.Request`).
             tenant: the tenant's name or `Tenant`.
             fragment_events: W, the rows kept in the training row (default: training.fragment_events).
+            replay: take requests in the past too (a live log replayed in real time).
 
         Raises:
-            SchemaError: an unknown tenant, or a table missing; SetupError: no warehouse there.
+            SchemaError: an unknown tenant, or a table missing; SetupError: no warehouse there;
+            PastRequestError: requests older than what the view holds of their users, or than its
+            newest arrival by more than training.capture_tolerance_seconds (`capture.past`).
         """
         from seqlake.pipelines.landing.tables import landing_paths
         from seqlake.pipelines.tables import DETAIL, load_existing_table
         from seqlake.pipelines.training.capture.online_view import ViewSnapshot
-        from seqlake.pipelines.training.capture.pointers import capture_requests
+        from seqlake.pipelines.training.capture.past import check_not_past
+        from seqlake.pipelines.training.capture.pointers import capture_batch, captures_of, request_table
         from seqlake.tableformat.reader import HistoryReader
 
         profile = self.tenant(tenant) if isinstance(tenant, str) else tenant
@@ -222,22 +231,32 @@ class Lake:
         detail = load_existing_table(self.config, DETAIL)
         with ViewSnapshot(self.config, history, detail, landing_paths(self.config)) as view:
             reader = HistoryReader(history, footer_cache=self._footers)
-            return capture_requests(view, reader, profile, list(requests), fragment_events=width)
+            asked = list(requests)
+            batch = capture_batch(view, reader, profile, asked, width)
+            tolerance = self.config.training.capture_tolerance_seconds
+            check_not_past(request_table(asked), batch.rows, view.now, tolerance, replay)
+            return captures_of(batch, profile, asked)
 
     def write_captures(
-        self, requests: Iterable[Request], *, tenant: str | Tenant, fragment_events: int | None = None
+        self,
+        requests: Iterable[Request],
+        *,
+        tenant: str | Tenant,
+        fragment_events: int | None = None,
+        replay: bool = False,
     ) -> CapturesWritten:
         """Capture requests against the online view now and append their training rows (request,
         pointer, fragment) to training_<tenant>, created when needed: what `seqlake capture` does, and
         what `samples` rebuilds from. Request ids the table holds already are left out. Parameters
-        and errors as `capture`'s; the answer counts what was appended and what was held already.
+        and errors as `capture`'s; the answer counts what was appended, what was held already and
+        the past requests replayed.
         """
         from seqlake.pipelines.training.capture.append import write_captures
         from seqlake.pipelines.training.capture.pointers import request_table
 
         self._table(HISTORY_TABLE)  # no warehouse or no history: say so before a training table is made
         profile = self.tenant(tenant) if isinstance(tenant, str) else tenant
-        return write_captures(self.config, profile, request_table(list(requests)), fragment_events)
+        return write_captures(self.config, profile, request_table(list(requests)), fragment_events, replay)
 
     def samples(
         self, tenant: str | Tenant, *, mode: Literal["lsn", "time"] = "lsn", compare: bool = True

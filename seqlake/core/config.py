@@ -275,6 +275,9 @@ class TrainingSpec(_Frozen):
     fragment_events: int = Field(default=8, ge=0)  # W: the captured recent fragment
     click_share: float = Field(default=0.1, ge=0, le=1)  # labels of simulated requests
     captures_per_window: int = Field(default=1, ge=1)  # capture points per processing window
+    # A capture refuses requests older than the online view's newest arrival by more than this (and
+    # any older than an event the view holds of their user): captured now, they would see their future.
+    capture_tolerance_seconds: int = Field(default=300, ge=0)
 
 
 class Config(_Frozen):

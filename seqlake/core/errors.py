@@ -111,6 +111,11 @@ class SourceError(SeqlakeError):
     not exist, or whose retention dropped messages the lake has not landed yet."""
 
 
+class PastRequestError(SeqlakeError):
+    """Requests given to a capture are older than what the online view already holds: captured now,
+    they would see their future. Past requests are backfilled; a replayed live log passes `replay`."""
+
+
 class ImportDataError(SeqlakeError):
     """The source does not fit its mapping (a missing column, an unmapped action value, ...)."""
 

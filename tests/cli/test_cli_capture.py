@@ -74,6 +74,40 @@ def test_own_events_and_requests_rebuild_exactly_and_a_capture_run_again_appends
     assert backfill["rows"] == len(USERS), backfill
 
 
+def test_a_past_request_is_refused_with_the_later_events_and_taken_with_replay(tmp_path: Path) -> None:
+    """Two requests from the middle of the ratings (3 hours in) and one after them: captured now,
+    the two would see the 17 ratings each of their users made later (every 10 minutes, 3h10 to
+    5h50). The file is refused, naming them and `seqlake backfill`; `--replay` takes it and says so."""
+    folder = project(tmp_path)
+    past, live = (START + timedelta(hours=3)).isoformat(), (START + timedelta(hours=7)).isoformat()
+    rows = [f"p101,101,{past}", f"p202,202,{past}", f"l303,303,{live}"]
+    (folder / "requests.csv").write_text("\n".join(["request_id,user_id,request_ts", *rows]) + "\n")
+    capture = ["capture", "--requests", "requests.csv", "--tenant", "ranking"]
+    refused = seqlake(folder, *capture, expect=1)
+    assert (
+        "capture: 2 of 3 requests are in the past (the view already holds 34 rows of their users stamped after "
+        "their request_ts; oldest request 2026-01-05T03:00:00Z). Past labels and requests are backfilled: "
+        "seqlake backfill"
+    ) in refused.stderr
+    assert "--replay" in refused.stderr and "Traceback" not in refused.stderr
+    from seqlake.core.config import load_config
+    from seqlake.pipelines.tables import load_existing_table
+
+    config = load_config(folder / "seqlake.yaml")
+    assert load_existing_table(config, "training_ranking").current_snapshot() is None  # nothing appended
+
+    replayed = json.loads(seqlake(folder, *capture, "--replay", "--output", "json").stdout)
+    assert (replayed["appended"], replayed["replayed"]) == (3, 2)
+    # The training table's append records it: its snapshot summary counts the replayed requests.
+    snapshot = load_existing_table(config, "training_ranking").current_snapshot()
+    assert snapshot is not None and snapshot.summary is not None
+    assert snapshot.summary["seqlake.replayed-requests"] == "2"
+    # A live request alone needs no flag.
+    (folder / "live.csv").write_text(f"request_id,user_id,request_ts\nl101,101,{live}\n")
+    done = seqlake(folder, "capture", "--requests", "live.csv", "--tenant", "ranking")
+    assert "1 of 1 requests captured into training_ranking; next:" in done.stdout
+
+
 def test_a_requests_file_without_a_user_column_is_one_line(tmp_path: Path) -> None:
     folder = tmp_path / "project"
     seqlake(tmp_path, "init", str(folder))

@@ -173,6 +173,25 @@ def test_written_captures_rebuild_exactly_and_writing_them_again_appends_nothing
         assert (rebuilt.requests, rebuilt.samples, rebuilt.quarantined) == (len(USERS), len(USERS), 0)
 
 
+def test_capture_and_write_captures_refuse_the_past_unless_replayed(tmp_path):
+    from datetime import timedelta
+
+    from tests.cli.test_cli_capture import START, project
+
+    folder = project(tmp_path)  # ratings of users 101, 202, 303 every 10 minutes for 6 hours
+    past = START + timedelta(hours=3)
+    requests = [Request("p101", 101, past, False, 0, "feed", past.hour)]
+    with seqlake.open(folder / "seqlake.yaml") as lake:
+        with pytest.raises(seqlake.PastRequestError, match="1 of 1 requests are in the past .* holds 17 rows"):
+            lake.capture(requests, tenant="ranking")
+        with pytest.raises(seqlake.PastRequestError, match="seqlake backfill"):
+            lake.write_captures(requests, tenant="ranking")
+        [capture] = lake.capture(requests, tenant="ranking", replay=True)
+        assert capture.sequence["event_ts"].to_pylist()[-1] > past  # the view of now: why it is refused
+        written = lake.write_captures(requests, tenant="ranking", replay=True)
+        assert (written.appended, written.replayed) == (1, 1)
+
+
 def test_user_errors_are_seqlake_errors_and_nothing_is_created(small, tmp_path):
     lake = seqlake.open(small.config)
     with pytest.raises(seqlake.SchemaError, match="no tenant 'nope'"):

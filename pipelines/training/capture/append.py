@@ -23,6 +23,7 @@ from seqlake.core.errors import ForgetCommitted
 from seqlake.pipelines.landing.tables import landing_paths
 from seqlake.pipelines.tables import DETAIL, HISTORY, load_existing_table
 from seqlake.pipelines.training.capture.online_view import ViewSnapshot
+from seqlake.pipelines.training.capture.past import check_not_past
 from seqlake.pipelines.training.capture.pointers import capture_batch
 from seqlake.pipelines.training.sequence import Tenant
 from seqlake.pipelines.training.tables import (
@@ -35,6 +36,8 @@ from seqlake.tableformat.forgets import ATTEMPTS, drop_users, fenced_transaction
 from seqlake.tableformat.reader import HistoryReader
 
 REQUEST_SCHEMA = pa.schema(REQUEST_FIELDS)
+# Snapshot summary key of an append that captured past requests on purpose (`replay`): how many.
+REPLAYED = "seqlake.replayed-requests"
 
 
 @dataclass(frozen=True)
@@ -44,18 +47,22 @@ class CapturesWritten:
     appended: int  # training rows appended by this run
     already_held: int  # requests the table held already (by request_id)
     left_out: int  # rows of users a forget removed meanwhile
+    replayed: int = 0  # past requests captured on purpose (`replay`)
 
     def summary(self) -> str:
         held = f", {self.already_held:,} already held" if self.already_held else ""
         forgot = f", {self.left_out:,} of forgotten users left out" if self.left_out else ""
-        return f"{self.appended:,} of {self.requests:,} requests captured into {self.table}{held}{forgot}"
+        replayed = f", {self.replayed:,} of them past requests replayed" if self.replayed else ""
+        return f"{self.appended:,} of {self.requests:,} requests captured into {self.table}{held}{forgot}{replayed}"
 
 
 def write_captures(
-    config: Config, tenant: Tenant, requests: pa.Table, fragment_events: int | None = None
+    config: Config, tenant: Tenant, requests: pa.Table, fragment_events: int | None = None, replay: bool = False
 ) -> CapturesWritten:
     """Capture `requests` (REQUEST_FIELDS columns) against the online view now and append their
-    training rows to `training_<tenant>` (created when needed), leaving out request ids it holds."""
+    training rows to `training_<tenant>` (created when needed), leaving out request ids it holds.
+    Requests in the past are refused (`capture.past`) unless `replay`; the append's snapshot then
+    records how many (`seqlake.replayed-requests`)."""
     requests = requests.select(REQUEST_SCHEMA.names).cast(REQUEST_SCHEMA)
     name = training_table_name(tenant)
     table = create_bucketed_table(config, name, training_schema(tenant))
@@ -68,17 +75,20 @@ def write_captures(
         if not todo.num_rows:
             return CapturesWritten(name, requests.num_rows, 0, requests.num_rows, 0)
         with ViewSnapshot(config, history.refresh(), detail.refresh(), landing_paths(config)) as view:
-            rows = capture_batch(view, HistoryReader(history), tenant, todo, width).training
-            point = view.read_point
+            batch = capture_batch(view, HistoryReader(history), tenant, todo, width)
+            tolerance = config.training.capture_tolerance_seconds
+            replayed = check_not_past(todo, batch.rows, view.now, tolerance, replay)
+            rows, point = batch.training, view.read_point
         transaction, missed = fenced_transaction(table, point)
         kept = drop_users(rows, missed)
         try:
             with transaction as tx:
-                tx.append(kept)
+                tx.append(kept, snapshot_properties={REPLAYED: str(replayed)} if replayed else {})
         except CommitFailedException:
             continue  # a forget reached the table meanwhile: capture again, without its users
         held_before = requests.num_rows - todo.num_rows
-        return CapturesWritten(name, requests.num_rows, kept.num_rows, held_before, rows.num_rows - kept.num_rows)
+        left_out = rows.num_rows - kept.num_rows
+        return CapturesWritten(name, requests.num_rows, kept.num_rows, held_before, left_out, replayed)
     raise ForgetCommitted(f"{name}: forgets kept committing during the capture; run it again")
 
 

@@ -194,7 +194,11 @@ def capture_requests(
 ) -> list[Capture]:
     """Captures of `requests` against one snapshot, one object per request (the Python API; the
     pipeline takes `capture_batch`'s tables)."""
-    batch = capture_batch(snapshot, reader, tenant, requests, fragment_events, landing)
+    return captures_of(capture_batch(snapshot, reader, tenant, requests, fragment_events, landing), tenant, requests)
+
+
+def captures_of(batch: CaptureBatch, tenant: Tenant, requests: list[Request]) -> list[Capture]:
+    """A batch's captures, one object per request."""
     model = batch.rows.select(tenant.model_columns).cast(tenant.schema)
     pointers = batch.training.select([n for n in training_schema(tenant).names if n not in REQUEST_COLUMNS])
     bounds = frontiers_of(pointers["lsn_bound"])
