@@ -212,14 +212,18 @@ def leaks(config: Config, rows: SequenceRows, labels: pa.Table) -> Leaks:
     ts, arrived or happened at ts, or merged events from ts on."""
     n = labels.num_rows
     owner = np.repeat(np.arange(n, dtype=np.int64), rows.lengths)
-    held = rows.rows.select(["event_ts", *LEAK_COLUMNS]).take(pa.array(rows.take))
-    lsn = held["lsn"].combine_chunks().fill_null(0).to_numpy(zero_copy_only=False)
-    partition = held["source_partition"].combine_chunks().fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
+    # Per source row once, then per sequence row by index (labels of one user share rows), or the
+    # sequence rows taken first when they are fewer (short sequences of long histories).
+    pool, index = rows.rows.select(["event_ts", *LEAK_COLUMNS]), np.asarray(rows.take, np.int64)
+    if len(index) < pool.num_rows:
+        pool, index = pool.take(pa.array(index)), np.arange(len(index), dtype=np.int64)
+    lsn = _int64(pool["lsn"])[index]
+    partition = _int64(pool["source_partition"])[index]
     before, column = bound_matrix(labels["arrived_before"], partition)
     by, _ = bound_matrix(labels["arrived_by"], partition)
     ts = pc.cast(labels["_ts"], TIMESTAMP_US).cast(pa.int64()).to_numpy(zero_copy_only=False)[owner]
-    first = held["event_ts"].combine_chunks().cast(pa.int64()).to_numpy(zero_copy_only=False)
-    last = latest_event_micros(held, config.layout.window_seconds)
+    first = _int64(pc.cast(pool["event_ts"], TIMESTAMP_US).cast(pa.int64()))[index]
+    last = latest_event_micros(pool, config.layout.window_seconds)[index]
     late = lsn > by[owner, column]
     at_ts = ((lsn > before[owner, column]) & ~late) | (first == ts)
     merged = (last >= ts) & (first < ts)
@@ -229,6 +233,13 @@ def leaks(config: Config, rows: SequenceRows, labels: pa.Table) -> Leaks:
 
     withheld = rows.withheld if rows.withheld is not None else np.zeros(n, np.int64)
     return Leaks(per_label(late), per_label(at_ts), per_label(merged), withheld)
+
+
+def _int64(values: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    """Values as int64 (nulls 0: LSNs and partitions of no row)."""
+    if isinstance(values, pa.ChunkedArray):
+        values = values.combine_chunks()
+    return values.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
 
 
 # -- frontiers at a time --------------------------------------------------------------------------
