@@ -4,6 +4,10 @@ Only the selected feature groups' columns are shown (all groups by default), aft
 (feature_group, event_ts, lsn); `--columns` picks exactly which. Integers print exactly (64-bit ids
 included) and times as ISO 8601 UTC. `--output json` gives every selected row as an object.
 
+`--start`/`--end` select by event time. Rows are stamped with their earliest event; with `--end`,
+a row that also merged events from `--end` on is shown rebuilt from the detail events before
+`--end`, or, once that window's detail has expired, left out (a line on stderr says how many).
+
 `--as-of` travels in time: a snapshot id shows the rows under the frontier the table had at that
 snapshot, an ISO 8601 arrival time those under the frontier of the publications current then;
 `--as-of-frontier 0:120,1:98` gives the frontier itself (highest LSN per source partition).
@@ -97,7 +101,15 @@ def command(
         top_k=top_k,
         newest_first=newest_first,
     )
-    rows = reader.read_user(user, selection=selection).select(list(shown))
+    withheld = 0
+    if end is None:
+        rows = reader.read_user(user, selection=selection)
+    else:
+        from seqlake.pipelines.reads.bounded import bounded_read, lake_detail
+
+        found = bounded_read(config, reader, [user], selection, lake_detail(config, reader))
+        rows, withheld = found.rows[user], found.total_withheld
+    rows = rows.select(list(shown))
     document: dict[str, object] = {
         "table": ".".join(history.name()),
         "user_id": user,
@@ -106,11 +118,18 @@ def command(
     }
     if frontier is not None:  # what the read was bounded by: {source partition: LSN}
         document["as_of"] = {str(p): lsn for p, lsn in frontier.items()}
-    emit(document, lambda: _print_rows(rows, user, max_rows, frontier, hide_empty=not columns))
+    if end is not None:  # rows left out: they merged events from --end on, their detail expired
+        document["withheld"] = withheld
+    emit(document, lambda: _print_rows(rows, user, max_rows, frontier, hide_empty=not columns, withheld=withheld))
 
 
 def _print_rows(
-    rows: pa.Table, user: int, max_rows: int, frontier: Frontier | None = None, hide_empty: bool = False
+    rows: pa.Table,
+    user: int,
+    max_rows: int,
+    frontier: Frontier | None = None,
+    hide_empty: bool = False,
+    withheld: int = 0,
 ) -> None:
     """The rows as a table on stdout, a summary line on stderr. With `hide_empty` (columns not chosen
     with --columns), a column null in every printed row is left out: the groups' columns are many, and
@@ -127,6 +146,10 @@ def _print_rows(
     if hide_empty and shown.num_rows and empty:
         more += f"; {len(empty)} empty column{'' if len(empty) == 1 else 's'} not shown (--columns)"
     bound = "" if frontier is None else f" as of frontier {frontier or '(empty)'}"
+    if withheld:
+        from seqlake.pipelines.reads.bounded import withheld_message
+
+        more += f"; {withheld_message(withheld)}"
     if not settings().json:
         print(f"{rows.num_rows:,} row{'' if rows.num_rows == 1 else 's'} for user {user}{bound}{more}", file=sys.stderr)
 

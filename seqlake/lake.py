@@ -105,7 +105,11 @@ class Lake:
             user_id: the user.
             selection: a `Selection`; the keyword options below override its fields.
             feature_groups, columns: what to read (default: all); selections are pushed down to storage.
-            start, end: event-time range, `start` inclusive, `end` exclusive (time-zone aware).
+            start, end: event-time range, `start` inclusive, `end` exclusive (time-zone aware). Rows
+                are stamped with their earliest event; with `end`, a row that also merged events
+                from `end` on comes back rebuilt from the detail events before `end`
+                (`seqlake.pipelines.reads.bounded`), or, where that window's detail has expired,
+                is withheld: a `WithheldRowsWarning` says how many (`withheld_rows(table)` too).
             as_of: only what was known then (`seqlake.tableformat.time_travel`): a `Frontier`
                 (or a {source partition: LSN} mapping: the rows at or below their partition's LSN),
                 a snapshot id of the table (the frontier it had then), or an arrival time (a
@@ -125,8 +129,12 @@ class Lake:
             from seqlake.pipelines.landing.tables import landing_paths
             from seqlake.pipelines.reads.fresh import fresh_history
 
-            return fresh_history(reader, self.config, landing_paths(self.config), user_id, chosen)
-        return reader.read_user(user_id, selection=chosen)
+            rows = fresh_history(reader, self.config, landing_paths(self.config), user_id, chosen)
+            self._warn_withheld(chosen, rows)
+            return rows
+        if chosen.end is None:  # a point lookup: straight to storage
+            return reader.read_user(user_id, selection=chosen)
+        return self._bounded(reader, [user_id], chosen, 1)[int(user_id)]
 
     def histories(
         self,
@@ -156,7 +164,9 @@ class Lake:
 
         reader = self._reader(table)
         chosen = self._selection(reader, selection, feature_groups, columns, start, end, as_of, top_k, newest_first)
-        return histories(reader, user_ids, chosen, max_workers=max_workers)
+        if chosen.end is None:
+            return histories(reader, user_ids, chosen, max_workers=max_workers)
+        return self._bounded(reader, user_ids, chosen, max_workers)
 
     def sql(self, query: str, *, params: dict[str, object] | None = None) -> pd.DataFrame:
         """Run one read-only DuckDB query over the warehouse, seqlake's views and macros loaded (sql/).
@@ -372,6 +382,28 @@ class Lake:
 
             self._readers[name] = HistoryReader(self._table(name), footer_cache=self._footers)
         return self._readers[name]
+
+    def _bounded(
+        self, reader: HistoryReader, user_ids: Iterable[int], chosen: Selection, max_workers: int
+    ) -> dict[int, pa.Table]:
+        """A time-range read (`seqlake.pipelines.reads.bounded.bounded_read`): rows with events from
+        `end` on rebuilt as of `end`, or withheld (a `WithheldRowsWarning`) where detail expired."""
+        from seqlake.pipelines.reads.bounded import bounded_read, lake_detail
+
+        found = bounded_read(self.config, reader, user_ids, chosen, lake_detail(self.config, reader), max_workers)
+        if found.total_withheld:
+            self._warn_withheld(chosen, None, found.total_withheld)
+        return found.rows
+
+    @staticmethod
+    def _warn_withheld(chosen: Selection, rows: pa.Table | None, count: int | None = None) -> None:
+        import warnings
+
+        from seqlake.pipelines.reads.bounded import WithheldRowsWarning, withheld_rows
+
+        count = withheld_rows(rows) if count is None and rows is not None else count
+        if count and chosen.end is not None:
+            warnings.warn(WithheldRowsWarning(count, chosen.end), stacklevel=4)
 
     def _selection(
         self,

@@ -62,7 +62,10 @@ SEQUENCE_ORDER = ("event_ts", "lsn")
 
 @dataclass(frozen=True)
 class Selection:
-    """What to read of a user's history. Times are event times, `start` inclusive, `end` exclusive.
+    """What to read of a user's history. Times are event times, `start` inclusive, `end` exclusive,
+    compared with each row's stamp (`event_ts`, its earliest event). This reader cuts by the stamp
+    alone; `Lake.history`/`histories` and `seqlake history` with an `end` also rebuild (or withhold)
+    rows that merged events from `end` on (`seqlake.pipelines.reads.bounded`).
 
     `as_of` bounds what was known: only rows the frontier covers, those whose LSN is at most the
     frontier's bound of their source partition (none of a partition it does not name). A mapping

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Protocol
 
 import duckdb
 import numpy as np
@@ -106,9 +107,20 @@ def detail_files(detail: Table) -> dict[int, list[str]]:
     return files
 
 
+class ReadProfile(Protocol):
+    """What a detail read needs of a reader: its feature groups and columns (a `Tenant`, or all of
+    a history table's for a time-range read, `seqlake.pipelines.reads.bounded`)."""
+
+    @property
+    def feature_groups(self) -> tuple[str, ...]: ...
+
+    @property
+    def columns(self) -> tuple[str, ...]: ...
+
+
 def detail_events(
     config: Config,
-    tenant: Tenant,
+    tenant: ReadProfile,
     fs,
     paths: list[str],
     user_ids: list[int],

@@ -464,6 +464,23 @@ def _rebuild_until(config, tenant, p: _Pointers, owner: np.ndarray, windows: np.
         events = detail.events([], [])
     else:
         events = detail.events(np.unique(users).tolist(), np.unique(windows).tolist())
+    return rebuild_windows_until(config, tenant.feature_groups, owner, users, windows, p.end[owner], events, con)
+
+
+def rebuild_windows_until(
+    config: Config,
+    feature_groups: tuple[str, ...],
+    owner: np.ndarray,
+    users: np.ndarray,
+    windows: np.ndarray,
+    until: np.ndarray,
+    events: pa.Table,
+    con: duckdb.DuckDBPyConnection | None = None,
+) -> pa.Table:
+    """Pairs i = (users[i], windows[i]) rebuilt from `events` (detail rows) of that user and window
+    with event_ts <= until[i] (int64 microseconds, inclusive), aggregated per (pair, item) by the
+    compaction's SQL in one DuckDB query: `_pos` (owner[i], whom the pair is for), `_pair` (i), then
+    the history columns; rows of `feature_groups` only. Each row is stamped with its earliest event."""
     own = con is None
     if con is None:
         con = connect(extensions=())
@@ -474,7 +491,7 @@ def _rebuild_until(config, tenant, p: _Pointers, owner: np.ndarray, windows: np.
                 "_pair": pa.array(np.arange(len(owner), dtype=np.int64)),
                 "user_id": pa.array(users, pa.int64()),
                 "window_id": pa.array(windows, pa.int64()),
-                "_until": pa.array(p.end[owner], pa.int64()),
+                "_until": pa.array(until, pa.int64()),
             }
         )
         con.register("_bounded_pairs", pairs)
@@ -490,7 +507,7 @@ def _rebuild_until(config, tenant, p: _Pointers, owner: np.ndarray, windows: np.
     finally:
         if own:
             con.close()
-    return rows.filter(pc.is_in(rows["feature_group"], pa.array(tenant.feature_groups)))
+    return rows.filter(pc.is_in(rows["feature_group"], pa.array(feature_groups)))
 
 
 _UNTIL_SQL: dict[int, tuple[Config, str]] = {}
