@@ -150,7 +150,8 @@ def test_a_row_whose_window_detail_expired_is_withheld_and_the_read_says_so(lake
     with seqlake.open(config) as opened:
         with pytest.warns(WithheldRowsWarning, match="1 history row withheld") as caught:
             rows = opened.history(USER, end=END, columns=["item_id", "action_flags"])
-        assert caught[0].message.withheld == 1
+        warning = caught[0].message
+        assert isinstance(warning, WithheldRowsWarning) and warning.withheld == 1
         assert rows.to_pylist() == [{"item_id": 8, "action_flags": VIEW}]  # the single view is whole
         assert withheld_rows(rows) == 1
         with pytest.warns(WithheldRowsWarning):
