@@ -11,7 +11,7 @@ Capture is for live requests: one older than an event the view already holds of 
 the view's newest arrival by more than `training.capture_tolerance_seconds`, would see its future,
 and the command refuses the file, naming how many. Past labels and requests are backfilled
 (`seqlake backfill --labels FILE --ts-column request_ts`); `--replay` captures them anyway, for a
-live log replayed in real time (the append's snapshot records how many).
+live log replayed in real time (their training rows record `replayed`).
 """
 
 from __future__ import annotations

@@ -211,7 +211,7 @@ class Lake:
         fragment_events: int | None = None,
         replay: bool = False,
     ) -> list[Capture]:
-        """Capture inference requests against the online view now (`capture.pointers.capture_requests`).
+        """Capture inference requests against the online view now (`capture.past.capture_now`).
 
         Each capture holds the model input (`sequence`), the `pointer` that rebuilds it later (range,
         LSN bound per source partition, open window, length, Top-K, checksum) and the newest
@@ -221,7 +221,8 @@ class Lake:
             requests: the requests (`seqlake.Request`).
             tenant: the tenant's name or `Tenant`.
             fragment_events: W, the rows kept in the training row (default: training.fragment_events).
-            replay: take requests in the past too (a live log replayed in real time).
+            replay: take requests in the past too (a live log replayed in real time); their pointers
+                record `replayed` True (False for every live request).
 
         Raises:
             SchemaError: an unknown tenant, or a table missing; SetupError: no warehouse there;
@@ -231,8 +232,8 @@ class Lake:
         from seqlake.pipelines.landing.tables import landing_paths
         from seqlake.pipelines.tables import DETAIL, load_existing_table
         from seqlake.pipelines.training.capture.online_view import ViewSnapshot
-        from seqlake.pipelines.training.capture.past import check_not_past
-        from seqlake.pipelines.training.capture.pointers import capture_batch, captures_of, request_table
+        from seqlake.pipelines.training.capture.past import capture_now
+        from seqlake.pipelines.training.capture.pointers import captures_of
         from seqlake.tableformat.reader import HistoryReader
 
         profile = self.tenant(tenant) if isinstance(tenant, str) else tenant
@@ -242,9 +243,8 @@ class Lake:
         with ViewSnapshot(self.config, history, detail, landing_paths(self.config)) as view:
             reader = HistoryReader(history, footer_cache=self._footers)
             asked = list(requests)
-            batch = capture_batch(view, reader, profile, asked, width)
             tolerance = self.config.training.capture_tolerance_seconds
-            check_not_past(request_table(asked), batch.rows, view.now, tolerance, replay)
+            batch = capture_now(view, reader, profile, asked, width, tolerance, replay)
             return captures_of(batch, profile, asked)
 
     def write_captures(

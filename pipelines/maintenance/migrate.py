@@ -10,7 +10,9 @@ that already matches, so it is safe to run again after a kill.
 
 Refused, before any table changes: a narrowing or another type change, a feature group or key column
 removed, and a tenant whose captured columns change while its training table holds captures (a
-capture's checksum covers the columns it read: a new set of columns is a new tenant).
+capture's checksum covers the columns it read: a new set of columns is a new tenant). Pointer
+columns the format added later (`training.tables.ADDED_POINTER_FIELDS`: `replayed`) are added to
+any training table, its old rows reading null.
 """
 
 from __future__ import annotations
@@ -33,9 +35,9 @@ from seqlake.pipelines.landing.tables import LandingPaths, is_delta_table
 from seqlake.pipelines.tables import DETAIL, HISTORY
 from seqlake.pipelines.training.sequence import tenants
 from seqlake.pipelines.training.tables import (
-    FRAGMENT,
-    SEQUENCE,
+    ADDED_POINTER_FIELDS,
     fatrow_table_name,
+    fixed_columns,
     numbered,
     samples_table_name,
     sequence_table_schema,
@@ -64,10 +66,12 @@ class TableMigration:
 
 
 def _tenant_diff(table: Table, expected: pa.Schema, captures: bool) -> SchemaDiff:
-    prefixes = (FRAGMENT, SEQUENCE)
-    fixed = frozenset(f.name for f in expected if not f.name.startswith(prefixes))
+    fixed = fixed_columns(expected)
     diff = compare(".".join(table.name()), table.schema(), pyarrow_to_schema(numbered(expected)), fixed=fixed)
-    if captures and (diff.added or diff.retired):
+    # Pointer columns the format added later (`ADDED_POINTER_FIELDS`) are added whatever the table
+    # holds: old captures read them as null. Only a change of the tenant's columns is refused.
+    tenant_added = [a for a in diff.added if a.split(" ", 1)[0] not in ADDED_POINTER_FIELDS]
+    if captures and (tenant_added or diff.retired):
         reason = (
             "its tenant's columns changed but it holds captures made with the old ones (a capture's "
             "checksum covers the columns it read): name a new tenant for the new columns, or keep this "

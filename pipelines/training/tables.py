@@ -57,7 +57,16 @@ POINTER_FIELDS = [
     pa.field("fragment_start_ts", TIMESTAMP_US),
     pa.field("fragment_start_lsn", pa.int64()),
     pa.field("fragment_start_partition", pa.int32()),
+    # Whether the request was older than the view it was captured from, taken on purpose (`seqlake
+    # capture --replay`: a live log replayed); false for live requests, null in rows of tables older
+    # than the column.
+    pa.field("replayed", pa.bool_()),
 ]
+
+# Pointer columns added to the format after its first training tables: a migration adds them to an
+# older table (`seqlake migrate`, whatever captures it holds), whose rows then read null; readers
+# take the table's own columns, so a table without them reads as before.
+ADDED_POINTER_FIELDS = ("replayed",)
 
 QUARANTINE_SCHEMA = pa.schema(
     [
@@ -127,13 +136,24 @@ def create_bucketed_table(config: Config, name: str, schema: pa.Schema, catalog:
 
 
 def check_bucketed_table(table: Table, schema: pa.Schema) -> Table:
-    """`table` if its columns are `schema`'s; else the mismatch error (only the sequence and fragment
-    list columns follow the configuration: the others are fixed)."""
-    fixed = frozenset(f.name for f in schema if not f.name.startswith((FRAGMENT, SEQUENCE)))
-    diff = compare(".".join(table.name()), table.schema(), pyarrow_to_schema(numbered(schema)), fixed=fixed)
+    """`table` if its columns are `schema`'s; else the mismatch error (`fixed_columns`: only the
+    sequence and fragment list columns follow the configuration, and a migration adds the pointer
+    columns an older table lacks)."""
+    diff = compare(
+        ".".join(table.name()), table.schema(), pyarrow_to_schema(numbered(schema)), fixed=fixed_columns(schema)
+    )
     if not diff.empty:
         raise mismatch_error(diff)
     return table
+
+
+def fixed_columns(schema: pa.Schema) -> frozenset[str]:
+    """The columns of a tenant's table that no migration changes: all but the sequence and fragment
+    list columns (which follow the configuration) and the pointer columns the format added later
+    (`ADDED_POINTER_FIELDS`, which a migration adds)."""
+    return frozenset(
+        f.name for f in schema if not f.name.startswith((FRAGMENT, SEQUENCE)) and f.name not in ADDED_POINTER_FIELDS
+    )
 
 
 def numbered(schema: pa.Schema) -> pa.Schema:

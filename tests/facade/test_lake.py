@@ -176,20 +176,27 @@ def test_written_captures_rebuild_exactly_and_writing_them_again_appends_nothing
 def test_capture_and_write_captures_refuse_the_past_unless_replayed(tmp_path):
     from datetime import timedelta
 
-    from tests.cli.test_cli_capture import START, project
+    from tests.cli.test_cli_capture import START, project, replayed_of
 
     folder = project(tmp_path)  # ratings of users 101, 202, 303 every 10 minutes for 6 hours
-    past = START + timedelta(hours=3)
+    past, live = START + timedelta(hours=3), START + timedelta(hours=7)
     requests = [Request("p101", 101, past, False, 0, "feed", past.hour)]
     with seqlake.open(folder / "seqlake.yaml") as lake:
-        with pytest.raises(seqlake.PastRequestError, match="1 of 1 requests are in the past .* holds 17 rows"):
+        refused = "1 of 1 requests are in the past .*: 17 later events; oldest 2026-01-05T03:00:00Z.*seqlake backfill"
+        with pytest.raises(seqlake.PastRequestError, match=refused):
             lake.capture(requests, tenant="ranking")
-        with pytest.raises(seqlake.PastRequestError, match="seqlake backfill"):
+        with pytest.raises(seqlake.PastRequestError, match=refused):
             lake.write_captures(requests, tenant="ranking")
         [capture] = lake.capture(requests, tenant="ranking", replay=True)
         assert capture.sequence["event_ts"].to_pylist()[-1] > past  # the view of now: why it is refused
+        assert capture.pointer["replayed"] is True
+        [now] = lake.capture([Request("l101", 101, live, False, 0, "feed", live.hour)], tenant="ranking")
+        assert now.pointer["replayed"] is False
         written = lake.write_captures(requests, tenant="ranking", replay=True)
         assert (written.appended, written.replayed) == (1, 1)
+        normal = lake.write_captures([Request("l202", 202, live, False, 0, "feed", live.hour)], tenant="ranking")
+        assert (normal.appended, normal.replayed) == (1, 0)
+    assert replayed_of(folder) == {"p101": True, "l202": False}
 
 
 def test_user_errors_are_seqlake_errors_and_nothing_is_created(small, tmp_path):

@@ -23,8 +23,8 @@ from seqlake.core.errors import ForgetCommitted
 from seqlake.pipelines.landing.tables import landing_paths
 from seqlake.pipelines.tables import DETAIL, HISTORY, load_existing_table
 from seqlake.pipelines.training.capture.online_view import ViewSnapshot
-from seqlake.pipelines.training.capture.past import check_not_past
-from seqlake.pipelines.training.capture.pointers import capture_batch
+from seqlake.pipelines.training.capture.past import REPLAYED as REPLAYED_COLUMN
+from seqlake.pipelines.training.capture.past import capture_now
 from seqlake.pipelines.training.sequence import Tenant
 from seqlake.pipelines.training.tables import (
     REQUEST_FIELDS,
@@ -47,7 +47,7 @@ class CapturesWritten:
     appended: int  # training rows appended by this run
     already_held: int  # requests the table held already (by request_id)
     left_out: int  # rows of users a forget removed meanwhile
-    replayed: int = 0  # past requests captured on purpose (`replay`)
+    replayed: int = 0  # past requests captured on purpose (`replay`): rows with `replayed` true
 
     def summary(self) -> str:
         held = f", {self.already_held:,} already held" if self.already_held else ""
@@ -61,8 +61,8 @@ def write_captures(
 ) -> CapturesWritten:
     """Capture `requests` (REQUEST_FIELDS columns) against the online view now and append their
     training rows to `training_<tenant>` (created when needed), leaving out request ids it holds.
-    Requests in the past are refused (`capture.past`) unless `replay`; the append's snapshot then
-    records how many (`seqlake.replayed-requests`)."""
+    Requests in the past are refused (`capture.past`) unless `replay`; their training rows then
+    record `replayed`, and the append's snapshot how many (`seqlake.replayed-requests`)."""
     requests = requests.select(REQUEST_SCHEMA.names).cast(REQUEST_SCHEMA)
     name = training_table_name(tenant)
     table = create_bucketed_table(config, name, training_schema(tenant))
@@ -75,12 +75,12 @@ def write_captures(
         if not todo.num_rows:
             return CapturesWritten(name, requests.num_rows, 0, requests.num_rows, 0)
         with ViewSnapshot(config, history.refresh(), detail.refresh(), landing_paths(config)) as view:
-            batch = capture_batch(view, HistoryReader(history), tenant, todo, width)
             tolerance = config.training.capture_tolerance_seconds
-            replayed = check_not_past(todo, batch.rows, view.now, tolerance, replay)
-            rows, point = batch.training, view.read_point
+            rows = capture_now(view, HistoryReader(history), tenant, todo, width, tolerance, replay).training
+            point = view.read_point
         transaction, missed = fenced_transaction(table, point)
         kept = drop_users(rows, missed)
+        replayed = int(pc.sum(kept[REPLAYED_COLUMN].cast(pa.int64())).as_py() or 0)
         try:
             with transaction as tx:
                 tx.append(kept, snapshot_properties={REPLAYED: str(replayed)} if replayed else {})

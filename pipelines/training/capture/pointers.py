@@ -161,6 +161,7 @@ def capture_batch(
             "fragment_start_ts": at_rows("event_ts", key, has_fragment, schema.field("fragment_start_ts").type),
             "fragment_start_lsn": at_rows("lsn", key, has_fragment, pa.int64()),
             "fragment_start_partition": at_rows("source_partition", key, has_fragment, pa.int32()),
+            "replayed": pa.array(np.zeros(n, np.bool_)),  # a live request (`capture.past` marks replayed ones)
         }
     )
     fragments = _lists(rows, tenant, fragment_starts, ends)
