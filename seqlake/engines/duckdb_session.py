@@ -87,12 +87,20 @@ def connect(
             **(settings or {}),
         },
     )
+    quiet(con)
     for path in paths[: len(extensions)]:
         con.execute(f"LOAD {sql_literal(str(path))}")
     if storage:
         use_object_storage(con)
     for path in paths:
         _checked[path] = _identity(path)
+    return con
+
+
+def quiet(con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:
+    """No DuckDB progress bar on this connection: it draws on stdout once a query runs 2 s, which
+    would break `--output json` (seqlake reports progress itself, on stderr)."""
+    con.execute("SET enable_progress_bar = false")
     return con
 
 
@@ -113,7 +121,7 @@ def lake_cursor() -> duckdb.DuckDBPyConnection:
     with _shared_lock:
         if _shared is None:
             _shared = connect()
-        return _shared.cursor()
+        return quiet(_shared.cursor())
 
 
 def use_object_storage(con: duckdb.DuckDBPyConnection) -> None:
