@@ -6,6 +6,7 @@ checks each file's signature the first time this process loads it, not in every 
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import threading
 from pathlib import Path
@@ -100,7 +101,9 @@ def connect(
 def quiet(con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:
     """No DuckDB progress bar on this connection: it draws on stdout once a query runs 2 s, which
     would break `--output json` (seqlake reports progress itself, on stderr)."""
-    con.execute("SET enable_progress_bar = false")
+    # In Jupyter without ipywidgets DuckDB draws no bar, and refuses to be told so.
+    with contextlib.suppress(duckdb.InvalidInputException):
+        con.execute("SET enable_progress_bar = false")
     return con
 
 
