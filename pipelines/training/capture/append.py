@@ -23,8 +23,7 @@ from seqlake.core.errors import ForgetCommitted
 from seqlake.pipelines.landing.tables import landing_paths
 from seqlake.pipelines.tables import DETAIL, HISTORY, load_existing_table
 from seqlake.pipelines.training.capture.online_view import ViewSnapshot
-from seqlake.pipelines.training.capture.past import REPLAYED as REPLAYED_COLUMN
-from seqlake.pipelines.training.capture.past import capture_now
+from seqlake.pipelines.training.capture.past import REPLAYED, capture_now
 from seqlake.pipelines.training.sequence import Tenant
 from seqlake.pipelines.training.tables import (
     REQUEST_FIELDS,
@@ -37,7 +36,7 @@ from seqlake.tableformat.reader import HistoryReader
 
 REQUEST_SCHEMA = pa.schema(REQUEST_FIELDS)
 # Snapshot summary key of an append that captured past requests on purpose (`replay`): how many.
-REPLAYED = "seqlake.replayed-requests"
+REPLAYED_PROPERTY = "seqlake.replayed-requests"
 
 
 @dataclass(frozen=True)
@@ -80,10 +79,10 @@ def write_captures(
             point = view.read_point
         transaction, missed = fenced_transaction(table, point)
         kept = drop_users(rows, missed)
-        replayed = int(pc.sum(kept[REPLAYED_COLUMN].cast(pa.int64())).as_py() or 0)
+        replayed = int(pc.sum(kept[REPLAYED].cast(pa.int64())).as_py() or 0)
         try:
             with transaction as tx:
-                tx.append(kept, snapshot_properties={REPLAYED: str(replayed)} if replayed else {})
+                tx.append(kept, snapshot_properties={REPLAYED_PROPERTY: str(replayed)} if replayed else {})
         except CommitFailedException:
             continue  # a forget reached the table meanwhile: capture again, without its users
         held_before = requests.num_rows - todo.num_rows
