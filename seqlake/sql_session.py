@@ -21,7 +21,13 @@ from seqlake.core import resources
 from seqlake.core.errors import CorruptFileError, ReadOnlyError, SeqlakeError, SqlError
 from seqlake.core.windows import window_start_sql
 from seqlake.engines.catalog_tables import load_table_if_exists
-from seqlake.engines.duckdb_session import SESSION_SETTINGS, connect, restrict_access, use_object_storage
+from seqlake.engines.duckdb_session import (
+    SESSION_SETTINGS,
+    connect,
+    restrict_access,
+    sql_literal,
+    use_object_storage,
+)
 from seqlake.sql_guard import Guard, inside, refused_functions, resolve_local
 
 if TYPE_CHECKING:
@@ -31,6 +37,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 SQL_DIR = resources.sql_dir()  # packaged (sql/ of the repository)
+# Noted when absent; every Iceberg table of the namespace (training, samples...) gets a verified view too.
 ICEBERG_TABLES = ("history", "history_detail", "raw_events")
 DELTA_TABLES = ("landing_events", "quarantine")
 # Statements that loading runs; every other statement (queries, COPY, INSERT...) runs only with --file.
@@ -79,7 +86,7 @@ class SqlSession:
     notes: list[str] = field(default_factory=list)
     local_files: list[str] = field(default_factory=list)  # `hadoop_spelled` files of the views' tables
     guard: Guard | None = None  # set once access is restricted: from then on every statement is judged
-    history_scan: VerifiedScan | None = None  # what the history view reads
+    scans: dict[str, VerifiedScan] = field(default_factory=dict)  # what each table's verified view reads
 
     @property
     def read_only(self) -> bool:
@@ -114,7 +121,7 @@ class SqlSession:
         except ReadOnlyError as error:
             raise SqlError(f"{head}: {error}") from None
         except duckdb.Error as error:
-            damage = self.damage(error)
+            damage = self.damage(error, text)
             explained = damage if damage is not None else engine_error(error, self.config.warehouse_uri())
             raise SqlError(f"{head}: {explained}") from None
 
@@ -130,11 +137,17 @@ class SqlSession:
             if name in self.damaged:
                 raise SqlError(f"{source}: {self.damaged[name]}")
 
-    def damage(self, error: duckdb.Error) -> CorruptFileError | None:
-        """The damaged history file behind a failed scan (DuckDB's error names none), if there is one."""
-        if self.history_scan is None or "arrow_scan" not in str(error):
+    def damage(self, error: duckdb.Error, text: str = "") -> str | None:
+        """The damaged file behind a failed scan (DuckDB's error names none), if there is one, with the
+        fsck command that says more. The tables `text` names are verified first, then the others."""
+        if not self.scans or "arrow_scan" not in str(error):
             return None
-        return self.history_scan.find_damage()
+        words = set(re.findall(r"[A-Za-z_]\w*", _strip_comments(text)))
+        for name in sorted(self.scans, key=lambda n: n not in words):
+            found = self.scans[name].find_damage()
+            if found is not None:
+                return damage_line(name, found, self.tables.get(name))
+        return None
 
     def close(self) -> None:
         self.con.close()
@@ -144,6 +157,14 @@ class SqlSession:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def damage_line(name: str, error: CorruptFileError, defined: WarehouseTable | None = None) -> str:
+    """A damaged file of table `name` as one line: the file, what is wrong, and the fsck that says more."""
+    problem = str(CorruptFileError(name, error.uri, error.problem))
+    if defined is not None and defined.format == "delta":
+        return f"{problem} (the landing tier: `seqlake fsck --table {name}` lists every damaged file)"
+    return f"{problem} (`seqlake fsck --table {name} --repair-plan` says more)"
 
 
 _REFUSED_PATH = re.compile(r'Cannot access file "([^"]+)"')
@@ -203,7 +224,7 @@ def define_relations(session: SqlSession, quiet: bool = False) -> None:
 
     catalog = open_catalog(config)
     loaded = {}
-    for name in ICEBERG_TABLES:
+    for name in [*ICEBERG_TABLES, *(n for n in namespace_tables(catalog, config) if n not in ICEBERG_TABLES)]:
         identifier = table_identifier(config, name)
         found = load_table_if_exists(catalog, identifier)
         if found is None:
@@ -225,17 +246,15 @@ def define_relations(session: SqlSession, quiet: bool = False) -> None:
             con.execute(f"SET VARIABLE {defined.name}_location = ?", [defined.location])
             if defined.format == "iceberg":
                 con.execute(f"SET VARIABLE {defined.name}_metadata = ?", [defined.metadata_location])
-            if defined.name == "history":
-                scan = _history_view(session, loaded[defined.name])
-            elif defined.format == "iceberg":
-                scan = f"SELECT * FROM iceberg_scan(getvariable('{defined.name}_metadata'))"
+            if defined.format == "iceberg":
+                scan = _iceberg_view(session, defined.name, loaded[defined.name])
                 session.local_files += hadoop_spelled(loaded[defined.name])
             else:
                 scan = _delta_view(session, defined)
-            con.execute(f"CREATE OR REPLACE VIEW {defined.name} AS {scan}")
-        except CorruptFileError as error:  # the history table's files are not what its manifests list
+            con.execute(f"CREATE OR REPLACE VIEW {_quoted(defined.name)} AS {scan}")
+        except CorruptFileError as error:  # the table's files are not what its metadata lists
             del session.tables[defined.name]
-            session.missing[defined.name] = session.damaged[defined.name] = str(error)
+            session.missing[defined.name] = session.damaged[defined.name] = damage_line(defined.name, error, defined)
         except (duckdb.Error, SeqlakeError) as error:
             del session.tables[defined.name]
             session.missing[defined.name] = f"{defined.format} table at {defined.location} is unreadable: {error}"
@@ -263,33 +282,99 @@ def define_relations(session: SqlSession, quiet: bool = False) -> None:
     con.execute(f"SET VARIABLE tenants = CAST(MAP(?, ?) AS {TENANTS_TYPE})", [names, specs])
 
 
-def _history_view(session: SqlSession, table) -> str:
-    """The verified scan of the history table registered with the session; the SELECT its view runs."""
-    from seqlake.tableformat.schema import history_read_schema
-    from seqlake.tableformat.verified_scan import history_scan
+def namespace_tables(catalog, config: Config) -> list[str]:
+    """Every Iceberg table of the configured namespace (training, samples, backfills, quarantines...)."""
+    from pyiceberg.exceptions import NoSuchNamespaceError
 
-    target, _ = history_read_schema(table)
+    try:
+        return sorted(identifier[-1] for identifier in catalog.list_tables(config.warehouse.namespace))
+    except NoSuchNamespaceError:
+        return []
+
+
+def _quoted(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _sql_types(session: SqlSession, target) -> dict:
+    """Each Arrow type of `target` as DuckDB spells it (the casts of columns a file predates)."""
     empty = session.con.from_arrow(target.empty_table())
-    sql_types = {f.type: str(kind) for f, kind in zip(target, empty.types, strict=True)}
-    scan = history_scan(table, sql_types)
+    return {f.type: str(kind) for f, kind in zip(target, empty.types, strict=True)}
+
+
+def _register(session: SqlSession, name: str, scan: VerifiedScan) -> str:
     for part in scan.parts:
         session.con.register(part.name, part.data)
-    session.history_scan = scan
+    session.scans[name] = scan
     return scan.view_sql()
 
 
+def _iceberg_view(session: SqlSession, name: str, table) -> str:
+    """The verified scan of an Iceberg table registered with the session; the SELECT its view runs.
+    History files are seqlake's (footer digest, declared column types); every table's file sizes and
+    row counts are its manifests', and every page's CRC is checked as it is decoded."""
+    from seqlake.tableformat.registry import FORMAT_PROPERTY
+    from seqlake.tableformat.schema import history_read_schema, table_arrow_schema
+    from seqlake.tableformat.verified_scan import table_scan
+
+    history = name == "history" or FORMAT_PROPERTY in table.metadata.properties
+    target, loose = history_read_schema(table) if history else table_arrow_schema(table.schema())
+    prefix = "seqlake_history" if name == "history" else f"seqlake_{name}"
+    scan = table_scan(table, _sql_types(session, target), target, loose, prefix, seqlake_files=history)
+    return _register(session, name, scan)
+
+
 def _delta_view(session: SqlSession, defined: WarehouseTable) -> str:
-    """The Delta table's current version as an Arrow dataset (delta-rs) registered with the session.
-    DuckDB's delta_scan names the data files by plain paths, which only DuckDB's own local file
-    system opens, and that one reaches no warehouse folder (`restrict_access`)."""
+    """The Delta table's current version as a verified Arrow dataset registered with the session: each
+    file's size and row count are the Delta log's, every page's CRC checked as it is decoded. DuckDB's
+    delta_scan names the data files by plain paths, which only DuckDB's own local file system opens,
+    and that one reaches no warehouse folder (`restrict_access`)."""
+    from urllib.parse import unquote
+
+    import pyarrow as pa
+
     from seqlake.pipelines.landing.delta_writer import open_table
+    from seqlake.tableformat.verified_scan import LiveFile, files_scan
 
     table = open_table(defined.location)
     if table is None:
         raise SeqlakeError(f"no Delta table at {defined.location}")
-    name = f"seqlake_{defined.name}"
-    session.con.register(name, table.to_pyarrow_dataset())
-    return f"SELECT * FROM {name}"
+    dataset = table.to_pyarrow_dataset()  # the log's files with their partition values
+    actions = pa.table(table.get_add_actions(flatten=True))
+    counts = dict(zip(actions["path"].to_pylist(), actions["num_records"].to_pylist(), strict=True))
+    sizes = dict(zip(actions["path"].to_pylist(), actions["size_bytes"].to_pylist(), strict=True))
+    root = defined.location.rstrip("/")
+    files = [
+        LiveFile(
+            f"{root}/{unquote(fragment.path)}",
+            sizes[fragment.path],
+            rows=counts.get(fragment.path),
+            seqlake_file=False,
+            partition=fragment.partition_expression,
+        )
+        for fragment in dataset.get_fragments()
+    ]
+    scan = files_scan(files, dataset.schema, {}, f"seqlake_{defined.name}", name=defined.name, project=False)
+    return _register(session, defined.name, scan)
+
+
+def define_file_views(session: SqlSession) -> None:
+    """`files_<table>` for the tables sql/storage.sql does not name (training, samples...), as soon as
+    sql/catalog.sql has defined `iceberg_files`: storage_files reads one such view per table."""
+    con = session.con
+    defined = {name for (name,) in con.execute("SELECT view_name FROM duckdb_views() WHERE NOT internal").fetchall()}
+    macro = con.execute("SELECT count(*) FROM duckdb_functions() WHERE function_name = 'iceberg_files'").fetchone()
+    if not macro or not macro[0]:
+        return
+    for table in session.tables.values():
+        view = f"files_{table.name}"
+        if table.format != "iceberg" or table.name in ICEBERG_TABLES or view in defined:
+            continue
+        name, metadata, location = (sql_literal(table.name + suffix) for suffix in ("", "_metadata", "_location"))
+        con.execute(
+            f"CREATE OR REPLACE VIEW {_quoted(view)} AS SELECT {name} AS table_name, 'iceberg' AS format, * "
+            f"FROM iceberg_files(getvariable({metadata}), getvariable({location}))"
+        )
 
 
 def sql_files(folder: Path | Traversable = SQL_DIR) -> list[Path | Traversable]:
@@ -361,7 +446,7 @@ def run_script(
                         session.damaged[what] = damaged[0]
                 _note(session, f"{source}: skipped {what}: needs {', '.join(needed)}, not in this warehouse", quiet)
                 continue
-            damage = session.damage(error)
+            damage = session.damage(error, statement.query)
             if damage is not None:
                 raise SqlError(f"{source}: {damage}") from None
             absent = "; ".join(f"{name}: {session.missing[name]}" for name in needed)
@@ -400,10 +485,9 @@ def _spellings(uri: str) -> list[str]:
 
 
 def sealed_folders(session: SqlSession) -> list[str]:
-    """Folders whose files DuckDB may list but not open: the history table's data files, which only
-    the verified history view reads."""
-    history = session.tables.get("history")
-    return [history.location.rstrip("/") + "/data"] if history is not None else []
+    """Folders whose files DuckDB may list but not open: every Iceberg table's data files, which only
+    its verified view reads."""
+    return [t.location.rstrip("/") + "/data" for t in session.tables.values() if t.format == "iceberg"]
 
 
 def export_folder(allow_writes: str | Path, readable: list[str]) -> Path:
@@ -450,6 +534,7 @@ def open_session(
         for path in sql_files(sql_dir):
             text = path.read_text()
             run_script(session, text, path.name, definitions_only=True, quiet=quiet)
+            define_file_views(session)
             trusted |= {s.query.strip() for s in session.con.extract_statements(text) if s.type in DEFINITIONS}
         readable = readable_folders(session)
         files.confine(readable, sealed_folders(session))
@@ -472,23 +557,23 @@ def read_only_files(config: Config):
     from seqlake.engines.read_only_fs import ReadOnlyFileSystem
     from seqlake.engines.storage import is_s3, s3_filesystem
 
-    why = "history data files are read through the history view, which verifies them"
+    why = "data files are read through the history view and the other tables' views, which verify them"
     if is_s3(config.warehouse_uri()):
         return ReadOnlyFileSystem(s3_filesystem(), ("s3", "s3a"), why_sealed=why)
     return ReadOnlyFileSystem(pafs.LocalFileSystem(), ("file",), why_sealed=why)
 
 
 def hadoop_spelled(table) -> list[str]:
-    """Local files of the table's current snapshot (manifest lists, manifests, data files) that its
-    metadata spells file:/path, Hadoop's spelling in tables Spark committed: DuckDB opens those with
-    its own local file system, which may therefore open exactly these files and no others."""
+    """Metadata files of the table's current snapshot (manifest lists, manifests) that its metadata
+    spells file:/path, Hadoop's spelling in tables Spark committed: DuckDB opens those with its own
+    local file system (`iceberg_metadata`), which may therefore open exactly these files and no others.
+    Data files are not among them: only the table's verified view reads those."""
     from seqlake.tableformat.io import is_local
 
     snapshot = table.current_snapshot()
     if snapshot is None:
         return []
     paths = [snapshot.manifest_list, *(m.manifest_path for m in snapshot.manifests(table.io))]
-    paths += [task.file.file_path for task in table.scan().plan_files()]
     return [
         str(resolve_local(p)) for p in paths if is_local(p) and p.startswith("file:") and not p.startswith("file://")
     ]

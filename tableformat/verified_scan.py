@@ -1,5 +1,5 @@
-"""The history table as Arrow datasets whose every read is verified: what `seqlake sql` and `Lake.sql`
-query as `history`.
+"""Tables as Arrow datasets whose every read is verified: what `seqlake sql`, `Lake.sql` and `Lake.table`
+query as `history` and as every other table of the warehouse.
 
 DuckDB's Parquet reader checks no page checksums, so a flipped bit in a history file would be served
 as data. The SQL session's `history` view therefore reads the table's current snapshot through
@@ -9,6 +9,14 @@ file must be the one its manifest lists (its size) and a file seqlake wrote whos
 (`seqlake.tableformat.verified.check_footer`: the layout digest over the schema and the pruning statistics).
 The footer checked is the one pyarrow keeps and prunes by. Files whose columns differ from the
 current schema (written before a migration) read through their `seqlake.tableformat.evolution` projection.
+
+The other tables (detail, raw source, training, samples, backfills, quarantines, the Delta landing
+tier) are written by pyiceberg, Spark or pyarrow with a CRC on every page too, but carry no seqlake
+footer. `table_scan` and `files_scan` read them the same way and check, when the scan is built, what
+their metadata records of each file: its size (the manifest's `file_size_in_bytes`, the Delta log's
+`size`) and its row count (`record_count`, Delta's `numRecords`) against the footer's. A replaced or
+truncated file fails that; a damaged page fails its CRC when it is decoded. Their footers have no digest:
+a flipped row-group statistic that still parses is what this does not catch (see SPEC.md).
 
 A damaged page surfaces in DuckDB as an arrow_scan error that names no file: `find_damage` then
 verifies the live files one by one and returns the error that names the table, the file and what is
@@ -52,6 +60,9 @@ class LiveFile:
     uri: str
     size: int  # the manifest's
     users: tuple[int, int] | None = None  # the manifest's user_id bounds (what lookups prune files by)
+    rows: int | None = None  # the manifest's (or Delta log's) row count, checked against the footer's
+    seqlake_file: bool = True  # a history file: its footer must carry seqlake's metadata and digest
+    partition: ds.Expression | None = None  # a Delta file's partition values (in the log, not the file)
 
 
 @dataclass(frozen=True)
@@ -92,11 +103,24 @@ def history_scan(table: Table, sql_types: dict[pa.DataType, str], prefix: str = 
     """The verified scan of `table`'s current snapshot; CorruptFileError if a live file is not what
     its manifest lists (size, seqlake footer, layout digest). `sql_types` names each Arrow type of the
     table's columns as DuckDB spells it (for the columns a file predates, and widened ones)."""
-    name = ".".join(table.name()[1:]) or "history"
     target, loose = history_read_schema(table)
+    return table_scan(table, sql_types, target, loose, prefix, seqlake_files=True)
+
+
+def table_scan(
+    table: Table,
+    sql_types: dict[pa.DataType, str],
+    target: pa.Schema,
+    loose: frozenset[str],
+    prefix: str,
+    seqlake_files: bool = False,
+) -> VerifiedScan:
+    """The verified scan of any Iceberg table's current snapshot, read as the columns `target` (files
+    of older schemas through their projection); CorruptFileError if a live file's size or row count is
+    not its manifest's (and, with `seqlake_files`, its footer not seqlake's)."""
+    name = ".".join(table.name()[1:]) or "history"
     files: list[LiveFile] = []
-    user_field = table.schema().find_field("user_id")
-    user_type = cast(PrimitiveType, user_field.field_type)  # user_id is a long
+    user_field = table.schema().find_field("user_id") if "user_id" in target.names else None
     if table.metadata.current_snapshot_id is not None:
         for task in table.scan().plan_files():
             data_file = task.file
@@ -104,13 +128,38 @@ def history_scan(table: Table, sql_types: dict[pa.DataType, str], prefix: str = 
                 raise SeqlakeError(
                     f"table {name}: {data_file.file_path} has row-level deletes, which seqlake never writes"
                 )
-            low = (data_file.lower_bounds or {}).get(user_field.field_id)
-            high = (data_file.upper_bounds or {}).get(user_field.field_id)
             users = None
-            if low is not None and high is not None:
-                users = (int(from_bytes(user_type, low)), int(from_bytes(user_type, high)))
-            files.append(LiveFile(data_file.file_path, data_file.file_size_in_bytes, users))
-    known = known_field_ids(table)
+            if user_field is not None:
+                low = (data_file.lower_bounds or {}).get(user_field.field_id)
+                high = (data_file.upper_bounds or {}).get(user_field.field_id)
+                if low is not None and high is not None:
+                    user_type = cast(PrimitiveType, user_field.field_type)  # user_id is a long
+                    users = (int(from_bytes(user_type, low)), int(from_bytes(user_type, high)))
+            size, rows = data_file.file_size_in_bytes, data_file.record_count
+            files.append(LiveFile(data_file.file_path, size, users, rows, seqlake_file=seqlake_files))
+    return files_scan(files, target, sql_types, prefix, loose, known_field_ids(table), name)
+
+
+def files_scan(
+    files: list[LiveFile],
+    target: pa.Schema,
+    sql_types: dict[pa.DataType, str],
+    prefix: str,
+    loose: frozenset[str] = frozenset(),
+    known: frozenset[tuple[str, int]] | None = None,
+    name: str = "",
+    project: bool = True,
+) -> VerifiedScan:
+    """The verified scan of `files` (each checked against what its table's metadata records of it),
+    grouped by how their columns project onto `target` by field id. Without `project` (Delta, whose
+    files carry no field ids and whose partition values are in the log), one dataset of `target`'s
+    columns, matched by name as delta-rs reads them."""
+    if not project:
+        fragments = [_fragment(live)[0] for live in files]
+        if not fragments:
+            return VerifiedScan(name, [Part(f"{prefix}_0", target.empty_table(), ["*"])], files)
+        dataset = ds.FileSystemDataset(fragments, target, VERIFIED_FORMAT, fragments[0].filesystem)
+        return VerifiedScan(name, [Part(f"{prefix}_0", dataset, ["*"])], files)
     groups: dict[tuple, tuple[Projection, pa.Schema, list[ds.Fragment]]] = {}
     for live in files:
         fragment, meta = _fragment(live)
@@ -147,9 +196,12 @@ def _fragment(live: LiveFile) -> tuple[ds.ParquetFileFragment, pq.FileMetaData]:
         guarantee = None
         if live.users is not None:
             guarantee = (ds.field("user_id") >= live.users[0]) & (ds.field("user_id") <= live.users[1])
+        if live.partition is not None:
+            guarantee = live.partition if guarantee is None else guarantee & live.partition
         fragment = VERIFIED_FORMAT.make_fragment(path, fs, guarantee, file_size=live.size)
         fragment.ensure_complete_metadata()
-        meta = check_footer(fragment.metadata, live.uri, seqlake_file=True)
+        meta = check_footer(fragment.metadata, live.uri, seqlake_file=live.seqlake_file)
+        check_rows(meta.num_rows, live.rows, live.uri)
     except CorruptFileError:
         raise
     except DAMAGE as error:
@@ -157,11 +209,20 @@ def _fragment(live: LiveFile) -> tuple[ds.ParquetFileFragment, pq.FileMetaData]:
     return fragment, meta
 
 
+def check_rows(actual: int, expected: int | None, uri: str) -> None:
+    """CorruptFileError unless the footer counts the rows its table's metadata records (when known)."""
+    if expected is not None and actual != expected:
+        raise CorruptFileError(
+            table_of(uri), uri, f"{actual} rows in its footer, the table's metadata records {expected} (replaced?)"
+        )
+
+
 def verify_file(live: LiveFile) -> None:
-    """Read every page of a live history file with its checksum checked; CorruptFileError if any fails."""
+    """Read every page of a live file with its checksum checked; CorruptFileError if any fails."""
     fs, path = resolve_uri(live.uri)
     with verified_file(fs, path, live.uri) as handle:
-        meta = verified_footer(handle, live.uri, size=live.size, seqlake_file=True)
+        meta = verified_footer(handle, live.uri, size=live.size, seqlake_file=live.seqlake_file)
+        check_rows(meta.num_rows, live.rows, live.uri)
         parquet = open_verified(handle, metadata=meta)
         for group in range(meta.num_row_groups):
             parquet.read_row_group(group)
