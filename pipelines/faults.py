@@ -6,7 +6,9 @@ dictionary lookup. Every job names its points after what has just become durable
 `merge_committed`, `capture_appended`, ...
 
 `run_at(point, action)` runs another job at a point instead (in-process, once): the tests put a
-`forget` inside a writer's gap between its read and its commit this way.
+`forget` inside a writer's gap between its read and its commit this way. Across processes,
+`SEQLAKE_STOP_AT=<point>` stops the process with SIGSTOP there instead (same `#<n>` form): the test runs
+the other job as a command of its own meanwhile, then resumes the first with SIGCONT.
 """
 
 from __future__ import annotations
@@ -17,20 +19,23 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 KILL_AT_ENV = "SEQLAKE_KILL_AT"
+STOP_AT_ENV = "SEQLAKE_STOP_AT"
 _passages: dict[str, int] = {}  # points passed in this process
 _actions: dict[str, Callable[[], object]] = {}  # point -> what runs there the next time it is passed
 
 
 def kill_point(point: str) -> None:
-    """SIGKILL this process here if the environment names this point (and this passage); run the
-    action `run_at` left here, if any."""
+    """SIGKILL (or SIGSTOP) this process here if the environment names this point (and this passage);
+    run the action `run_at` left here, if any."""
     if _actions and point in _actions:
         _actions.pop(point)()
-    wanted, _, nth = os.environ.get(KILL_AT_ENV, "").partition("#")
-    if wanted == point:
-        _passages[point] = _passages.get(point, 0) + 1
-        if _passages[point] == int(nth or 1):
-            os.kill(os.getpid(), signal.SIGKILL)
+    for variable, sent in ((KILL_AT_ENV, signal.SIGKILL), (STOP_AT_ENV, signal.SIGSTOP)):
+        wanted, _, nth = os.environ.get(variable, "").partition("#")
+        if wanted == point:
+            key = f"{variable}:{point}"
+            _passages[key] = _passages.get(key, 0) + 1
+            if _passages[key] == int(nth or 1):
+                os.kill(os.getpid(), sent)
 
 
 @contextmanager

@@ -24,9 +24,11 @@ from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Operation, Snapshot
 
 from seqlake.core.config import Config
+from seqlake.core.errors import CommitFailed
 from seqlake.core.events import RAW_SCHEMA
 from seqlake.core.progress import Progress
 from seqlake.engines.duckdb_session import connect
+from seqlake.pipelines.commit_failures import committing
 from seqlake.pipelines.faults import kill_point
 from seqlake.pipelines.ingest.plan import IngestResult, ingest_app_id, ingest_snapshots
 from seqlake.pipelines.ingest.validation import validation_sql
@@ -176,15 +178,26 @@ def land_records(
             delta_writer.check_appendable(existing, uri, schema)
     # A run killed after its quarantine commit left this snapshot's malformed rows there already.
     quarantined = delta_writer.transaction_version(quarantine, app_id) >= version
-    with tempfile.TemporaryDirectory(prefix="seqlake-ingest-") as scratch:
+    with (
+        tempfile.TemporaryDirectory(prefix="seqlake-ingest-") as scratch,
+        committing(f"landing batch {version}", why_safe="each batch lands once", sent=False),
+    ):
         split = _Split(config, homes, Path(scratch) / "quarantine.arrows", keep_malformed=not quarantined)
         landed = delta_writer.write_files(paths.events, split.landing, split.valid(records))
         bad = delta_writer.write_files(paths.quarantine, split.quarantine, split.malformed())
     # Quarantine first: a crash between the two commits replays the batch, and each commit skips a
     # version its table already holds.
-    delta_writer.commit(paths.quarantine, split.quarantine, bad, app_id, version, quarantine)
-    kill_point("ingest_quarantined")
-    delta_writer.commit(paths.events, split.landing, landed, app_id, version, events)
+    pending = [(paths.quarantine, bad), (paths.events, landed)]
+    try:
+        delta_writer.commit(paths.quarantine, split.quarantine, bad, app_id, version, quarantine)
+        pending.pop(0)
+        kill_point("ingest_quarantined")
+        delta_writer.commit(paths.events, split.landing, landed, app_id, version, events)
+    except CommitFailed as error:
+        if error.published is False:  # files no commit will reference: a landing again writes its own
+            for uri, files in pending:
+                delta_writer.remove_files(uri, files)
+        raise
     kill_point("ingest_landed")
     return landed.rows, split.reasons
 

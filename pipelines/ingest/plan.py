@@ -21,6 +21,7 @@ from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Snapshot
 
 from seqlake.core.config import Config
+from seqlake.core.errors import CommitConflict
 from seqlake.core.progress import Progress
 from seqlake.engines.catalog import open_catalog, table_identifier
 from seqlake.engines.catalog_tables import load_table_if_exists
@@ -129,7 +130,14 @@ def land_batches(
     if progress:
         progress.set_total(len(batches))
     for batch in batches:
-        landed, counts = land(batch, home_windows(current_published_windows(config)))
+        try:
+            landed, counts = land(batch, home_windows(current_published_windows(config)))
+        except CommitConflict as error:
+            # Another commit to the landing tier won the race (a forget's delete, most often): nothing
+            # of this batch was published, and landing it again reads and validates it anew on the new
+            # snapshot. Once: a second loss is the one-line error, and a re-run lands it.
+            log.warning("%s: %s; landing it again on the new snapshot", name(batch), error.cause)
+            landed, counts = land(batch, home_windows(current_published_windows(config)))
         records = landed + sum(counts.values())
         result.batches += 1
         result.landed += landed

@@ -19,12 +19,14 @@ import json
 import time
 import uuid
 from collections.abc import Iterable
+from contextlib import suppress
 from dataclasses import dataclass
 
 import pyarrow as pa
 import pyarrow.dataset as ds
 
 from seqlake.core.errors import SeqlakeError, SparkOnlyTable
+from seqlake.pipelines.commit_failures import committing
 from seqlake.tableformat.io import resolve_uri
 
 PARTITION_COLUMN = "window_id"
@@ -194,10 +196,16 @@ def _is_integer(stats) -> bool:
     return logical == "None" or logical.startswith("Int(")
 
 
-def commit(uri: str, schema: pa.Schema, files: WrittenFiles, app_id: str, version: int, table=None) -> bool:
+def commit(
+    uri: str, schema: pa.Schema, files: WrittenFiles, app_id: str, version: int, table=None, what: str = ""
+) -> bool:
     """Add `files` to the table at `uri` in one commit recording (app_id, version); False (nothing
     committed) if the table already holds that version. `table` is the table as the caller read it, if
-    it did: a concurrent commit of the same app id then fails this one instead of adding it twice."""
+    it did: a concurrent commit of the same app id then fails this one instead of adding it twice.
+
+    A commit that does not complete is a `CommitFailed` naming `what` (default: the version and the
+    table): `CommitConflict` when another commit won the race (the caller may land the batch again
+    on the new snapshot), `StoreRefused` when the store refused the log entry."""
     from deltalake import CommitProperties, Schema, Transaction
     from deltalake.transaction import create_table_with_add_actions
 
@@ -209,22 +217,33 @@ def commit(uri: str, schema: pa.Schema, files: WrittenFiles, app_id: str, versio
         app_transactions=[Transaction(app_id, version)],
         custom_metadata={"userMetadata": json.dumps({"app": app_id, "version": version})},
     )
-    if table is None:
-        create_table_with_add_actions(
-            delta_uri(uri),
-            Schema.from_arrow(table_schema(schema)),
-            files.actions,
-            mode="append",
-            partition_by=[PARTITION_COLUMN],
-            storage_options=storage_options(uri),
-            commit_properties=properties,
-        )
-    else:
-        table.create_write_transaction(
-            files.actions,
-            mode="append",
-            schema=table.schema(),
-            partition_by=[PARTITION_COLUMN],
-            commit_properties=properties,
-        )
+    # The txn version makes a re-run skip a commit that did complete, whatever the answer said.
+    safe = "each batch lands once"
+    with committing(what or f"committing batch {version} to {delta_uri(uri)}", why_safe=safe):
+        if table is None:
+            create_table_with_add_actions(
+                delta_uri(uri),
+                Schema.from_arrow(table_schema(schema)),
+                files.actions,
+                mode="append",
+                partition_by=[PARTITION_COLUMN],
+                storage_options=storage_options(uri),
+                commit_properties=properties,
+            )
+        else:
+            table.create_write_transaction(
+                files.actions,
+                mode="append",
+                schema=table.schema(),
+                partition_by=[PARTITION_COLUMN],
+                commit_properties=properties,
+            )
     return True
+
+
+def remove_files(uri: str, files: WrittenFiles) -> None:
+    """Delete written files no commit references (a lost race's), best effort: VACUUM removes any left."""
+    filesystem, root = resolve_uri(uri)
+    for action in files.actions:
+        with suppress(OSError):
+            filesystem.delete_file(f"{root.rstrip('/')}/{action.path}")

@@ -210,6 +210,22 @@ def _spark_driver_gone(error: BaseException) -> bool:
     return any(f"{os.sep}py4j{os.sep}" in frame.filename for frame in frames)
 
 
+def _unfinished_commit(error: BaseException) -> tuple[str, str] | None:
+    """(kind, message) for a conflict, a catalog that stopped answering or a store that failed, which
+    no job mapped where it committed (`seqlake.pipelines.commit_failures`): only the command's
+    completed steps are known to be committed, and every job's re-run skips what they did."""
+    from seqlake.pipelines.commit_failures import classify
+
+    found = classify(error, anywhere=True)
+    if found is None:
+        return None
+    cls, cause, _ = found
+    return cls.__name__, (
+        f"{cause} before the command finished; the steps it completed stay committed, the one under way "
+        "may not have; running the command again is safe: it skips what is done"
+    )
+
+
 def run(command: click.Command, argv: Sequence[str] | None, prog_name: str, *, raise_errors: bool = False) -> int:
     """Run a click command on `argv` as the command line does; the exit status.
 
@@ -265,12 +281,16 @@ def run(command: click.Command, argv: Sequence[str] | None, prog_name: str, *, r
             raise
         what = _one_line(str(error)) or "no message"
         message = f"unexpected {type(error).__name__}: {what} (set {DEBUG_ENV}=1 for the traceback)"
-        if _spark_driver_gone(error):
+        kind = type(error).__name__
+        unfinished = None if _spark_driver_gone(error) else _unfinished_commit(error)
+        if unfinished is not None:
+            kind, message = unfinished
+        elif _spark_driver_gone(error):
             message = (
                 f"Spark's driver JVM stopped during the job ({type(error).__name__}); its log above says why, and "
                 "for an OutOfMemoryError give it more heap: spark.driver_memory in the configuration"
             )
-        _fail(state, running(), message, type(error).__name__)
+        _fail(state, running(), message, kind)
         return 1
     finally:
         stop_all()

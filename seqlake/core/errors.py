@@ -2,8 +2,10 @@
 
 The command line prints any of these as one line (exit status 1) and never a traceback unless
 SEQLAKE_DEBUG=1; usage errors (a bad option) are the command line's own and exit with 2. Catch the
-precise class: `RunsChanged` is the one commit conflict (another writer committed to the table first),
-and no other error derives from it, so a retry loop that catches it retries nothing else.
+precise class: `RunsChanged` is the history table's commit conflict, which the jobs retry on the new
+snapshot themselves, and no other error derives from it, so a retry loop that catches it retries
+nothing else. `CommitFailed` and its three kinds (`CommitConflict`, `CatalogUnavailable`,
+`StoreRefused`) are a commit that did not complete once the job has retried what it safely could.
 
 This module imports nothing, so any module may raise these without loading an engine.
 """
@@ -76,6 +78,41 @@ class SparkOnlyTable(SeqlakeError):
 class RunsChanged(SeqlakeError):
     """A commit conflict: a concurrent commit changed the table between our read of its runs and our
     commit. Plan again on the new snapshot; nothing of ours was committed."""
+
+
+class CommitFailed(SeqlakeError):
+    """A commit to a table did not complete. The one line says what failed and why, whether anything of
+    it was published, and that running the command again is safe (and why). `published` is False when
+    nothing of it was, None when the answer to the commit was lost (it may have been); what the command
+    committed before this stays committed."""
+
+    def __init__(self, what: str, cause: str, *, published: bool | None, why_safe: str = "") -> None:
+        outcome = (
+            "nothing of it was published"
+            if published is False
+            else "it may have been published before the answer was lost"
+        )
+        again = "running the command again is safe" + (f": {why_safe}" if why_safe else "")
+        super().__init__(f"{what}: {cause}; {outcome}; {again}")
+        self.what, self.cause, self.published, self.why_safe = what, cause, published, why_safe
+
+
+class CommitConflict(CommitFailed):
+    """Another writer committed to the table first (pyiceberg's CommitFailedException, delta-rs's
+    CommitFailedError, Delta Spark's concurrent-modification errors): nothing of ours was published."""
+
+    def __init__(self, what: str, cause: str, *, published: bool | None = False, why_safe: str = "") -> None:
+        super().__init__(what, cause, published=False, why_safe=why_safe)
+
+
+class CatalogUnavailable(CommitFailed):
+    """The catalog stopped answering: a REST catalog that cannot be reached, drops the connection, times
+    out or answers with a server error; a SQL catalog's database that fails."""
+
+
+class StoreRefused(CommitFailed):
+    """The object store or file system refused a write: S3's errors, an OSError on the local warehouse
+    (no space, no permission), delta-rs's object-store errors."""
 
 
 class WindowsAlreadyPublished(SeqlakeError):
