@@ -4,8 +4,12 @@ With --repair-plan, also say which runs hold broken files, which windows they co
 window's events can be rebuilt from (the landing tier, or the detail table's retained events), and the
 commands to run.
 
-Checking the history table, it also reports every table (the landing tier included) that holds live
-rows of a forgotten user from before the forget, with the `seqlake forget` command that removes them.
+Checking the history table, it also checks the files of every other table seqlake writes (detail, raw
+source, training, samples, backfills, quarantines, the landing tier): each exists with the size and
+row count its Iceberg manifest or Delta log records, every page carries a CRC and reads back with it
+verified (--quick: sizes and footers only). It reports every table (the landing tier included) that
+holds live rows of a forgotten user from before the forget, with the `seqlake forget` command that
+removes them.
 """
 
 from __future__ import annotations
@@ -79,6 +83,78 @@ def _closed_without_end_of_stream(config: Config) -> set[int]:
         return set(landed_windows(landing_paths(config)).closed())
     except Exception:  # no landing tier (or an unreadable one): nothing is closed by a watermark
         return set()
+
+
+# What rewrites a table without runs when one of its files is broken (its name -> the line's advice).
+def _rewrite_advice(name: str) -> str:
+    if name.startswith("samples_") and name != "samples_quarantine":
+        return f"seqlake samples --tenant {name.removeprefix('samples_')} rewrites the whole table"
+    if name == "samples_quarantine":
+        return "seqlake samples --tenant TENANT rewrites each tenant's rows"
+    if name.startswith("backfill_") and not name.startswith("backfill_pointers_"):
+        return f"seqlake backfill --labels FILE --tenant {name.removeprefix('backfill_')} rewrites it from the labels"
+    if name.startswith(("training_", "fatrow_")):
+        return "its rows were logged at capture and cannot be rebuilt from the lake: restore the file from a copy"
+    if name == "raw_events":
+        return "restore the file from a copy, or import its source records again into a new raw table"
+    if name in ("landing_events", "quarantine"):
+        return "restore the file from a copy; windows already published are in history and history_detail"
+    return "restore the file from a copy (no seqlake command rebuilds it)"
+
+
+def other_table_plan(name: str, findings: list[Finding]) -> list[str]:
+    """The plan for a table without sorted runs: its broken files and what rewrites them."""
+    files = sorted({f.path for f in findings})
+    lines = [f"repair plan: table {name}: {len(files)} broken file(s)"]
+    lines += [f"  file {path}" for path in files]
+    lines.append(f"    then: {_rewrite_advice(name)}")
+    return lines
+
+
+def other_tables(config: Config, quick: bool) -> list[tuple[str, Any]]:
+    """(name, FsckReport) of every table besides history: the namespace's Iceberg tables and the
+    landing tier; a table whose metadata cannot be read is a report with one finding."""
+    from pyiceberg.exceptions import NoSuchNamespaceError
+
+    from seqlake.engines.catalog import open_catalog, table_identifier
+    from seqlake.pipelines.landing.live_files import delta_live_files
+    from seqlake.pipelines.landing.tables import landing_paths
+    from seqlake.tableformat.fsck import Finding, FsckReport, check_files
+    from seqlake.tableformat.registry import FORMAT_PROPERTY
+    from seqlake.tableformat.verified_scan import live_files
+
+    catalog = open_catalog(config)
+    try:
+        names = sorted(identifier[-1] for identifier in catalog.list_tables(config.warehouse.namespace))
+    except NoSuchNamespaceError:
+        names = []
+    reports = []
+    for name in names:
+        if name == "history":
+            continue
+        try:
+            table = catalog.load_table(table_identifier(config, name))
+            if FORMAT_PROPERTY in table.metadata.properties:
+                continue  # another history table: `seqlake fsck --table NAME` checks its runs
+            files = live_files(table)
+        except Exception as error:  # unreadable metadata is a finding, not a crash
+            what = " ".join(str(error).split())[:300] or type(error).__name__
+            reports.append((name, FsckReport(0, 0, 0, 0, (Finding(name, "table-metadata", what),))))
+            continue
+        reports.append((name, check_files(files, full=not quick)))
+    paths = landing_paths(config)
+    for name, location in (("landing_events", paths.events), ("quarantine", paths.quarantine)):
+        try:
+            found = delta_live_files(location)
+            if found is None:
+                continue  # nothing landed yet
+            _, files = found
+        except Exception as error:
+            what = " ".join(str(error).split())[:300] or type(error).__name__
+            reports.append((name, FsckReport(0, 0, 0, 0, (Finding(name, "table-metadata", what),))))
+            continue
+        reports.append((name, check_files(files, full=not quick)))
+    return reports
 
 
 def repair_plan_lines(config: Config, table, findings: list[Finding], options: str = "") -> list[str]:
@@ -164,10 +240,21 @@ def command(table: str, quick: bool, repair_plan: bool) -> int:
         findings = [f"{identifier}: {finding}" for finding in publication_findings(history, landing_paths(config))]
     forgotten = forgotten_findings(config, landing_paths(config), command_options()) if table == "history" else []
     findings += [str(f) for f in forgotten]
-    facts = {"runs": report.runs, "files": report.files, "rows": report.rows, "bytes": report.bytes}
-    found = [*report.findings, *forgotten]
+    facts: dict[str, Any] = {"runs": report.runs, "files": report.files, "rows": report.rows, "bytes": report.bytes}
+    plan = plan if report.findings else []
+    others = other_tables(config, quick) if table == "history" else []
+    other_found = [f for _, other in others for f in other.findings]
+    findings += [str(f) for f in other_found]
+    if repair_plan:
+        plan += [line for name, other in others if other.findings for line in other_table_plan(name, other.findings)]
+    if others:
+        facts["tables"] = [
+            {"table": name, "ok": not other.findings, "files": other.files, "rows": other.rows, "bytes": other.bytes}
+            for name, other in others
+        ]
+    found = [*report.findings, *forgotten, *other_found]
     found = found if len(found) == len(findings) else []  # publication findings are lines alone
-    return _report(identifier, findings, found, plan if report.findings else [], facts)
+    return _report(identifier, findings, found, plan, facts)
 
 
 def _report(identifier: str, lines: list[str], findings, plan: list[str], facts: dict[str, Any]) -> int:
@@ -191,6 +278,11 @@ def _report(identifier: str, lines: list[str], findings, plan: list[str], facts:
                 f"{identifier}: OK: {facts['runs']} runs, {facts['files']} files, {facts['rows']:,} rows, "
                 f"{facts['bytes'] / 2**20:,.1f} MiB"
             )
+            for other in facts.get("tables", []):
+                print(
+                    f"  {other['table']}: OK: {other['files']} files, {other['rows']:,} rows, "
+                    f"{other['bytes'] / 2**20:,.1f} MiB"
+                )
         elif findings:
             files = len({f.path for f in findings})
             print(f"seqlake fsck: {len(findings)} finding(s) in {files} file(s) or table(s)", file=sys.stderr)

@@ -146,7 +146,7 @@ class SqlSession:
         for name in sorted(self.scans, key=lambda n: n not in words):
             found = self.scans[name].find_damage()
             if found is not None:
-                return damage_line(name, found, self.tables.get(name))
+                return damage_line(name, found)
         return None
 
     def close(self) -> None:
@@ -159,12 +159,10 @@ class SqlSession:
         self.close()
 
 
-def damage_line(name: str, error: CorruptFileError, defined: WarehouseTable | None = None) -> str:
-    """A damaged file of table `name` as one line: the file, what is wrong, and the fsck that says more."""
-    problem = str(CorruptFileError(name, error.uri, error.problem))
-    if defined is not None and defined.format == "delta":
-        return f"{problem} (the landing tier: `seqlake fsck --table {name}` lists every damaged file)"
-    return f"{problem} (`seqlake fsck --table {name} --repair-plan` says more)"
+def damage_line(name: str, error: CorruptFileError) -> str:
+    """A damaged file of table `name` as one line: the file, what is wrong, and the fsck that says more
+    (`seqlake fsck` checks every table's files)."""
+    return f"{CorruptFileError(name, error.uri, error.problem)} (`seqlake fsck --repair-plan` says more)"
 
 
 _REFUSED_PATH = re.compile(r'Cannot access file "([^"]+)"')
@@ -254,7 +252,7 @@ def define_relations(session: SqlSession, quiet: bool = False) -> None:
             con.execute(f"CREATE OR REPLACE VIEW {_quoted(defined.name)} AS {scan}")
         except CorruptFileError as error:  # the table's files are not what its metadata lists
             del session.tables[defined.name]
-            session.missing[defined.name] = session.damaged[defined.name] = damage_line(defined.name, error, defined)
+            session.missing[defined.name] = session.damaged[defined.name] = damage_line(defined.name, error)
         except (duckdb.Error, SeqlakeError) as error:
             del session.tables[defined.name]
             session.missing[defined.name] = f"{defined.format} table at {defined.location} is unreadable: {error}"
@@ -329,32 +327,14 @@ def _delta_view(session: SqlSession, defined: WarehouseTable) -> str:
     file's size and row count are the Delta log's, every page's CRC checked as it is decoded. DuckDB's
     delta_scan names the data files by plain paths, which only DuckDB's own local file system opens,
     and that one reaches no warehouse folder (`restrict_access`)."""
-    from urllib.parse import unquote
+    from seqlake.pipelines.landing.live_files import delta_live_files
+    from seqlake.tableformat.verified_scan import files_scan
 
-    import pyarrow as pa
-
-    from seqlake.pipelines.landing.delta_writer import open_table
-    from seqlake.tableformat.verified_scan import LiveFile, files_scan
-
-    table = open_table(defined.location)
-    if table is None:
+    found = delta_live_files(defined.location)
+    if found is None:
         raise SeqlakeError(f"no Delta table at {defined.location}")
-    dataset = table.to_pyarrow_dataset()  # the log's files with their partition values
-    actions = pa.table(table.get_add_actions(flatten=True))
-    counts = dict(zip(actions["path"].to_pylist(), actions["num_records"].to_pylist(), strict=True))
-    sizes = dict(zip(actions["path"].to_pylist(), actions["size_bytes"].to_pylist(), strict=True))
-    root = defined.location.rstrip("/")
-    files = [
-        LiveFile(
-            f"{root}/{unquote(fragment.path)}",
-            sizes[fragment.path],
-            rows=counts.get(fragment.path),
-            seqlake_file=False,
-            partition=fragment.partition_expression,
-        )
-        for fragment in dataset.get_fragments()
-    ]
-    scan = files_scan(files, dataset.schema, {}, f"seqlake_{defined.name}", name=defined.name, project=False)
+    schema, files = found
+    scan = files_scan(files, schema, {}, f"seqlake_{defined.name}", name=defined.name, project=False)
     return _register(session, defined.name, scan)
 
 

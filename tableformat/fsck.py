@@ -6,6 +6,11 @@ its Parquet metadata and with its Iceberg manifest entry (rows, bucket, key boun
 bloom filter on user_id and a page index; its rows are strictly ordered by the key and all belong to
 its bucket; files of one run never share a user; its content checksum matches. A broken file is a
 finding, and the checks go on with the next file: one run of fsck lists everything that is wrong.
+
+The other tables seqlake writes (detail, raw source, training, samples, backfills, quarantines, the
+landing tier) carry no seqlake footer: `check_files` checks what their metadata records of each live
+file (it exists, its size, its row count) and, in full, that every page carries a CRC and reads back
+with it verified.
 """
 
 from __future__ import annotations
@@ -27,9 +32,11 @@ from seqlake.tableformat.bucketing import bucket_of
 from seqlake.tableformat.checksum import ContentChecksum
 from seqlake.tableformat.footer import FileFacts, encodings_differ, layout_digest_of
 from seqlake.tableformat.io import read_footer, resolve_uri
+from seqlake.tableformat.page_checksums import page_checksum_counts
 from seqlake.tableformat.registry import FORMAT_PROPERTY, GROUPS_PROPERTY, live_runs, run_id_of_path
 from seqlake.tableformat.schema import FORMAT_VERSION, KEY_COLUMNS, STORAGE_ORDER
 from seqlake.tableformat.verified import DAMAGE, describe, open_verified, verified_file
+from seqlake.tableformat.verified_scan import LiveFile
 from seqlake.tableformat.writer import KeyOrder
 
 
@@ -268,3 +275,48 @@ def _group_order(table: Table, found: _Findings) -> list[str]:
         return raw.split(",")
     found.add(".".join(table.name()), "table-format", "table property seqlake.feature-groups is missing")
     return []
+
+
+def check_files(files: list[LiveFile], full: bool = True, progress: Progress | None = None) -> FsckReport:
+    """Check the live files of a table without seqlake footers (as its metadata lists them: an Iceberg
+    manifest or the Delta log); the report lists every broken one (`runs` is 0: these tables have none)."""
+    found = _Findings()
+    rows = size = 0
+    if progress is not None:
+        progress.set_total(len(files))
+    for live in files:
+        _check_plain_file(live, full, found.add)
+        rows, size = rows + (live.rows or 0), size + live.size
+        if progress is not None:
+            progress.add(rows=live.rows or 0, nbytes=live.size, steps=1)
+    return FsckReport(0, len(files), rows, size, tuple(found))
+
+
+def _check_plain_file(live: LiveFile, full: bool, fail) -> None:
+    fs, local = resolve_uri(live.uri)
+    info = fs.get_file_info(local)
+    if info.type == pa.fs.FileType.NotFound:
+        fail(live.uri, "file-exists", "missing: the table's metadata lists it, the storage does not have it")
+        return
+    if info.size != live.size:
+        fail(live.uri, "size", f"size {info.size} differs from the size its table's metadata records, {live.size}")
+    try:
+        with verified_file(fs, local, live.uri) as handle:
+            meta = read_footer(handle)
+            if live.rows is not None and meta.num_rows != live.rows:
+                fail(
+                    live.uri,
+                    "row-count",
+                    f"{meta.num_rows} rows in its footer, its table's metadata records {live.rows}",
+                )
+            if not full:
+                return
+            pages, with_crc = page_checksum_counts(handle, meta)
+            if with_crc < pages:
+                # pyarrow checks only the pages that carry a CRC: damage in the others would read as data.
+                fail(live.uri, "page-checksums", f"{pages - with_crc} of {pages} pages carry no CRC")
+            parquet = open_verified(handle, metadata=meta)
+            for group in range(meta.num_row_groups):
+                parquet.read_row_group(group)
+    except CorruptFileError as error:
+        fail(live.uri, "readable", error.problem)

@@ -119,25 +119,33 @@ def table_scan(
     of older schemas through their projection); CorruptFileError if a live file's size or row count is
     not its manifest's (and, with `seqlake_files`, its footer not seqlake's)."""
     name = ".".join(table.name()[1:]) or "history"
-    files: list[LiveFile] = []
-    user_field = table.schema().find_field("user_id") if "user_id" in target.names else None
-    if table.metadata.current_snapshot_id is not None:
-        for task in table.scan().plan_files():
-            data_file = task.file
-            if task.delete_files:
-                raise SeqlakeError(
-                    f"table {name}: {data_file.file_path} has row-level deletes, which seqlake never writes"
-                )
-            users = None
-            if user_field is not None:
-                low = (data_file.lower_bounds or {}).get(user_field.field_id)
-                high = (data_file.upper_bounds or {}).get(user_field.field_id)
-                if low is not None and high is not None:
-                    user_type = cast(PrimitiveType, user_field.field_type)  # user_id is a long
-                    users = (int(from_bytes(user_type, low)), int(from_bytes(user_type, high)))
-            size, rows = data_file.file_size_in_bytes, data_file.record_count
-            files.append(LiveFile(data_file.file_path, size, users, rows, seqlake_file=seqlake_files))
+    files = live_files(table, seqlake_files, with_users="user_id" in target.names)
     return files_scan(files, target, sql_types, prefix, loose, known_field_ids(table), name)
+
+
+def live_files(table: Table, seqlake_files: bool = False, with_users: bool = True) -> list[LiveFile]:
+    """The current snapshot's data files as its manifests list them (size, rows, user_id bounds)."""
+    name = ".".join(table.name()[1:])
+    files: list[LiveFile] = []
+    user_field = (
+        table.schema().find_field("user_id") if with_users and "user_id" in table.schema().column_names else None
+    )
+    if table.metadata.current_snapshot_id is None:
+        return files
+    for task in table.scan().plan_files():
+        data_file = task.file
+        if task.delete_files:
+            raise SeqlakeError(f"table {name}: {data_file.file_path} has row-level deletes, which seqlake never writes")
+        users = None
+        if user_field is not None:
+            low = (data_file.lower_bounds or {}).get(user_field.field_id)
+            high = (data_file.upper_bounds or {}).get(user_field.field_id)
+            if low is not None and high is not None:
+                user_type = cast(PrimitiveType, user_field.field_type)  # user_id is a long
+                users = (int(from_bytes(user_type, low)), int(from_bytes(user_type, high)))
+        size, rows = data_file.file_size_in_bytes, data_file.record_count
+        files.append(LiveFile(data_file.file_path, size, users, rows, seqlake_file=seqlake_files))
+    return files
 
 
 def files_scan(
