@@ -20,6 +20,11 @@ Bounded: an epoch whose forget finished more than `HORIZON` ago is folded away b
 users leave the record; the `forget_audit` table keeps every request), which stamps `folded_at`. A
 writer whose read point is older than that plans again (`ForgetCommitted`): it may have read before a
 folded epoch.
+
+No id in clear for good: an epoch names its users in clear only while writers may need them (a
+finished forget's epoch is sealed by maintenance, `sealed`: its users leave it, their keyed hashes
+stay, `folded_at` is stamped as for a fold), and the metadata files from before the seal leave the
+metadata log (`TRIMMED_LOG`) and then the disk with the orphans.
 """
 
 from __future__ import annotations
@@ -45,6 +50,9 @@ from seqlake.tableformat.io import resolve_uri
 FORGETS_PROPERTY = "seqlake.forgets"
 # How long a finished forget stays listed; a job whose read began before a fold plans again.
 HORIZON = timedelta(days=7)
+# Table properties that keep a table's metadata log to the metadata file before the current one, so an
+# older one (which may name a sealed forget's users) becomes an orphan file once a newer commit follows.
+TRIMMED_LOG = {"write.metadata.previous-versions-max": "1"}
 ATTEMPTS = 5  # fenced commits that find a new forget check and commit again this many times
 
 
@@ -56,6 +64,7 @@ class Epoch:
     users: tuple[int, ...]
     at: str  # when it reached this table (ISO 8601, UTC)
     sequence: int = -1  # the table's last sequence number then: every snapshot up to it predates it
+    hashes: tuple[str, ...] = ()  # the users' keyed hashes (`seqlake.core.forget_key`), kept once sealed
 
 
 @dataclass(frozen=True)
@@ -83,8 +92,23 @@ class Forgets:
         folded = self.folded_at if len(kept) == len(epochs) else now.astimezone(UTC).isoformat()
         return Forgets(tuple(kept), top, folded)
 
+    def sealed(self, finished: frozenset[str], before: datetime, now: datetime) -> Forgets:
+        """This record with the users of every epoch of a finished forget (`finished`: request ids)
+        that reached the table before `before` left out, their hashes kept; `folded_at` is stamped
+        when any went, so a writer that read before then plans again (it may have missed them)."""
+        epochs = tuple(
+            replace(e, users=()) if e.users and e.forget_id in finished and datetime.fromisoformat(e.at) < before else e
+            for e in self.epochs
+        )
+        if epochs == self.epochs:
+            return self
+        return Forgets(epochs, self.sequence, now.astimezone(UTC).isoformat())
+
     def to_json(self) -> str:
-        epochs = [{"id": e.forget_id, "at": e.at, "sequence": e.sequence, "users": list(e.users)} for e in self.epochs]
+        epochs = [
+            {"id": e.forget_id, "at": e.at, "sequence": e.sequence, "users": list(e.users), "hashes": list(e.hashes)}
+            for e in self.epochs
+        ]
         return json.dumps({"sequence": self.sequence, "folded_at": self.folded_at, "epochs": epochs})
 
 
@@ -95,7 +119,8 @@ def forgets_of(metadata: TableMetadata) -> Forgets:
         return Forgets()
     data = json.loads(raw)
     epochs = tuple(
-        Epoch(e["id"], tuple(int(u) for u in e["users"]), e["at"], int(e["sequence"])) for e in data["epochs"]
+        Epoch(e["id"], tuple(int(u) for u in e["users"]), e["at"], int(e["sequence"]), tuple(e.get("hashes", ())))
+        for e in data["epochs"]
     )
     return Forgets(epochs, int(data["sequence"]), data.get("folded_at"))
 

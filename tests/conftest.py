@@ -12,7 +12,12 @@ import yaml
 from hypothesis import settings
 
 from seqlake.core.config import DEFAULT_CONFIG_PATH, Config, parse_config
+from seqlake.core.forget_key import FORGET_KEY_ENV
 from tests.server_process import TEST_JVM_OPTIONS
+
+# The lake's forget key (a secret from the environment): every forget, and every ingest after one,
+# needs it; the commands the tests run inherit it.
+os.environ.setdefault(FORGET_KEY_ENV, "seqlake-tests-forget-key")
 
 # Every Spark driver the tests start (each worker's session, `seqlake ... --engine spark` in a
 # subprocess, spark-submit) on the JIT's quick tier (tests.server_process): Spark's launcher adds

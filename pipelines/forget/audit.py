@@ -29,9 +29,10 @@ import pyarrow.compute as pc
 from pyiceberg.exceptions import TableAlreadyExistsError
 from pyiceberg.io.pyarrow import pyarrow_to_schema
 from pyiceberg.table import Table
-from pyiceberg.types import StringType
+from pyiceberg.types import ListType, StringType
 
 from seqlake.core.config import Config
+from seqlake.core.forget_key import forget_key, user_hash
 from seqlake.engines.catalog import open_catalog, table_identifier
 from seqlake.engines.catalog_tables import load_table_if_exists
 from seqlake.pipelines.training.tables import numbered
@@ -52,9 +53,13 @@ AUDIT_SCHEMA = pa.schema(
         pa.field("rows_removed", pa.int64(), nullable=False),
         pa.field("recorded_at", TIMESTAMP_US, nullable=False),
         pa.field("marks", pa.string()),  # started rows: {"lsn": {partition: lsn}, "arrival": ISO time}
+        # The users' keyed hashes (`seqlake.core.forget_key`); `users` is empty in every request
+        # recorded with them, so the audit names no user in clear.
+        pa.field("user_hashes", pa.list_(pa.field("element", pa.string(), nullable=False))),
     ]
 )
 MARKS = "marks"
+HASHES = "user_hashes"
 
 
 @dataclass(frozen=True)
@@ -65,6 +70,7 @@ class ForgetRequest:
     rows: dict[str, int]  # table -> rows it held of the users when the request was recorded
     resumed: bool  # a request a killed run left started
     marks: str | None = None  # what the warehouse held when the request began (JSON; None before marks)
+    hashes: tuple[str, ...] = ()  # the users' keyed hashes, in the users' order
 
 
 @dataclass(frozen=True)
@@ -72,11 +78,13 @@ class Forgotten:
     """A recorded request, as fsck checks it: its users and what predates it."""
 
     forget_id: str
-    users: list[int]
+    users: list[int]  # in clear only in requests recorded before hashes; else empty
     recorded_at: datetime
     lsn: dict[int, int]  # highest LSN per source partition at the request; {} when not recorded
     arrival: datetime | None  # newest arrival time then
     done_at: datetime | None  # when every table was checked clean (None: not finished)
+    hashes: tuple[str, ...] = ()
+    requested_by: str = ""
 
 
 def audit_table(config: Config) -> Table:
@@ -92,10 +100,14 @@ def audit_table(config: Config) -> Table:
 
 
 def _with_marks(table: Table) -> Table:
-    """An audit table recorded before marks existed gains the column (one commit, once)."""
-    if MARKS not in table.schema().column_names:
+    """An audit table recorded before marks (or hashes) existed gains the column (one commit, once)."""
+    names = table.schema().column_names
+    if MARKS not in names or HASHES not in names:
         with table.update_schema() as update:
-            update.add_column(MARKS, StringType())
+            if MARKS not in names:
+                update.add_column(MARKS, StringType())
+            if HASHES not in names:
+                update.add_column(HASHES, ListType(element_id=0, element_type=StringType(), element_required=True))
     return table
 
 
@@ -113,10 +125,15 @@ def begin(
     """The request for `users`: the one a killed run left started, or a new one recorded now (one
     commit) with `rows`, the rows each table holds of them, and `marks`, what the warehouse held."""
     table = audit_table(config)
-    pending = _pending(table, users)
+    key = forget_key()
+    assert key is not None
+    hashes = tuple(user_hash(key, u) for u in users)
+    pending = _pending(table, users, hashes)
     if pending is not None:
         return pending
-    request = ForgetRequest(uuid.uuid4().hex, actor(requested_by), users, rows, resumed=False, marks=marks)
+    request = ForgetRequest(
+        uuid.uuid4().hex, actor(requested_by), users, rows, resumed=False, marks=marks, hashes=hashes
+    )
     now = datetime.now(UTC)
     records = [_row(request, STARTED, name, count, now) for name, count in sorted(rows.items())] or [
         _row(request, STARTED, ALL_TABLES, 0, now)
@@ -137,28 +154,36 @@ def _row(request: ForgetRequest, status: str, name: str, count: int, at: datetim
         "forget_id": request.forget_id,
         "status": status,
         "requested_by": request.requested_by,
-        "users": request.users,
+        "users": [],  # the hashes name them
         "table_name": name,
         "rows_removed": int(count),
         "recorded_at": at,
         MARKS: request.marks if status == STARTED else None,
+        HASHES: list(request.hashes),
     }
 
 
-def _pending(table: Table, users: list[int]) -> ForgetRequest | None:
-    """The started, unfinished request for exactly these users, if a killed run left one."""
+def _pending(table: Table, users: list[int], hashes: tuple[str, ...]) -> ForgetRequest | None:
+    """The started, unfinished request for exactly these users (by their hashes, or in clear in a
+    request recorded before hashes), if a killed run left one."""
     if table.refresh().current_snapshot() is None:
         return None
     rows = table.scan().to_arrow()
     done = set(rows.filter(pc.equal(rows["status"], DONE))["forget_id"].to_pylist())
     started = [r for r in rows.filter(pc.equal(rows["status"], STARTED)).to_pylist() if r["forget_id"] not in done]
-    mine = [r for r in started if sorted(r["users"]) == users]
+    mine = [
+        r
+        for r in started
+        if sorted(r.get(HASHES) or ()) == sorted(hashes) or (r["users"] and sorted(r["users"]) == users)
+    ]
     if not mine:
         return None
     forget_id = mine[0]["forget_id"]
     counts = {r["table_name"]: r["rows_removed"] for r in mine if r["forget_id"] == forget_id}
     counts.pop(ALL_TABLES, None)
-    return ForgetRequest(forget_id, mine[0]["requested_by"], users, counts, resumed=True, marks=mine[0].get(MARKS))
+    return ForgetRequest(
+        forget_id, mine[0]["requested_by"], users, counts, resumed=True, marks=mine[0].get(MARKS), hashes=hashes
+    )
 
 
 def requests(config: Config) -> list[Forgotten]:
@@ -178,7 +203,14 @@ def requests(config: Config) -> list[Forgotten]:
         arrival = datetime.fromisoformat(marks["arrival"]) if marks.get("arrival") else None
         lsn = {int(p): int(v) for p, v in marks.get("lsn", {}).items()}
         found[r["forget_id"]] = Forgotten(
-            r["forget_id"], list(r["users"]), r["recorded_at"], lsn, arrival, done.get(r["forget_id"])
+            r["forget_id"],
+            list(r["users"]),
+            r["recorded_at"],
+            lsn,
+            arrival,
+            done.get(r["forget_id"]),
+            tuple(r.get(HASHES) or ()),
+            r["requested_by"],
         )
     return list(found.values())
 

@@ -5,10 +5,12 @@ A quarantined record's users are read from its raw payload by forget's one rule
 (`seqlake.core.payload.named_user_ids`: the same two regular expressions, and try-casts that give null,
 never an error, for a run of digits beyond a BIGINT), so forget, fsck and the reference agree.
 
-- Spark: counts and a Delta DELETE through Delta's own writer (`delta-spark`).
-- In-process: DuckDB reads the tables (`delta_scan`); delta-rs deletes. A quarantined record is one raw
-  record, named by its (source partition, LSN), so the delete's predicate names those keys and needs no
-  regular expression in delta-rs's SQL.
+- Spark: the records found, then Delta's own MERGE through Delta's own writer (`delta-spark`).
+- In-process: DuckDB reads the tables (`delta_scan`); delta-rs merges.
+
+Either way the delete is a MERGE on the records' (source partition, LSN) from a staged table of those
+keys (`_delete_records`): the Delta log's commit info keeps the merge's predicate, which names no user
+(a `DELETE WHERE user_id IN (...)` would keep the ids in clear in the log for as long as it lives).
 
 A table without the users' rows gets no commit.
 """
@@ -68,15 +70,22 @@ def _records(held: pa.Table) -> set[tuple[int, int]]:
     return set(zip(held["source_partition"].to_pylist(), held["lsn"].to_pylist(), strict=True))
 
 
-def _record_keys(records: set[tuple[int, int]]) -> str:
-    """A delta-rs predicate naming exactly these raw records, by (source partition, LSN)."""
-    by_partition: dict[int, set[int]] = {}
-    for partition, lsn in records:
-        by_partition.setdefault(int(partition), set()).add(int(lsn))
-    return " OR ".join(
-        f"(source_partition = {partition} AND lsn IN ({', '.join(map(str, sorted(lsns)))}))"
-        for partition, lsns in sorted(by_partition.items())
+KEYS = pa.schema(
+    [pa.field("source_partition", pa.int32(), nullable=False), pa.field("lsn", pa.int64(), nullable=False)]
+)
+MERGE_ON = "t.source_partition = s.source_partition AND t.lsn = s.lsn"
+
+
+def _keys(records: set[tuple[int, int]]) -> pa.Table:
+    ordered = sorted(records)
+    return pa.table(
+        {"source_partition": [int(p) for p, _ in ordered], "lsn": [int(lsn) for _, lsn in ordered]}, schema=KEYS
     )
+
+
+def _delete_records(table, records: set[tuple[int, int]]) -> None:
+    """Delete these raw records (source partition, LSN) from a delta-rs table: one MERGE from the staged keys."""
+    table.merge(_keys(records), MERGE_ON, source_alias="s", target_alias="t").when_matched_delete().execute()
 
 
 def _forget_in_process(paths: LandingPaths, users: list[int]) -> list[StepReport]:
@@ -92,13 +101,9 @@ def _forget_in_process(paths: LandingPaths, users: list[int]) -> list[StepReport
         if not held.num_rows:
             continue
         check_writable_in_process(table, uri)  # delta-rs rewrites the files holding them
-        if quarantine:
-            records = _records(held)
-            report.removed = len(records)
-            table.delete(_record_keys(records))
-        else:
-            report.removed = held.num_rows
-            table.delete(f"user_id IN ({', '.join(map(str, users))})")
+        records = _records(held)
+        report.removed = len(records) if quarantine else held.num_rows
+        _delete_records(table, records)
     return reports
 
 
@@ -132,9 +137,15 @@ def _forget_on_spark(spark, paths: LandingPaths, users: list[int]) -> list[StepR
             report.notes.append("no table")
             continue
         condition = _spark_condition(users, quarantine)
-        report.removed = spark.read.format("delta").load(uri).where(condition).count()
-        if report.removed:
-            DeltaTable.forPath(spark, uri).delete(condition)
+        found = spark.read.format("delta").load(uri).where(condition).select("source_partition", "lsn")
+        if quarantine:
+            found = found.distinct()
+        keys = found.collect()
+        report.removed = len(keys)
+        if keys:
+            staged = spark.createDataFrame([(int(r[0]), int(r[1])) for r in keys], "source_partition int, lsn bigint")
+            merge = DeltaTable.forPath(spark, uri).alias("t").merge(staged.alias("s"), MERGE_ON)
+            merge.whenMatchedDelete().execute()
     return reports
 
 

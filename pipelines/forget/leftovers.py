@@ -19,6 +19,7 @@ only (bucket and bounds pruning), and judged with one join.
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import replace
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -26,7 +27,9 @@ import pyarrow.parquet as pq
 from pyiceberg.expressions import In
 from pyiceberg.table import Table
 
+from seqlake.core import forget_key
 from seqlake.core.config import Config
+from seqlake.core.payload import DIGIT_RUN, USER_ID_VALUE
 from seqlake.engines.duckdb_session import lake_cursor
 from seqlake.pipelines.forget import audit as forget_audit
 from seqlake.pipelines.forget.landing import user_rows_in_landing
@@ -34,7 +37,7 @@ from seqlake.pipelines.landing.tables import LandingPaths, is_delta_table
 from seqlake.pipelines.maintenance.steps import user_tables
 from seqlake.tableformat.forgets import forgets_of
 from seqlake.tableformat.fsck import Finding
-from seqlake.tableformat.io import resolve_uri
+from seqlake.tableformat.io import engine_location, resolve_uri
 from seqlake.tableformat.schema import TIMESTAMP_US
 
 INVARIANT = "forgotten-user"
@@ -127,6 +130,47 @@ def _table_rows(table: Table, users: list[int]) -> pa.Table:
     return table.scan(row_filter=In("user_id", users), selected_fields=tuple(columns)).to_arrow()
 
 
+def matching_users(ids: pa.Array, hashes: set[str], key: bytes) -> set[int]:
+    """The distinct ids among `ids` whose keyed hash is one of `hashes` (each distinct id hashed once)."""
+    if not hashes or not len(ids):
+        return set()
+    distinct = pc.unique(pc.drop_null(ids.cast(pa.int64()))).to_pylist()
+    return {int(u) for u in distinct if u >= 0 and forget_key.user_hash(key, int(u)) in hashes}
+
+
+def forgotten_users(
+    config: Config, requests: list[forget_audit.Forgotten], paths: LandingPaths | None
+) -> list[forget_audit.Forgotten]:
+    """The requests with their users: in clear where a request recorded them so, else every user id a
+    table (landing included) holds whose keyed hash the request keeps."""
+    hashes = {h for r in requests for h in r.hashes}
+    key = forget_key.forget_key(required=False) if hashes else None
+    if key is None:
+        return requests
+    found: set[int] = set()
+    for table in user_tables(config):
+        if table.refresh().current_snapshot() is not None:
+            ids = table.scan(selected_fields=("user_id",)).to_arrow()["user_id"].combine_chunks()
+            found |= matching_users(ids, hashes, key)
+    if paths is not None:
+        with lake_cursor() as con:
+            for uri, quarantine in ((paths.events, False), (paths.quarantine, True)):
+                if not is_delta_table(uri):
+                    continue
+                if quarantine:
+                    sql = (
+                        "SELECT DISTINCT TRY_CAST(d AS BIGINT) AS user_id FROM (SELECT unnest(flatten(list_transform("
+                        "regexp_extract_all(payload, ?, 1), v -> regexp_extract_all(v, ?)))) AS d FROM delta_scan(?))"
+                    )
+                    ids = con.execute(sql, [USER_ID_VALUE, DIGIT_RUN, engine_location(uri)]).to_arrow_table()["user_id"]
+                else:
+                    sql = "SELECT DISTINCT user_id FROM delta_scan(?)"
+                    ids = con.execute(sql, [engine_location(uri)]).to_arrow_table()["user_id"]
+                found |= matching_users(ids.combine_chunks(), hashes, key)
+    by_hash = {forget_key.user_hash(key, u): u for u in found}
+    return [replace(r, users=sorted(set(r.users) | {by_hash[h] for h in r.hashes if h in by_hash})) for r in requests]
+
+
 def forgotten_findings(config: Config, paths: LandingPaths | None, options: str = "") -> list[Finding]:
     """One finding per table (landing included) holding live rows of forgotten users that predate
     their forget; none when no forget was ever recorded. `options` (--config, --profile) go into the
@@ -134,7 +178,10 @@ def forgotten_findings(config: Config, paths: LandingPaths | None, options: str 
     requests = forget_audit.requests(config)
     if not requests:
         return []
+    requests = forgotten_users(config, requests, paths)
     users = sorted({u for r in requests for u in r.users})
+    if not users:
+        return []
     by_lsn, by_time = _marks(requests)
     findings: list[Finding] = []
     namespace = config.warehouse.namespace

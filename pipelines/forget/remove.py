@@ -54,6 +54,7 @@ from seqlake.pipelines.compaction.plan import COMMIT_ATTEMPTS, delete_files, his
 from seqlake.pipelines.faults import kill_point
 from seqlake.pipelines.forget import audit as forget_audit
 from seqlake.pipelines.forget.landing import FORGET_STEP, forget_landing, landing_rows
+from seqlake.pipelines.ingest import tombstones as forget_tombstones
 from seqlake.pipelines.landing.tables import LandingPaths, LandingTier, is_delta_table
 from seqlake.pipelines.maintenance.steps import StepReport, user_tables
 from seqlake.pipelines.tables import HISTORY
@@ -246,11 +247,14 @@ def _commit_record(table: Table, updated: Forgets) -> None:
 # -- all of it ---------------------------------------------------------------------------------------
 
 
-def warehouse_marks(history: Table, paths: LandingPaths | None) -> str:
+def warehouse_marks(history: Table, paths: LandingPaths | None, source: dict[int, int] | None = None) -> str:
     """What the warehouse holds now, as the audit keeps it for fsck (JSON): the highest LSN per source
     partition and the newest arrival time of the landing tier (events and quarantine) and of history's
-    frontier. A row of a forgotten user at or below them predates the forget."""
+    frontier, and the highest LSNs of the raw source tables (`source`: records not ingested yet). A row
+    of a forgotten user at or below them predates the forget."""
     lsn = {int(p): int(v) for p, v in published_frontier(history).items()}
+    for partition, top in (source or {}).items():
+        lsn[int(partition)] = max(lsn.get(int(partition), -1), int(top))
     arrival = None
     if paths is not None:
         with lake_cursor() as con:
@@ -297,12 +301,18 @@ def forget_users(
     if landing is not None:
         held["landing"] = landing_rows(landing, chosen)
     paths = landing.paths if landing is not None else None
-    marks = warehouse_marks(history, paths if paths is not None and is_delta_table(paths.events) else None)
+    source = forget_tombstones.source_frontier(config)
+    marks = warehouse_marks(history, paths if paths is not None and is_delta_table(paths.events) else None, source)
     held_rows = {name: rows for name, rows in held.items() if rows}
     request = forget_audit.begin(config, chosen, held_rows, requested_by, marks)
+    # The tombstone before any delete: an ingest that validates from now on drops their records at or
+    # below the frontier (the marks a resumed request recorded), pending or replayed.
+    frontier = {int(p): int(v) for p, v in json.loads(request.marks or marks)["lsn"].items()}
+    forget_tombstones.record(config, request.forget_id, chosen, frontier)
     kill_point("forget_audited")
     now = datetime.now(UTC)
-    fence = Fence(Epoch(request.forget_id, tuple(chosen), now.isoformat()), forget_audit.finished(config), now)
+    epoch = Epoch(request.forget_id, tuple(chosen), now.isoformat(), hashes=request.hashes)
+    fence = Fence(epoch, forget_audit.finished(config), now)
     found: dict[str, StepReport] = {}
     if progress is not None:  # landing: events and quarantine
         progress.set_total(1 + len(tables_with_users(config)) + (2 if landing is not None else 0))
@@ -317,21 +327,29 @@ def forget_users(
             progress.add(rows=report.removed, steps=1, note=report.target)
         kill_point("forget_committed")
 
-    if landing is not None:
-        for report in forget_landing(landing, chosen):
-            done(report)
     remaining: dict[str, int] = {}
     # Users a finished forget still listed in history's record removed, with no row of theirs
     # anywhere: a job that read before that forget drops them by its epoch, one that read after
     # holds none. Nothing to remove or record (a request again for users already gone).
     gone = {u for e in forgets_of(history.refresh().metadata).epochs for u in e.users}
     passes = 0 if set(chosen) <= gone and not held_rows else PASSES
-    for _ in range(passes):
+    if landing is not None and not passes:
+        for report in forget_landing(landing, chosen):
+            done(report)
+    for n in range(passes):
+        # Landing again on a later pass when it gained their rows: an ingest that validated before the
+        # tombstone and committed after the landing's delete.
+        if landing is not None and (n == 0 or landing_rows(landing, chosen)):
+            for report in forget_landing(landing, chosen):
+                done(report)
         for table in tables_with_users(config):  # listed again each pass: a table may be new
             with suppress(NoSuchTableError):  # dropped meanwhile (a backfill replacing its table)
                 done(forget_in_table(table, chosen, fence))
         done(forget_history(history, config, chosen, fence))
         remaining, unrecorded = _left(config, history, chosen, request.forget_id)
+        if landing is not None:
+            remaining |= {"landing": landing_rows(landing, chosen)}
+            remaining = {name: rows for name, rows in remaining.items() if rows}
         if not remaining and not unrecorded:
             break
         log.info("forget: a pass left %s (rows) and %s (without the record); passing again", remaining, unrecorded)

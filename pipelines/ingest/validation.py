@@ -46,8 +46,9 @@ from seqlake.core.payload import (
     UNREADABLE_LINE_KEY,
 )
 from seqlake.pipelines.compaction.aggregation import SPARK_TYPES
+from seqlake.pipelines.ingest import tombstones as forget_tombstones
 from seqlake.pipelines.ingest.plan import home_window_sql
-from seqlake.pipelines.landing.schema import landing_schema
+from seqlake.pipelines.landing.schema import landing_schema, parsed_schema
 
 Dialect = Literal["duckdb", "spark"]
 
@@ -511,10 +512,20 @@ def _transpiled(rules: str, dialect: Dialect) -> str:
     return tree.sql(dialect=dialect, pretty=True)
 
 
-def validation_sql(config: Config, source: str, dialect: Dialect, homes: dict[int, int] | None = None) -> str:
+def validation_sql(
+    config: Config,
+    source: str,
+    dialect: Dialect,
+    homes: dict[int, int] | None = None,
+    tombstones: forget_tombstones.Tombstones | None = None,
+) -> str:
     """Validate every raw record of the relation `source` (RAW_SCHEMA's columns): rows of
     `parsed_schema(config)`, typed when valid, else with `reason` and `payload`; a record that arrived
-    in a published window is in its home window of `homes` (`seqlake.pipelines.ingest.plan.home_windows`)."""
+    in a published window is in its home window of `homes` (`seqlake.pipelines.ingest.plan.home_windows`).
+    A record a forget's tombstone covers is left out (`seqlake.pipelines.ingest.tombstones`): those
+    recorded now unless `tombstones` are given."""
     facts = _duckdb_facts(config, source) if dialect == "duckdb" else _spark_facts(config, source)
     rules = _transpiled(_rules(config), dialect).replace(_HOME, home_window_sql("_window", homes or {}), 1)
-    return rules.replace(_FACTS, f"({facts}) AS _facts", 1)
+    validated = rules.replace(_FACTS, f"({facts}) AS _facts", 1)
+    honoured = forget_tombstones.current(config) if tombstones is None else tombstones
+    return honoured.anti_join_sql(validated, parsed_schema(config).names, dialect)

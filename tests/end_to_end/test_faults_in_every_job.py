@@ -26,6 +26,7 @@ import pytest
 import yaml
 
 from seqlake.core.config import Config, load_config
+from seqlake.core.forget_key import FORGET_KEY_ENV
 from seqlake.engines.catalog import open_catalog
 from seqlake.engines.duckdb_session import lake_cursor
 from seqlake.pipelines.compaction.duckdb import compact_batch_duckdb
@@ -165,7 +166,7 @@ def run(warehouse: Warehouse, job: str, expect: int = 0, kill_at: str | None = N
     env = {KILL_AT_ENV: kill_at} if kill_at else {}
     if job == "capture":
         command = [sys.executable, "-m", "tests.capture_step", str(warehouse.config_path), "3"]
-        base = {k: v for k, v in os.environ.items() if not k.startswith("SEQLAKE_")}
+        base = {k: v for k, v in os.environ.items() if not k.startswith("SEQLAKE_") or k == FORGET_KEY_ENV}
         done = forked_commands.run(command, capture_output=True, text=True, env=base | env)
         assert done.returncode == expect, done.stderr
         return done

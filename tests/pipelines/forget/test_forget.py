@@ -25,6 +25,7 @@ from seqlake.cli import main as cli_main
 from seqlake.core.config import DEFAULT_CONFIG_PATH, load_config
 from seqlake.core.errors import SeqlakeError, SetupError
 from seqlake.core.events import RAW_SCHEMA
+from seqlake.core.forget_key import FORGET_KEY_ENV
 from seqlake.engines.catalog import open_catalog, table_identifier
 from seqlake.engines.duckdb_session import lake_cursor
 from seqlake.pipelines.compaction.plan import history_tables
@@ -177,7 +178,7 @@ def forget_command(lake, tmp_path: Path, users: list[int]) -> tuple[list[str], d
     """`seqlake forget` of the users on the lake's Iceberg tables (its landing tier is elsewhere)."""
     config_file = tmp_path / "seqlake.yaml"
     config_file.write_text(yaml.safe_dump(lake.config.model_dump(mode="json"), sort_keys=False))
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SEQLAKE_")}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SEQLAKE_") or k == FORGET_KEY_ENV}
     chosen = [arg for u in users for arg in ("--user", str(u))]
     return [sys.executable, "-m", "seqlake.cli", "forget", "--config", str(config_file), "--skip-landing", *chosen], env
 
@@ -285,7 +286,7 @@ def demo_config(small_demo: tuple[Path, Path]) -> Path:
 
 def seqlake_process(config: Path, *args: str) -> str:
     """A seqlake command in its own process, as a user runs it; stdout."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SEQLAKE_")}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SEQLAKE_") or k == FORGET_KEY_ENV}
     done = forked_commands.run(
         [sys.executable, "-m", "seqlake.cli", args[0], "--config", str(config), *args[1:]],
         capture_output=True,

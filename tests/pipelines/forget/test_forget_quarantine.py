@@ -17,6 +17,7 @@ import pytest
 import yaml
 
 from seqlake.core.config import Config, load_config
+from seqlake.core.forget_key import FORGET_KEY_ENV
 from seqlake.core.payload import named_user_ids, validate_payload
 from seqlake.engines.duckdb_session import lake_cursor
 from seqlake.pipelines.compaction.plan import history_tables
@@ -109,7 +110,7 @@ def test_forget_on_the_small_demo_with_its_quarantine_removes_the_users_everywhe
     data = yaml.safe_load(config_path.read_text())
     data["generator"]["malformed_share"] = 0.02
     config_path.write_text(yaml.safe_dump(data, sort_keys=False))
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SEQLAKE_")}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SEQLAKE_") or k == FORGET_KEY_ENV}
     seqlake = [sys.executable, "-m", "seqlake.cli"]
     demo = forked_commands.run(
         [*seqlake, "demo", "--small", "--config", str(config_path)], capture_output=True, text=True, env=env
