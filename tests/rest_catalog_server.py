@@ -14,13 +14,15 @@ from __future__ import annotations
 import http.server
 import json
 import os
+import subprocess
 import threading
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -38,6 +40,12 @@ class RestCatalogServer:
     warehouse: Path
     log: Path
     startup_seconds: float
+    process: subprocess.Popen[bytes] | None = field(default=None, compare=False, repr=False)
+
+    def stop(self) -> None:
+        """Stop the server now (SIGKILL), as a catalog that goes down."""
+        if self.process is not None:
+            stop(self.process)
 
     def properties(self) -> dict[str, str]:
         """pyiceberg's `load_catalog` properties for this server."""
@@ -52,12 +60,13 @@ def _answers(uri: str) -> bool:
         return False
 
 
-@pytest.fixture(scope="session")
-def rest_catalog_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RestCatalogServer]:
-    root = tmp_path_factory.mktemp("rest-catalog")
+@contextmanager
+def running_rest_catalog(root: Path, port: int | None = None) -> Iterator[RestCatalogServer]:
+    """A REST catalog server keeping its catalog and tables under `root` (started again on the same
+    `root`, it serves the same tables), stopped (SIGKILL) when the block ends."""
     warehouse = root / "warehouse"
-    warehouse.mkdir()
-    port = free_port()
+    warehouse.mkdir(parents=True, exist_ok=True)
+    port = port or free_port()
     # Only this server's settings: a CATALOG_* variable of the environment would reconfigure it.
     env = {name: value for name, value in os.environ.items() if not name.startswith("CATALOG_")}
     env |= {
@@ -78,9 +87,15 @@ def rest_catalog_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Re
             time.sleep(0.1)
         else:
             raise RuntimeError(f"the Iceberg REST catalog server did not answer (log: {log})")
-        yield RestCatalogServer(uri, warehouse, log, round(time.monotonic() - began, 1))
+        yield RestCatalogServer(uri, warehouse, log, round(time.monotonic() - began, 1), process)
     finally:
         stop(process)
+
+
+@pytest.fixture(scope="session")
+def rest_catalog_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RestCatalogServer]:
+    with running_rest_catalog(tmp_path_factory.mktemp("rest-catalog")) as server:
+        yield server
 
 
 class AuthenticatingFront:
@@ -148,3 +163,95 @@ class AuthenticatingFront:
     def __exit__(self, *exc: object) -> None:
         self.server.shutdown()
         self.server.server_close()
+
+
+class CommitCutter:
+    """A front for the REST server that cuts it off in the middle of a commit: it forwards every request
+    until the first commit to a table named `table` (pyiceberg's POST to .../tables/TABLE), then runs
+    `cut` (which stops the server) before forwarding the commit or, with `after_applied`, once the
+    server has applied it, and closes the connection without an answer. From then on it accepts no
+    connection, as a server that went down. `reopen` listens again on the same port, forwarding to
+    another upstream (the server started again)."""
+
+    def __init__(self, upstream: str, table: str, cut: Callable[[], None], after_applied: bool = False) -> None:
+        self.upstream, self.table, self.cut, self.after_applied = upstream, table, cut, after_applied
+        self.cut_done = threading.Event()
+        self._closing: threading.Thread | None = None
+        self._port = 0
+        self._serve(upstream, cutting=True)
+
+    @property
+    def uri(self) -> str:
+        return f"http://127.0.0.1:{self._port}"
+
+    def _serve(self, upstream: str, cutting: bool) -> None:
+        front = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"  # keep-alive, as the server answers pyiceberg
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+            def _handle(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                commit = self.command == "POST" and self.path.rstrip("/").endswith(f"/tables/{front.table}")
+                if cutting and front.cut_done.is_set():
+                    self.close_connection = True
+                    return
+                if cutting and commit and not front.after_applied:
+                    return self._cut()
+                forwarded = urllib.request.Request(
+                    upstream + self.path,
+                    data=body if body or self.command in ("POST", "PUT") else None,
+                    method=self.command,
+                    headers={
+                        k: v
+                        for k, v in self.headers.items()
+                        if k.lower() not in ("host", "content-length", "accept-encoding")
+                    },
+                )
+                try:
+                    with urllib.request.urlopen(forwarded, timeout=60) as answer:
+                        status, payload, kind = answer.status, answer.read(), answer.headers.get("Content-Type")
+                except urllib.error.HTTPError as refused:
+                    status, payload, kind = refused.code, refused.read(), refused.headers.get("Content-Type")
+                if cutting and commit:
+                    return self._cut()  # applied by the server; its answer is lost with it
+                self.send_response(status)
+                self.send_header("Content-Type", kind or "application/json")
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+
+            def _cut(self) -> None:
+                front.cut()
+                front.cut_done.set()
+                self.close_connection = True
+                front._closing = threading.Thread(target=front._close, daemon=True)  # refuse what comes next
+                front._closing.start()
+
+            do_GET = do_POST = do_PUT = do_DELETE = do_HEAD = _handle
+
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", self._port), Handler)
+        self._port = server.server_address[1]
+        self.server = server
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+
+    def _close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+    def reopen(self, upstream: str) -> None:
+        """Forward every request to `upstream` from now on, on the same port."""
+        if self._closing is not None:
+            self._closing.join()
+        else:
+            self._close()
+        self._serve(upstream, cutting=False)
+
+    def __enter__(self) -> CommitCutter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._close()

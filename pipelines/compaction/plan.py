@@ -25,9 +25,10 @@ from pyiceberg.table.sorting import SortField, SortOrder
 from pyiceberg.transforms import IdentityTransform
 
 from seqlake.core.config import Config
-from seqlake.core.errors import ForgetCommitted, SeqlakeError, SimulatedCrash
+from seqlake.core.errors import CommitFailed, ForgetCommitted, SeqlakeError, SimulatedCrash
 from seqlake.engines.catalog import open_catalog, table_identifier
 from seqlake.engines.catalog_tables import load_table_if_exists
+from seqlake.pipelines.commit_failures import committing
 from seqlake.pipelines.compaction.merge_policy import policy_of, runs_to_merge
 from seqlake.pipelines.faults import kill_point
 from seqlake.pipelines.landing.schema import landing_schema
@@ -53,6 +54,8 @@ log = logging.getLogger(__name__)
 
 CRASH_POINTS = ("before_write", "after_write", "after_detail", "after_commit")
 COMMIT_ATTEMPTS = 5  # a publication that loses a race re-decides on the new snapshot this many times
+# Why a compaction whose commit failed may run again: the windows a run holds are recorded with it.
+PUBLISHED_ONCE = "compaction publishes each window once"
 
 
 @dataclass(frozen=True)
@@ -256,6 +259,7 @@ def publish_batch(
     run_id = batch_run_id(windows)
     row_count = sum(f.facts.row_count for f in files)
     record = RunRecord(run_id, "window" if len(windows) == 1 else "batch", windows, len(files), row_count)
+    what = f"publishing windows {windows[0]}..{windows[-1]} to {'.'.join(history.name())}"
     for _ in range(COMMIT_ATTEMPTS):
         properties = {
             "seqlake.window-id": str(windows[-1]),
@@ -264,9 +268,14 @@ def publish_batch(
         if len(windows) > 1:
             properties["seqlake.windows"] = json.dumps(windows)
         try:
-            commit_runs(history, [(record, files)], snapshot_properties=properties, point=point)
+            with committing(what, why_safe=PUBLISHED_ONCE):
+                commit_runs(history, [(record, files)], snapshot_properties=properties, point=point)
             log.info("published run %s: windows %s, %d rows in %d files", run_id, windows, row_count, len(files))
             break
+        except CommitFailed as error:
+            if error.published is False:  # else the files may be live: a re-run finds out
+                delete_files([f.uri for f in files])
+            raise
         except ForgetCommitted:
             delete_files([f.uri for f in files])
             raise
@@ -292,8 +301,14 @@ def commit_merge(merge: MergePlan, files: list) -> str | None:
     replaced, run_id = list(merge.runs), merge.run_id
     record = RunRecord(run_id, "merge", merge.windows, len(files), sum(f.facts.row_count for f in files))
     kill_point("merge_written")
+    what = f"merging runs {', '.join(replaced)} of {'.'.join(merge.history.name())} into {run_id}"
     try:
-        commit_runs(merge.history, [(record, files)], replaces=replaced, point=merge.point)
+        with committing(what, why_safe="a merge replaces its runs whole, and the next compaction merges what is left"):
+            commit_runs(merge.history, [(record, files)], replaces=replaced, point=merge.point)
+    except CommitFailed as error:
+        if error.published is False:
+            delete_files([f.uri for f in files])
+        raise
     except (RunsChanged, WindowsAlreadyPublished, ForgetCommitted):
         log.info("merge %s of %s: another job committed first; the next compaction decides", run_id, replaced)
         delete_files([f.uri for f in files])

@@ -15,17 +15,20 @@ import random
 import time
 
 import pyarrow as pa
-from pyiceberg.exceptions import CommitFailedException, ValidationException
+from pyiceberg.exceptions import ValidationException
 from pyiceberg.expressions import In
 from pyiceberg.table import Table
 
+from seqlake.core.errors import CommitConflict
 from seqlake.engines.iceberg_writes import overwrite_by_partition
+from seqlake.pipelines.commit_failures import committing
 from seqlake.tableformat.deletes import nothing_matched_is_fine
 from seqlake.tableformat.forgets import ReadPoint, drop_users, fenced_transaction
 
 log = logging.getLogger(__name__)
 
 ATTEMPTS = 6
+REPLACED_WHOLE = "a window's rows are replaced whole"
 
 
 def replace_windows(
@@ -38,21 +41,24 @@ def replace_windows(
     """`table`'s rows of `windows` become `rows`, in one commit, without the rows of users a forget
     removed after the writer's read (`point`): the commit is fenced on that check
     (`seqlake.tableformat.forgets`), and a forget that reaches the table meanwhile makes it check again."""
+    what = f"replacing windows {windows[0]}..{windows[-1]} of {'.'.join(table.name())}"
     for attempt in range(ATTEMPTS):
         try:
-            transaction, missed = fenced_transaction(table.refresh(), point)
-            with nothing_matched_is_fine():  # a window's first publication replaces nothing
-                overwrite_by_partition(
-                    transaction,
-                    drop_users(rows, missed),
-                    "window_id",
-                    In("window_id", windows),
-                    snapshot_properties or {},
-                )
-            transaction.commit_transaction()
+            with committing(what, why_safe=REPLACED_WHOLE):
+                transaction, missed = fenced_transaction(table.refresh(), point)
+                with nothing_matched_is_fine():  # a window's first publication replaces nothing
+                    overwrite_by_partition(
+                        transaction,
+                        drop_users(rows, missed),
+                        "window_id",
+                        In("window_id", windows),
+                        snapshot_properties or {},
+                    )
+                transaction.commit_transaction()
             return
-        except (CommitFailedException, ValidationException) as error:
+        except (CommitConflict, ValidationException) as error:
             if attempt == ATTEMPTS - 1:
-                raise
+                cause = f"other writers kept replacing the same windows ({error.__cause__ or error})"
+                raise CommitConflict(what, cause, why_safe=REPLACED_WHOLE) from error
             log.info("%s: windows replaced concurrently (%s); replacing again", ".".join(table.name()), error)
             time.sleep(random.uniform(0.05, 0.2) * 2**attempt)
