@@ -175,19 +175,38 @@ class Lake:
             query: the SQL; write `$name` for a value and pass it in `params` (never into the text).
             params: {name: value} bound to `$name`.
 
-        Returns the result as a pandas DataFrame (`seqlake.sql_session.SqlSession.query`). The `history` view
-        reads the snapshot current when the session opened, every page and file verified.
+        Returns the result as a pandas DataFrame (`seqlake.sql_session.SqlSession.query`). Every table's
+        view (history, detail, raw, training, samples, backfills, quarantines, landing) reads the
+        snapshot current when the session opened, every page and file verified (`Lake.table`).
 
         Raises:
             SqlError: DuckDB rejected the statement, it would write, or it reads a damaged or
-                replaced history file (the message names it); SetupError: no warehouse there.
+                replaced file of any table (the message names it); SetupError: no warehouse there.
         """
+        return self._sql_session().query(query, **(params or {}))
+
+    def table(self, name: str, *, columns: list[str] | None = None) -> pa.Table:
+        """Every row of one of the warehouse's tables as Arrow: history, history_detail, raw_events,
+        training_<tenant>, samples_<tenant>, backfill_<tenant>, the quarantines, landing_events.
+
+        The rows are read through the table's verified view in the SQL session (`Lake.sql`): every
+        page's CRC checked as it is decoded, every file's size and row count its Iceberg manifest's or
+        Delta log's, history's footers their layout digest. It reads the snapshot current when the
+        session opened.
+
+        Raises:
+            SqlError: no such table, an unknown column, or a damaged or replaced file (the message
+                names the file and `seqlake fsck`); SetupError: no warehouse there.
+        """
+        return self._sql_session().table(name, columns)
+
+    def _sql_session(self) -> SqlSession:
         if self._session is None:
             from seqlake.sql_session import open_session
 
             self._check_warehouse()
             self._session = open_session(self.config, quiet=True)
-        return self._session.query(query, **(params or {}))
+        return self._session
 
     # -- training ------------------------------------------------------------------------------------
 

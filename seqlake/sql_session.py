@@ -103,6 +103,20 @@ class SqlSession:
 
     def query(self, text: str, **params: object):
         """The last statement's result as a pandas DataFrame, with `$name` parameters bound (for notebooks)."""
+        return self._last(text, params).df()
+
+    def table(self, name: str, columns: list[str] | None = None):
+        """Every row of the warehouse table `name` (its verified view) as an Arrow table; SqlError if the
+        warehouse has no such table or a file of it is damaged (the message names the file)."""
+        if name not in self.tables:
+            known = ", ".join(sorted(self.tables)) or "none"
+            why = self.missing.get(name, f"no table {name} in this warehouse (tables: {known})")
+            raise SqlError(f"table {name}: {why}" if not why.startswith("table ") else why)
+        chosen = ", ".join(_quoted(c) for c in columns) if columns is not None else "*"
+        return self._last(f"SELECT {chosen} FROM {_quoted(name)}", {}).fetch_arrow_table()
+
+    def _last(self, text: str, params: dict[str, object]) -> duckdb.DuckDBPyConnection:
+        """Run every statement of `text`; the connection holding the last one's result."""
         head = _first_line(text)
         try:
             statements = self.con.extract_statements(text)
@@ -117,7 +131,7 @@ class SqlSession:
                 relation = self.con.execute(statement, bound or None)
             if relation is None:
                 raise SqlError(f"{head}: no statement to run")
-            return relation.df()
+            return relation
         except ReadOnlyError as error:
             raise SqlError(f"{head}: {error}") from None
         except duckdb.Error as error:
