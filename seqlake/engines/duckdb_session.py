@@ -6,9 +6,11 @@ checks each file's signature the first time this process loads it, not in every 
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import importlib.util
 import threading
+import weakref
 from pathlib import Path
 
 import duckdb
@@ -21,6 +23,20 @@ DEFAULT_EXTENSIONS = ("avro", "iceberg", "delta")
 # every connection that loads the lake extensions can read s3:// URIs too. A process works on one
 # warehouse at a time, so this spares every pipeline step from passing the warehouse along.
 _object_storage = False
+
+# Every connection this process opened and has not dropped. They are closed before the interpreter
+# finalizes: a connection destroyed during finalization releases the GIL in its destructor, and a
+# thread that takes it then (an Arrow pool thread, say) is ended by Python inside DuckDB's C++
+# frames, which aborts the process ("terminate called without an active exception", exit -6) after a
+# command that had done all its work (duckdb/duckdb#13904).
+_open: weakref.WeakSet[duckdb.DuckDBPyConnection] = weakref.WeakSet()
+
+
+@atexit.register
+def _close_open_connections() -> None:
+    for con in list(_open):
+        with contextlib.suppress(duckdb.Error):
+            con.close()
 
 
 def object_storage_for(enabled: bool) -> None:
@@ -88,6 +104,7 @@ def connect(
             **(settings or {}),
         },
     )
+    _open.add(con)
     quiet(con)
     for path in paths[: len(extensions)]:
         con.execute(f"LOAD {sql_literal(str(path))}")
@@ -124,7 +141,9 @@ def lake_cursor() -> duckdb.DuckDBPyConnection:
     with _shared_lock:
         if _shared is None:
             _shared = connect()
-        return quiet(_shared.cursor())
+        cursor = _shared.cursor()
+        _open.add(cursor)
+        return quiet(cursor)
 
 
 def use_object_storage(con: duckdb.DuckDBPyConnection) -> None:
