@@ -22,6 +22,7 @@ from __future__ import annotations
 import functools
 import gc
 import hashlib
+import logging
 import struct
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -39,6 +40,7 @@ if TYPE_CHECKING:
     from pyiceberg.table import Table
 
 IMPORT_PROPERTY = "seqlake.import.digest"
+SHOWN_LINES = 10  # unreadable lines the text summary names (JSON: up to `files.NAMED_LINES`)
 
 
 def import_digest(inputs: list[Path], mapping_sha: str) -> str:
@@ -181,13 +183,21 @@ def command(
     for path, stat in zip(inputs, stats, strict=True):
         partitions = sorted(stat.partitions)
         span = f"{partitions[0]}..{partitions[-1]}" if partitions else "-"
+        rows_in = stat.rows + stat.unreadable
+        if not rows_in:
+            what = "an empty file" if path.stat().st_size == 0 else "no events in it"
+            logging.getLogger(__name__).warning(f"{path}: {what}: nothing imported from it")
         files.append(
             {
                 "input": str(path),
+                "rows_in": rows_in,  # = records + skipped
                 "events": stat.rows,
                 "records": stat.records,
                 "partitions": partitions,
                 "unreadable": stat.unreadable,
+                "unreadable_lines": [{"line": n, "reason": r} for n, r in stat.unreadable_lines],
+                "no_time": stat.no_time,
+                "quarantined": stat.quarantined,  # of the records: what ingest will quarantine, known now
                 "skipped": stat.skipped,
                 "first_event": _fmt_ms(stat.min_event_ms, iso=True),
                 "last_event": _fmt_ms(stat.max_event_ms, iso=True),
@@ -198,9 +208,22 @@ def command(
         )
         lines.append(
             f"{path.name}: {stat.rows:,} events read, {stat.records:,} records (partitions {span}), "
-            f"{stat.unreadable:,} unreadable lines, {stat.skipped:,} skipped; "
+            f"{stat.unreadable:,} unreadable lines, {stat.no_time:,} without a usable time, {stat.skipped:,} skipped; "
             f"event time {_fmt_ms(stat.min_event_ms)} .. {_fmt_ms(stat.max_event_ms)} UTC"
         )
+        if stat.unreadable_lines:
+            named = "; ".join(f"line {n:,}: {reason}" for n, reason in stat.unreadable_lines[:SHOWN_LINES])
+            more = stat.unreadable - min(len(stat.unreadable_lines), SHOWN_LINES)
+            lines.append(
+                f"{path.name}: unreadable: {named}"
+                + (f" (and {more:,} more; --output json names them)" if more else "")
+            )
+        if stat.quarantined or stat.skipped:
+            lines.append(
+                f"{path.name}: {rows_in:,} rows in = {stat.records - stat.quarantined:,} records to validate + "
+                f"{stat.quarantined:,} ingest quarantines (unreadable, without a usable time or out of range) + "
+                f"{stat.skipped:,} skipped"
+            )
         if stat.out_of_range:
             lines.append(
                 f"{path.name}: {stat.out_of_range:,} events outside the configured event times, from "

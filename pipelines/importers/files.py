@@ -32,6 +32,7 @@ from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from itertools import chain
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +48,7 @@ from seqlake.core.errors import ConfigError, ImportDataError
 from seqlake.core.events import RAW_SCHEMA
 from seqlake.engines.duckdb_session import connect
 from seqlake.pipelines.importers.ids import CURRENT_SCHEME
+from seqlake.pipelines.importers.lines import DEFAULT_MAX_LINE_BYTES, BadLine, Block, blocks, kept_text
 from seqlake.pipelines.importers.mapping import ExplodeSpec, ImportMapping
 from seqlake.pipelines.importers.payloads import EventMapper, out_of_range, usable_time
 from seqlake.pipelines.importers.payloads_sql import BatchMapper, MappedBatch
@@ -64,6 +66,7 @@ MAP_THREADS = 2  # statements mapping batches at once
 SORT_THREADS = 2  # DuckDB's, to sort the records of a file out of arrival order
 WAITING_ROWS = 1 << 20  # streaming: records held before the first usable time (more: staged)
 MEMORY_LIMIT = "1GB"  # DuckDB's, for a sort of the staged records: past it, it spills to disk
+NAMED_LINES = 1000  # unreadable lines named with their number and reason (all are counted)
 
 
 @dataclass
@@ -74,6 +77,9 @@ class ImportStats:
     records: int = 0  # raw records emitted
     unreadable: int = 0  # lines that did not parse (emitted with their text as payload)
     skipped: int = 0  # events dropped for an unmapped action value (unknown_action: skip)
+    no_time: int = 0  # events without a time ingest reads (missing or unparseable: quarantined at ingest)
+    # The first NAMED_LINES unreadable lines of a text file: (line number, reason). A report, not a count.
+    unreadable_lines: list[tuple[int, str]] = field(default_factory=list, compare=False)
     partitions: set[int] = field(default_factory=set)
     min_event_ms: int | None = None  # the event times ingest accepts, first and last
     max_event_ms: int | None = None
@@ -84,6 +90,17 @@ class ImportStats:
     def reset(self) -> None:
         """Nothing seen yet (a file read again from its start)."""
         self.__dict__.update(ImportStats().__dict__)
+
+    def name_unreadable(self, lines: Iterable[BadLine]) -> None:
+        room = NAMED_LINES - len(self.unreadable_lines)
+        if room > 0:
+            self.unreadable_lines.extend((line.number, line.reason) for line in list(lines)[:room])
+
+    @property
+    def quarantined(self) -> int:
+        """Records the import knows ingest will quarantine: unreadable lines, events without a time
+        ingest reads or with one outside the configured event times."""
+        return self.unreadable + self.no_time + self.out_of_range
 
     def saw(self, event_ms: int) -> None:
         self.min_event_ms = event_ms if self.min_event_ms is None else min(self.min_event_ms, event_ms)
@@ -198,7 +215,7 @@ def _import(
         with connect(extensions=(), settings=settings) as con:
             stager = _Stager(mapper.events, stats, None if streaming else Path(tmp) / "staged.arrow")
             numbering = _Numbering(stats)
-            tables = _numbered(_grouped(_sources(path, mapper, batch_rows), max(batch_rows, MAP_ROWS)))
+            tables = _numbered(_grouped(_sources(path, mapper, batch_rows, stats), max(batch_rows, MAP_ROWS)))
             try:
                 for mapped in _mapped(tables, mapper, con):
                     for batch in _sliced(stager.add(mapped), batch_rows):
@@ -220,10 +237,12 @@ def _import(
 # text of a line that did not parse (its columns NULL), else NULL; rows in file order.
 
 
-def _sources(path: Path, mapper: EventMapper, batch_rows: int) -> Iterator[pa.Table]:
-    readers = {"parquet": _read_parquet, "jsonl": _read_jsonl, "csv": _read_csv, "dat": _read_dat}
+def _sources(path: Path, mapper: EventMapper, batch_rows: int, stats: ImportStats) -> Iterator[pa.Table]:
     kind = mapper.mapping.format
     assert kind is not None  # the file import refused a mapping without one
+    if kind == "csv":
+        return _read_csv(path, mapper, batch_rows, stats)
+    readers = {"parquet": _read_parquet, "jsonl": _read_jsonl, "dat": _read_dat}
     return readers[kind](path, mapper, batch_rows)
 
 
@@ -349,45 +368,113 @@ def _read_jsonl(path: Path, mapper: EventMapper, batch_rows: int) -> Iterator[pa
         raise ImportDataError(f"{path}: not readable as JSON lines: {error}") from None
 
 
-def _read_csv(path: Path, mapper: EventMapper, batch_rows: int) -> Iterator[pa.Table]:
+def _read_csv(path: Path, mapper: EventMapper, batch_rows: int, stats: ImportStats) -> Iterator[pa.Table]:
+    """pyarrow's CSV parser over blocks of whole lines (`lines.blocks`): a line that is not UTF-8,
+    longer than `max_line_bytes` or with the wrong number of fields, and a first line that is a
+    header when the mapping says `header: false`, is an unreadable line, named in `stats`; the rest
+    of the file imports."""
     mapping = mapper.mapping
     header = True if mapping.header is None else mapping.header
-    block_size = max(1 << 20, batch_rows * 32)
-    bad: list[str] = []
+    delimiter = mapping.delimiter or ","
+    limit = mapping.max_line_bytes or DEFAULT_MAX_LINE_BYTES
+    block_bytes = max(1 << 20, batch_rows * 32)
+    invalid: list[tuple[int | None, str, str]] = []  # rows of a block with the wrong number of fields
 
     def invalid_row(row: Any) -> str:
-        bad.append(row.text)
+        reason = f"{row.actual_columns} fields, expected {row.expected_columns}"
+        invalid.append((row.number, reason, row.text))
         return "skip"
 
-    read = pcsv.ReadOptions(
-        column_names=mapping.fields,
-        skip_rows=1 if header and mapping.fields else 0,
-        block_size=block_size,
-        use_threads=False,  # unreadable rows are reported in file order
+    parse = pcsv.ParseOptions(delimiter=delimiter, invalid_row_handler=invalid_row)
+    with open(path, "rb") as handle:
+        chunks = blocks(handle, block_bytes, limit)
+        block = next(chunks, None)
+        if block is None:
+            return
+        names = mapping.fields
+        if header:
+            numbers = block.line_numbers()
+            first = int(numbers[0]) if len(numbers) else None
+            bad = [b for b in block.bad if first is None or b.number < first]
+            if bad:
+                raise ImportDataError(f"{path}: line {bad[0].number}, the header line: {bad[0].reason}")
+            if first is None:  # no line but empty ones
+                return
+            line = block.line(first).decode("utf-8-sig")
+            names = _header_names(line, parse) if mapping.fields is None else mapping.fields
+            if mapping.fields:
+                _refuse_header_of_data(next(csv.reader([line], delimiter=delimiter), []), mapper, str(path))
+            block = block.after(first)
+        assert names is not None  # a mapping without a header line names its fields
+        mapper.check_columns(names, str(path))
+        wanted = mapper.source_columns()
+        # Every mapped column is read as text and converted by the mapping: types never drift between
+        # blocks, and identifiers such as "0104257" become the number they spell.
+        convert = pcsv.ConvertOptions(include_columns=wanted, column_types={n: pa.string() for n in wanted})
+        lines = chain([block], chunks)
+        first_block = not header
+        for block in lines:
+            read = pcsv.ReadOptions(
+                column_names=names,
+                block_size=max(block_bytes, len(block.data) + 1),  # the block, whole: as long as its longest line
+                use_threads=False,  # unreadable rows are reported in file order
+            )
+            try:
+                table = (
+                    pcsv.read_csv(
+                        pa.BufferReader(block.data), read_options=read, parse_options=parse, convert_options=convert
+                    )
+                    if block.data
+                    else pa.table({n: pa.array([], pa.string()) for n in wanted})  # its only line taken out
+                )
+            except pa.ArrowInvalid as error:  # what the blocks do not take out first
+                raise ImportDataError(f"{path}: from line {block.first_line:,}: not readable as CSV: {error}") from None
+            bad = list(block.bad)
+            if invalid:
+                numbers = block.line_numbers()
+                for number, reason, text in invalid:
+                    line_number = int(numbers[number - 1]) if number is not None else block.first_line
+                    bad.append(BadLine(line_number, reason, kept_text(text)))
+                invalid.clear()
+            if first_block:
+                first_block = False
+                table = _header_taken_for_data(table, block, bad, mapper, wanted)
+            tables = [_with_raw({n: table.column(n) for n in wanted}, table.num_rows)] if table.num_rows else []
+            if bad:  # a block's unreadable lines follow its rows
+                bad.sort(key=lambda b: b.number)
+                stats.name_unreadable(bad)
+                tables.append(_unreadable(wanted, [b.text for b in bad]))
+            if tables:
+                yield pa.concat_tables(tables)
+
+
+def _header_names(line: str, parse: pcsv.ParseOptions) -> list[str]:
+    """The column names of a header line, as pyarrow's reader reads them."""
+    options = pcsv.ReadOptions(use_threads=False)
+    data = line.encode() + b"\n"  # a line alone, without its end, reads as no columns
+    return pcsv.read_csv(pa.BufferReader(data), read_options=options, parse_options=parse).schema.names
+
+
+def _header_taken_for_data(
+    table: pa.Table, block: Block, bad: list[BadLine], mapper: EventMapper, wanted: list[str]
+) -> pa.Table:
+    """The first block's rows without its first line if that is a header line (the mapping says
+    `header: false`): it is named as one, an unreadable line (`bad`), not mapped as an event."""
+    numbers = block.line_numbers()
+    if not table.num_rows or not len(numbers) or any(b.number < int(numbers[0]) for b in bad):
+        return table
+    if any(b.number == int(numbers[0]) for b in bad):  # the first line is unreadable already
+        return table
+    row = {name: table.column(name)[0].as_py() for name in wanted}
+    if not mapper.reads_as_header(row):
+        return table
+    text = block.line(int(numbers[0])).decode("utf-8-sig")
+    bad.append(
+        BadLine(
+            int(numbers[0]), "a header line, but the mapping says header: false (set header: true)", kept_text(text)
+        )
     )
-    parse = pcsv.ParseOptions(delimiter=mapping.delimiter or ",", invalid_row_handler=invalid_row)
-    if header and mapping.fields:
-        with open(path, encoding="utf-8", newline="") as handle:
-            first = next(csv.reader(handle, delimiter=mapping.delimiter or ","), [])
-        _refuse_header_of_data(first, mapper, str(path))
-    probe = pcsv.open_csv(path, read_options=read, parse_options=parse)
-    mapper.check_columns(probe.schema.names, str(path))
-    probe.close()
-    bad.clear()
-    wanted = mapper.source_columns()
-    # Every mapped column is read as text and converted by the mapping: types never drift between
-    # blocks, and identifiers such as "0104257" become the number they spell.
-    convert = pcsv.ConvertOptions(include_columns=wanted, column_types={n: pa.string() for n in wanted})
-    reader = pcsv.open_csv(path, read_options=read, parse_options=parse, convert_options=convert)
-    for batch in reader:
-        tables = [_with_raw({n: batch.column(n) for n in wanted}, batch.num_rows)] if batch.num_rows else []
-        if bad:  # a block's unreadable lines follow its rows
-            tables.append(_unreadable(wanted, bad))
-            bad.clear()
-        if tables:
-            yield pa.concat_tables(tables)
-    if bad:
-        yield _unreadable(wanted, bad)
+    return table.slice(1)
 
 
 def _unreadable(names: list[str], lines: list[str]) -> pa.Table:
@@ -582,6 +669,7 @@ class _Stager:
         stats.unreadable += mapped.unreadable
         stats.skipped += mapped.skipped
         stats.partitions.update(int(p) for p in np.unique(mapped.partition.to_numpy(zero_copy_only=False)))
+        stats.no_time += mapped.event_ms.null_count
         times = mapped.event_ms.drop_null().to_numpy(zero_copy_only=False)
         usable = (times >= events.min_event_ms) & (times <= events.max_event_ms)
         if usable.any():
@@ -595,6 +683,8 @@ class _Stager:
                 stats.saw(value)
             elif out_of_range(value, events):
                 stats.saw_out_of_range(value)
+            else:
+                stats.no_time += 1
 
     def close(self) -> None:
         if self._writer is not None:

@@ -57,6 +57,8 @@ class ImportMapping(_Frozen):
     delimiter: str | None = None  # csv: one character (default ","); dat: any string, e.g. "::"
     header: bool | None = None  # whether the first line names the columns (csv: yes, dat: no)
     fields: list[str] | None = None  # column names of a file without a header line
+    # csv: a longer line is an unreadable line, its start kept (default `lines.DEFAULT_MAX_LINE_BYTES`)
+    max_line_bytes: int | None = Field(default=None, ge=1)
     explode: ExplodeSpec | None = None
     user: str | None = None
     item: str = Field(min_length=1)
@@ -110,6 +112,8 @@ class ImportMapping(_Frozen):
             raise ValueError("fields: a csv file without a header line needs its column names")
         if (self.header is not None or self.fields is not None) and self.format not in ("csv", "dat"):
             raise ValueError(f"header and fields apply to csv and dat files, not {self.format}")
+        if self.max_line_bytes is not None and self.format != "csv":
+            raise ValueError(f"max_line_bytes applies to csv files, not {self.format}")
         if self.fields is not None and len(set(self.fields)) != len(self.fields):
             raise ValueError(f"fields {self.fields}: names repeat")
         if bool(self.action) != bool(self.action_flags):
@@ -195,5 +199,8 @@ def load_mapping(path: str | Path) -> ImportMapping:
 
 def mapping_digest(mapping: ImportMapping) -> str:
     """A stable digest of the mapping's content (what an import was made with)."""
-    text = json.dumps(mapping.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+    content = mapping.model_dump(mode="json")
+    if content["max_line_bytes"] is None:  # not given: the digest of a mapping from before the key
+        del content["max_line_bytes"]
+    text = json.dumps(content, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()

@@ -211,6 +211,16 @@ class EventMapper:
         m = self.mapping
         return _is_int(_as_int(row.get(m.user_column))) and _is_int(_time_ms(row.get(m.time), m.time_unit))
 
+    def reads_as_header(self, row: dict[str, Any]) -> bool:
+        """Whether a source row reads as column names: text in every column, none of it a number or
+        a time, and no event."""
+        values = list(row.values())
+        if not values or not all(isinstance(v, str) and v.strip() for v in values):
+            return False
+        if any(not isinstance(_number(v), str) for v in values) or self.reads_as_event(row):
+            return False
+        return all(isinstance(_time_ms(v, self.mapping.time_unit), str) for v in values)
+
     def _partition(self, user: Any) -> int:
         if _is_int(user) and user >= 0:
             return self.first_partition + user % self.mapping.source_partitions

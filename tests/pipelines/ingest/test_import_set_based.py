@@ -368,6 +368,8 @@ def reference_import(rows: list[dict | str], mapper: EventMapper) -> tuple[list[
                 stats.saw(event_ms)
             elif out_of_range(event_ms, events):
                 stats.saw_out_of_range(event_ms)
+            else:  # no time ingest reads: quarantined as missing_event_ts or wrong_type
+                stats.no_time += 1
             arrival = usable_time(arrival_value, events)
             if arrival is None and mapper.mapping.arrival_time:
                 arrival = usable_time(event_ms, events)
