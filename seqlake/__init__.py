@@ -19,6 +19,7 @@ __version__ = "0.1.0"
 if TYPE_CHECKING:
     from seqlake.core.config import Config, load_config
     from seqlake.core.errors import (
+        CommitFailed,
         ConfigError,
         CorruptFileError,
         PastRequestError,
@@ -55,10 +56,12 @@ _EXPORTS = {
     "CorruptFileError": "seqlake.core.errors",
     "PastRequestError": "seqlake.core.errors",
     "RunsChanged": "seqlake.core.errors",
+    "CommitFailed": "seqlake.core.errors",
 }
 
 __all__ = [
     "Capture",
+    "CommitFailed",
     "Config",
     "ConfigError",
     "CorruptFileError",

@@ -136,3 +136,53 @@ def assert_history_holds_each_event_once(config_path: Path, events: int) -> None
     assert pc.sum(rows["event_count"]).as_py() == events
     ids = detail.refresh().scan(selected_fields=("event_id",)).to_arrow()["event_id"].to_pylist()
     assert len(ids) == len(set(ids)) == events
+
+
+def test_an_ingest_that_loses_the_race_twice_is_one_line_and_the_rerun_lands_each_record_once(
+    tmp_path: Path, capsys, caplog, monkeypatch
+) -> None:
+    """Run in-process (the command line's `main`) so that a forget runs inside both landing attempts."""
+    from seqlake.cli import main
+    from seqlake.pipelines import faults
+    from seqlake.pipelines.forget.remove import forget_users
+    from seqlake.pipelines.landing.tables import LandingTier
+
+    config = make_warehouse(tmp_path)
+    import_lines(config, tmp_path, "first", ratings([0, 1]))
+    seqlake(config, "compact", "--end-of-stream")
+    pending = tmp_path / "second.dat"
+    pending.write_text("\n".join(ratings([2, 3], salt=1)) + "\n")
+    seqlake(config, "import", "--mapping", "movietweetings", "--input", str(pending))
+    for name in [n for n in os.environ if n.startswith("SEQLAKE_")]:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv(*next(iter(FORGET_KEY.items())))
+    loaded = load_config(str(config))
+    forgotten = [USER_ID_OFFSET + 3, USER_ID_OFFSET + 4]
+
+    def forget(user: int) -> None:
+        forget_users(loaded, [user], landing=LandingTier(landing_paths(loaded)))
+
+    def first_attempt() -> None:
+        forget(forgotten[0])
+        faults._actions["ingest_quarantined"] = lambda: forget(forgotten[1])  # inside the retry too
+
+    capsys.readouterr()
+    with faults.run_at("ingest_quarantined", first_attempt):
+        assert main(["ingest", "--config", str(config)]) == 1
+    (error,) = capsys.readouterr().err.strip().splitlines()
+    (retried,) = [r.getMessage() for r in caplog.records if "landing it again" in r.getMessage()]
+    assert retried.startswith("snapshot 2: another writer committed to the table first"), retried
+    assert error.startswith("seqlake ingest: error: committing batch 2 to "), error
+    assert "/landing/" in error and "another writer committed to the table first" in error, error
+    assert error.endswith("nothing of it was published; running the command again is safe: each batch lands once"), (
+        error
+    )
+
+    seqlake(config, "ingest", env_extra=FORGET_KEY)
+    events = _landing_events(config)
+    keys = list(zip(*(events[c].to_pylist() for c in events.column_names), strict=True))
+    assert len(keys) == len(set(keys)), "a record landed twice"
+    per_user = {item["values"]: item["counts"] for item in pc.value_counts(events["user_id"]).to_pylist()}
+    for user in range(USER_ID_OFFSET + 1, USER_ID_OFFSET + USERS + 1):
+        if user not in forgotten:
+            assert per_user.get(user) == 4 * EVENTS_PER_USER_HOUR, user

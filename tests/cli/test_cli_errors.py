@@ -336,3 +336,55 @@ def test_a_spark_driver_that_stopped_mid_job_is_one_line_pointing_at_its_memory(
     (line,) = capsys.readouterr().err.strip().splitlines()
     assert line.startswith("seqlake job: error: Spark's driver JVM stopped during the job"), line
     assert "spark.driver_memory" in line
+
+
+@pytest.mark.parametrize("failure", ["catalog", "store", "conflict"])
+def test_a_commit_failure_no_job_mapped_is_one_line_saying_a_rerun_is_safe(capsys, failure):
+    """The command line's last resort for the errors `seqlake.pipelines.commit_failures` knows, raised
+    where no job mapped them: one line naming the kind, never "unexpected"."""
+    import errno
+
+    import click
+    import requests
+    from pyiceberg.exceptions import CommitFailedException
+
+    from seqlake.cli import run
+    from tests.server_process import free_port
+
+    @click.command("job")
+    def job() -> None:
+        if failure == "catalog":
+            requests.get(f"http://127.0.0.1:{free_port()}/v1/config", timeout=5)  # nobody listens there
+        elif failure == "store":
+            raise OSError(errno.ENOSPC, "No space left on device")
+        else:
+            raise CommitFailedException("Requirement failed: branch main has changed")
+
+    assert run(job, [], "seqlake job") == 1
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("seqlake job: error: "), line
+    assert "unexpected" not in line, line
+    assert line.endswith(
+        "before the command finished; the steps it completed stay committed, the one under way may not have; "
+        "running the command again is safe: it skips what is done"
+    ), line
+    says = {
+        "catalog": "the catalog http://127.0.0.1:",
+        "store": "the store failed (OSError: [Errno 28] No space left on device)",
+        "conflict": "another writer committed to the table first (Requirement failed: branch main has changed)",
+    }
+    assert says[failure] in line, line
+
+
+def test_an_os_error_that_is_no_store_refusal_stays_unexpected(capsys):
+    import click
+
+    from seqlake.cli import run
+
+    @click.command("job")
+    def job() -> None:
+        raise FileNotFoundError(2, "No such file or directory", "/nowhere/x")
+
+    assert run(job, [], "seqlake job") == 1
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("seqlake job: error: unexpected FileNotFoundError: "), line
