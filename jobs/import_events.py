@@ -22,8 +22,8 @@ from __future__ import annotations
 import functools
 import gc
 import hashlib
-import logging
 import struct
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -186,7 +186,7 @@ def command(
         rows_in = stat.rows + stat.unreadable
         if not rows_in:
             what = "an empty file" if path.stat().st_size == 0 else "no events in it"
-            logging.getLogger(__name__).warning(f"{path}: {what}: nothing imported from it")
+            print(f"seqlake import: warning: {path}: {what}: nothing imported from it", file=sys.stderr)
         files.append(
             {
                 "input": str(path),

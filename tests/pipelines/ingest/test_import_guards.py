@@ -198,3 +198,102 @@ def test_unreadable_lines_are_quarantined_as_unreadable_line_with_their_text(tmp
     seqlake(config, "ingest", "--engine", "duckdb")
     found = sorted((reason, json.loads(payload)["unreadable_line"]) for reason, payload in quarantine(config))
     assert found == [("unreadable_line", line) for line in ("5,1301", "6,1302,4.5,1537799250,extra", "7::1304")]
+
+
+def landed(config_path: Path) -> int:
+    """Events in the landing tier."""
+    paths = landing_paths(load_config(str(config_path)))
+    with lake_cursor() as con:
+        return con.execute("SELECT count(*) FROM delta_scan(?)", [engine_location(paths.events)]).fetchone()[0]
+
+
+def test_every_line_of_a_csv_is_imported_or_counted_with_its_line_number(tmp_path: Path) -> None:
+    # 20 ratings, and between them a line that is not UTF-8, one over max_line_bytes (longer than
+    # what quarantine keeps of it), one with a field short and one whose time is not a time.
+    ratings = [(user, 2000 + user, 3.5, datetime(2018, 9, 24, 14, user, tzinfo=UTC)) for user in range(20)]
+    good = [f"{u},{m},{r},{int(t.timestamp())}".encode() for u, m, r, t in ratings]
+    long_line = b"21,2021,4.0," + b"9" * 10_000
+    lines = [b"userId,movieId,rating,timestamp", *good[:5], b"20,20\xff20,4.0,1537799250", *good[5:10]]
+    lines += [long_line, *good[10:15], b"22,2022", *good[15:], b"23,2023,1.0,soon"]
+    data = tmp_path / "ratings.csv"
+    data.write_bytes(b"\n".join(lines) + b"\n")
+    bad_utf8, too_long, short, no_time = 7, 13, 19, 25  # their line numbers (the header is line 1)
+    mapping = write_mapping(tmp_path / "movielens.yaml", max_line_bytes=1000)
+
+    # The summary names each bad line by its number and reason, and accounts for every line.
+    config = warehouse(tmp_path / "text")
+    done = seqlake(config, "import", "--mapping", str(mapping), "--input", str(data))
+    assert "21 events read, 24 records (partitions 0..0), 3 unreadable lines, 1 without a usable time" in done.stdout
+    assert (
+        f"ratings.csv: unreadable: line {bad_utf8}: not UTF-8 text; line {too_long}: longer than max_line_bytes "
+        f"(10,012 bytes, limit 1,000; its first 4,096 bytes kept); line {short}: 2 fields, expected 4"
+    ) in done.stdout
+    assert "24 rows in = 20 records to validate + 4 ingest quarantines" in done.stdout
+    seqlake(config, "ingest", "--engine", "duckdb")
+    # Every other line lands; the bad ones are quarantined, as much of their text kept as is safe.
+    assert landed(config) == 20
+    found = sorted(quarantine(config))
+    assert [reason for reason, _ in found] == ["unreadable_line"] * 3 + ["wrong_type"]
+    kept = sorted(json.loads(payload)["unreadable_line"] for _, payload in found[:3])
+    assert kept == ["20,20\\xff20,4.0,1537799250", "21,2021,4.0," + "9" * (4096 - 12), "22,2022"]
+    assert json.loads(found[3][1])["event_ts"] == "soon"
+
+    # The JSON document says the same: rows in = records + skipped, and ingest's share of them.
+    config = warehouse(tmp_path / "json")
+    done = seqlake(config, "import", "--mapping", str(mapping), "--input", str(data), "--output", "json")
+    [file] = json.loads(done.stdout)["files"]
+    assert [line["line"] for line in file["unreadable_lines"]] == [bad_utf8, too_long, short]
+    assert (file["rows_in"], file["events"], file["records"], file["skipped"]) == (24, 21, 24, 0)
+    assert (file["unreadable"], file["no_time"], file["quarantined"]) == (3, 1, 4)
+    assert no_time == len(lines)
+
+
+def test_a_line_longer_than_the_first_block_is_read(tmp_path: Path) -> None:
+    # Within max_line_bytes (its default, 8 MiB), a line longer than the reader's first block (1 MiB
+    # at --batch-rows 1) is read whole: the block grows to it.
+    config = warehouse(tmp_path)
+    long_text = "x" * (3 << 20)
+    data = tmp_path / "long.csv"
+    data.write_text(
+        f"userId,movieId,note,timestamp\n1,100,short,1537799250\n2,200,{long_text},1537799251\n3,300,,1537799252\n"
+    )
+    mapping = write_mapping(tmp_path / "notes.yaml", columns={})
+    done = seqlake(
+        config, "import", "--mapping", str(mapping), "--input", str(data), "--batch-rows", "1", "--output", "json"
+    )
+    [file] = json.loads(done.stdout)["files"]
+    assert (file["events"], file["unreadable"]) == (3, 0)
+
+
+def test_a_header_line_given_header_false_is_named_as_a_header(tmp_path: Path) -> None:
+    config = warehouse(tmp_path)
+    data = ratings_csv(tmp_path / "ratings.csv", LATER)  # its first line is a header line
+    mapping = write_mapping(
+        tmp_path / "no-header.yaml", fields=["userId", "movieId", "rating", "timestamp"], header=False
+    )
+    done = seqlake(config, "import", "--mapping", str(mapping), "--input", str(data), "--output", "json")
+    [file] = json.loads(done.stdout)["files"]
+    assert (file["events"], file["unreadable"]) == (len(LATER), 1)
+    [named] = file["unreadable_lines"]
+    assert named["line"] == 1 and "a header line" in named["reason"] and "header: true" in named["reason"]
+    seqlake(config, "ingest", "--engine", "duckdb")
+    assert quarantine(config) == [("unreadable_line", '{"unreadable_line": "userId,movieId,rating,timestamp"}')]
+    assert landed(config) == len(LATER)
+
+
+def test_an_empty_file_exits_0_with_one_warning_line(tmp_path: Path) -> None:
+    config = warehouse(tmp_path)
+    empty = tmp_path / "empty.csv"
+    empty.write_bytes(b"")
+    mapping = write_mapping(tmp_path / "movielens.yaml")
+    done = seqlake(config, "import", "--mapping", str(mapping), "--input", str(empty))
+    warnings = [line for line in done.stderr.splitlines() if "warning" in line.lower()]
+    assert len(warnings) == 1 and f"{empty}: an empty file: nothing imported from it" in warnings[0], done.stderr
+    assert "0 events read" in done.stdout
+    # A header line alone says so too.
+    header_only = tmp_path / "header.csv"
+    header_only.write_text("userId,movieId,rating,timestamp\n")
+    done = seqlake(config, "import", "--mapping", str(mapping), "--input", str(header_only), "--output", "json")
+    warnings = [line for line in done.stderr.splitlines() if "warning" in line.lower()]
+    assert len(warnings) == 1 and f"{header_only}: no events in it" in warnings[0], done.stderr
+    assert json.loads(done.stdout)["files"][0]["rows_in"] == 0
