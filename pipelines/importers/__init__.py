@@ -10,6 +10,7 @@ knows the data was imported.
   reference the set-based mapping is held to;
 - `payloads_sql`: a batch of source rows -> payloads, one DuckDB statement;
 - `ids`: event id schemes (the hash of an event that carries no id);
+- `lines`: a text file as blocks of whole lines, the lines that cannot be read as text taken out;
 - `files`: one file, read in batches, mapped and put in arrival order with dense LSNs;
 - `commit`: an import's records, written to the raw table's files as they come, in one commit;
 - `external`: a Delta or Iceberg table, commit by commit, with LSNs ``version << 32 | position``.

@@ -16,10 +16,16 @@ whatever the file's size.
 
 A .dat or CSV line with the wrong number of fields becomes a record whose payload keeps the line's
 text (`payload.unreadable_line_payload`; quarantined as unreadable_line), so nothing is lost without a
-trace. Events whose time lies outside the configured bounds (`events` in the configuration) are
-counted with their range (`ImportStats`); the import refuses such a file unless told
-(`allow_out_of_range`), since ingest would quarantine them. A header line is refused when it reads as
-an event (`header` with `fields` on a file that has no header line: its first event would be lost).
+trace. A CSV file is read in blocks of whole lines (`lines`), so a CSV line that is not UTF-8 or is
+longer than the mapping's `max_line_bytes`, and a header line the mapping says is not there
+(`header: false`), are unreadable lines too, kept as far as is safe (`lines.kept_text`); each is named
+with its line number and reason (`ImportStats.unreadable_lines`) and the rest of the file imports.
+
+Events whose time lies outside the configured bounds (`events` in the configuration) are counted with
+their range (`ImportStats`); the import refuses such a file unless told (`allow_out_of_range`), since
+ingest would quarantine them; events without a time ingest reads are counted too (`no_time`). A
+header line is refused when it reads as an event (`header` with `fields` on a file that has no header
+line: its first event would be lost).
 """
 
 from __future__ import annotations
