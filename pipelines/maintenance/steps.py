@@ -16,7 +16,17 @@
 - `vacuum_landing`: Delta's VACUUM of the landing and quarantine tables (files their log no longer
   references, and leftovers of killed writes), on Spark or in-process (delta-rs).
 
-The raw source table is never expired: ingest reads its snapshots one by one.
+- `forget_raw`: the raw source tables' records a forget's tombstone covers
+  (`seqlake.pipelines.ingest.tombstones`), removed by rewriting the files that hold them; with the
+  landing tier known, the raw snapshots every ingest has consumed are expired (older than the snapshot
+  retention), so the replaced files go with the orphans. A source snapshot not ingested yet is kept,
+  and with it the files it delivers: the next ingest drops their covered records, the next `maintain`
+  removes them.
+- `seal_forget_records`: the users of every finished forget older than the snapshot retention leave
+  the tables' forget records (their keyed hashes stay), and the metadata log keeps one file, so older
+  metadata files, which name them, go with the orphans (`seqlake.tableformat.forgets`).
+- `expire_landing_log`: the landing tables' Delta logs checkpointed, and their commit files older than
+  the landing retention (and than the checkpoint) removed: the log keeps no old file statistics.
 """
 
 from __future__ import annotations
@@ -33,20 +43,23 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 from pyiceberg.exceptions import CommitFailedException, ValidationException
 from pyiceberg.expressions import LessThan
-from pyiceberg.io.pyarrow import pyarrow_to_schema, write_file
+from pyiceberg.io.pyarrow import _dataframe_to_data_files, pyarrow_to_schema, write_file
 from pyiceberg.manifest import DataFile
 from pyiceberg.partitioning import PartitionFieldValue, PartitionKey
 from pyiceberg.table import Table, WriteTask
+from pyiceberg.table.snapshots import Operation
 
 from seqlake.core.config import Config
 from seqlake.core.progress import Progress
 from seqlake.engines.catalog import open_catalog
 from seqlake.pipelines.compaction.plan import history_tables
 from seqlake.pipelines.faults import kill_point
-from seqlake.pipelines.landing.delta_writer import check_writable_in_process, open_table
+from seqlake.pipelines.ingest import tombstones as forget_tombstones
+from seqlake.pipelines.ingest.plan import ingest_app_id
+from seqlake.pipelines.landing.delta_writer import applied_version, check_writable_in_process, open_table
 from seqlake.pipelines.landing.tables import LandingPaths, LandingTier, is_delta_table
 from seqlake.tableformat.evolution import known_field_ids, projection
-from seqlake.tableformat.forgets import forgets_of
+from seqlake.tableformat.forgets import FORGETS_PROPERTY, TRIMMED_LOG, forgets_of, guard
 from seqlake.tableformat.io import resolve_uri
 from seqlake.tableformat.registry import published_windows
 from seqlake.tableformat.schema import table_arrow_schema
@@ -299,6 +312,152 @@ def _write_partition(
     return list(write_file(table.io, metadata, iter([task])))
 
 
+# -- forgotten users in the raw source and in metadata ------------------------------------------------
+
+
+def forget_raw(
+    config: Config, table: Table, tombstones: forget_tombstones.Tombstones, paths: LandingPaths | None
+) -> StepReport:
+    """Rewrite each live data file of the raw source `table` that holds records the tombstones cover
+    without them (one commit), then, when `paths` tell what ingest consumed, expire every snapshot
+    older than the retention that no ingest still needs (`expire_raw_snapshots` does, after)."""
+    report = StepReport("forget-raw", table.name()[-1], unit="records")
+    table.refresh()
+    if not tombstones or table.current_snapshot() is None:
+        return report
+    from seqlake.engines.duckdb_session import connect
+
+    replaced: list[DataFile] = []
+    kept: list[pa.Table] = []
+    con = connect(extensions=())
+    try:
+        for task in table.scan().plan_files():
+            fs, path = resolve_uri(task.file.file_path)
+            with fs.open_input_file(path) as handle:
+                rows = pq.read_table(handle)
+            con.register("_raw", rows)
+            left = con.execute(tombstones.raw_kept_sql("_raw")).to_arrow_table()
+            con.unregister("_raw")
+            if left.num_rows == rows.num_rows:
+                continue
+            replaced.append(task.file)
+            kept.append(left.select(rows.column_names).cast(rows.schema))
+            report.removed += rows.num_rows - left.num_rows
+    finally:
+        con.close()
+    if not replaced:
+        return report
+    tagged = {"seqlake.operation": "forget-raw"}
+    rows = pa.concat_tables(kept)
+    try:
+        with table.transaction() as tx:
+            written = list(_dataframe_to_data_files(tx.table_metadata, rows, table.io)) if rows.num_rows else []
+            with tx.update_snapshot(snapshot_properties=tagged).overwrite() as swap:
+                for data_file in replaced:
+                    swap.delete_data_file(data_file)
+                for data_file in written:
+                    swap.append_data_file(data_file)
+    except (CommitFailedException, ValidationException):
+        report.notes.append("the table changed while rewriting it: left for the next run")
+        report.removed = 0
+        return report
+    report.bytes = sum(f.file_size_in_bytes for f in replaced)
+    report.notes.append(f"{len(replaced)} files rewritten; gone once their snapshots expire")
+    return report
+
+
+def expire_raw_snapshots(config: Config, table: Table, older_than: datetime, paths: LandingPaths) -> StepReport:
+    """Expire the raw source's snapshots older than `older_than` that every ingest has consumed (its
+    sequence number at most what the landing tier records for it), keeping the newest consumed one
+    (the first pending snapshot's parent, which Spark's incremental read starts from) and the current."""
+    report = StepReport("expire-snapshots", table.name()[-1], unit="snapshots")
+    table.refresh()
+    done = applied_version(paths.events, ingest_app_id(config, table.name()[-1]))
+    snapshots = in_commit_order(table)
+    consumed = [s for s in snapshots if sequence_number(s) <= done]
+    # Only an append delivers records (a rewrite such as `forget_raw`'s delivers none): Spark's
+    # incremental read of the first pending one starts from its parent.
+    pending = [s for s in snapshots if sequence_number(s) > done and _operation(s) == Operation.APPEND]
+    kept = {pending[0].parent_snapshot_id} if pending and pending[0].parent_snapshot_id is not None else set()
+    current = table.current_snapshot()
+    if current is not None:
+        kept.add(current.snapshot_id)
+    cutoff = older_than.timestamp() * 1000
+    old = [s.snapshot_id for s in consumed if s.timestamp_ms < cutoff and s.snapshot_id not in kept]
+    if old:
+        table.maintenance.expire_snapshots().by_ids(old).commit()
+    report.removed = len(old)
+    if pending:
+        report.notes.append(f"{len(pending)} not ingested yet: kept")
+    return report
+
+
+def _operation(snapshot) -> Operation | None:
+    return snapshot.summary.operation if snapshot.summary is not None else None
+
+
+SEALED_AT = "seqlake.forgets-sealed-at"
+
+
+def seal_forget_records(table: Table, finished: frozenset[str], before: datetime, now: datetime) -> StepReport:
+    """Seal the table's forget record (`Forgets.sealed`: finished forgets older than `before` keep
+    their users' hashes only) and keep one file in its metadata log (`TRIMMED_LOG`), in a guarded
+    commit (a forget recording meanwhile fails it: planned again), then one more commit, so that the
+    log holds the sealed metadata only and every older metadata file is an orphan."""
+    report = StepReport("seal-forgets", table.name()[-1], unit="users")
+    for _ in range(3):
+        table.refresh()
+        metadata = table.metadata
+        if FORGETS_PROPERTY not in metadata.properties:
+            return report
+        current = forgets_of(metadata)
+        updated = current.sealed(finished, before, now)
+        trimmed = all(metadata.properties.get(k) == v for k, v in TRIMMED_LOG.items())
+        if updated == current and trimmed and len(metadata.metadata_log) <= 1:
+            return report
+        try:
+            with table.transaction() as tx:
+                guard(tx).set_properties({FORGETS_PROPERTY: updated.to_json(), **TRIMMED_LOG})
+            with table.transaction() as tx:  # the log now drops every metadata file before the seal
+                tx.set_properties({SEALED_AT: now.isoformat()})
+        except CommitFailedException:
+            continue  # a forget came first: seal again
+        report.removed = sum(len(e.users) for e in current.epochs) - sum(len(e.users) for e in updated.epochs)
+        return report
+    report.notes.append("the table kept changing: left for the next run")
+    return report
+
+
+def expire_landing_log(tier: LandingTier, retention: timedelta, *, now: datetime | None = None) -> list[StepReport]:
+    """Checkpoint each landing table's Delta log (delta-rs) and remove its commit files (and older
+    checkpoints) before that checkpoint and older than `retention`: what they said is in the
+    checkpoint, and no reader starts before it."""
+    cutoff = (now or datetime.now(UTC)) - retention
+    reports = []
+    for uri in (tier.paths.events, tier.paths.quarantine):
+        report = StepReport("expire-landing-log", uri.rstrip("/").rsplit("/", 1)[-1])
+        reports.append(report)
+        table = open_table(uri) if is_delta_table(uri) else None
+        if table is None:
+            report.notes.append("no table")
+            continue
+        table.create_checkpoint()
+        version = table.version()
+        fs, root = resolve_uri(uri)
+        log_dir = f"{root.rstrip('/')}/_delta_log"
+        for info in fs.get_file_info(pafs.FileSelector(log_dir, allow_not_found=True)):
+            name = info.base_name
+            digits = name.lstrip(".").split(".", 1)[0]
+            if info.type != pafs.FileType.File or not digits.isdigit() or int(digits) >= version:
+                continue
+            if info.mtime is None or info.mtime >= cutoff:
+                continue
+            fs.delete_file(info.path)
+            report.removed += 1
+            report.bytes += info.size or 0
+    return reports
+
+
 # -- landing -----------------------------------------------------------------------------------------
 
 
@@ -411,9 +570,11 @@ def run_maintenance(
     tables = maintained_tables(config)
     history, detail, training = tables[0], tables[1], tables[2:]
     rewritten = [t for t in tables if t.name()[-1].startswith(SMALL_FILE_TABLES)]
+    raw = forget_tombstones.raw_tables(config)
     if progress is not None:
-        landing_steps = 0 if landing is None else 1 + vacuum
-        progress.set_total(1 + len(rewritten) + 2 * len(tables) + landing_steps)
+        landing_steps = 0 if landing is None else 1 + 2 * len(raw) + 2 * vacuum
+        recorded = sum(FORGETS_PROPERTY in t.metadata.properties for t in tables)
+        progress.set_total(1 + len(rewritten) + len(raw) + 2 * len(tables) + recorded + landing_steps)
     reports: list[StepReport] = []
 
     def done(*step: StepReport) -> None:
@@ -429,13 +590,25 @@ def run_maintenance(
     for table in rewritten:
         done(rewrite_small_files(table, spec.small_file_bytes))
     older_than = now - timedelta(hours=spec.snapshot_retention_hours)
+    tombstones = forget_tombstones.current(config)
+    for table in raw if tombstones else []:  # only a forget's tombstone makes a raw source rewritten
+        done(forget_raw(config, table, tombstones, landing.paths if landing is not None else None))
+    finished = forgets_of(history.refresh().metadata).ids  # in history's record: every table is clean
+    for table in [*tables[1:], history]:  # history last, as forget records
+        if FORGETS_PROPERTY in table.refresh().metadata.properties:
+            done(seal_forget_records(table, finished, older_than, now))
     for table in tables:
         done(expire_snapshots(table, older_than, spec.keep_snapshots))
+    if landing is not None:
+        for table in raw:
+            done(expire_raw_snapshots(config, table, older_than, landing.paths))
     safety = timedelta(hours=spec.orphan_safety_hours)
-    for table in tables:
+    for table in [*tables, *(raw if landing is not None else [])]:
         done(remove_orphan_files(table, safety, now=now))
     if landing is not None:
         done(*remove_landing_leftovers(landing.paths, safety, now=now))
         if vacuum:
-            done(*vacuum_landing(landing, timedelta(hours=spec.landing_retention_hours)))
+            retention = timedelta(hours=spec.landing_retention_hours)
+            done(*vacuum_landing(landing, retention))
+            done(*expire_landing_log(landing, retention, now=now))
     return reports
