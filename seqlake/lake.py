@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from seqlake.pipelines.training.capture.append import CapturesWritten
     from seqlake.pipelines.training.capture.pointers import Capture, Request
     from seqlake.pipelines.training.rebuild.samples import ReconstructionResult
+    from seqlake.pipelines.training.rebuild.stream import SampleStream
     from seqlake.pipelines.training.sequence import Tenant
     from seqlake.sql_session import SqlSession
     from seqlake.tableformat.reader import HistoryReader, Selection
@@ -309,6 +310,24 @@ class Lake:
         self._check_warehouse()
         profile = self.tenant(tenant) if isinstance(tenant, str) else tenant
         return write_arrow_samples(self.config, profile, mode, compare=compare)
+
+    def sample_batches(
+        self, tenant: str | Tenant, *, mode: Literal["lsn", "time"] = "lsn", batch_rows: int = 2048
+    ) -> SampleStream:
+        """The tenant's verified training samples as a stream of Arrow record batches, nothing written:
+        what a trainer reads (`seqlake.pipelines.training.rebuild.stream.SampleStream`). Each sequence's
+        checksum is checked as its batch is rebuilt; a sample that fails is left out, kept in
+        `stream.quarantined`, and counted by a `QuarantinedSamplesWarning` when the stream ends.
+        `stream.numpy_batches()` yields the batches as dicts of NumPy arrays (tf.data, PyTorch).
+
+        Raises:
+            SchemaError: an unknown tenant, or its training table does not exist.
+        """
+        from seqlake.pipelines.training.rebuild.stream import SampleStream
+
+        self._check_warehouse()
+        profile = self.tenant(tenant) if isinstance(tenant, str) else tenant
+        return SampleStream(self.config, profile, mode, batch_rows=batch_rows)
 
     def backfill(
         self,

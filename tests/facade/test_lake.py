@@ -7,6 +7,7 @@ import subprocess
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pytest
@@ -238,4 +239,10 @@ def test_every_python_block_of_the_readme_and_the_docs_runs(config_file, monkeyp
     assert isinstance(readme["rows"], pa.Table) and capture.pointer["length"] > 0
     assert isinstance(namespaces["docs/python.md"]["known"], pa.Table)  # the read under a frontier
     assert isinstance(namespaces["docs/training.md"]["capture"], Capture)
+    # The streamed rebuild took the one written capture. The small warehouse's history is synthetic
+    # (its detail events do not fold into it), so the sample may fail its checksum there: then it is
+    # left out and kept with its reason.
+    training: dict[str, Any] = namespaces["docs/training.md"]
+    assert training["stream"].requests == 1
+    assert training["trained_on"] + training["stream"].quarantined.num_rows == 1
     assert namespaces["docs/training.md"]["labelled"] == 2  # the streamed backfill gave each label row back
