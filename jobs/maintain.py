@@ -5,7 +5,10 @@ and vacuum the landing tier; each step prints what it removed and how many bytes
 Never removed: a snapshot younger than `maintenance.snapshot_retention_hours` or among the newest
 `maintenance.keep_snapshots`, a file a live snapshot references, a file younger than
 `maintenance.orphan_safety_hours`, detail rows within `layout.detail_retention_windows` or needed by a
-training pointer, the raw source table's snapshots. The options override the configuration.
+training pointer, a raw source snapshot not ingested yet. What a forget left goes too: the raw source's
+records its tombstone covers (files rewritten), the users named in the tables' forget records (sealed
+to keyed hashes) and in old metadata files, the landing Delta logs' old commit files (checkpointed
+first, removed after the landing retention). The options override the configuration.
 """
 
 from __future__ import annotations

@@ -11,8 +11,10 @@ it, and maintenance keeps its snapshots' files.
 Each `started` row also keeps the request's marks (`marks`, JSON): the highest LSN per source
 partition and the newest arrival time the landing tier and history held when it began. A row of the
 users at or below them predates the forget and must be gone (`seqlake.pipelines.forget.leftovers`, for fsck);
-events that arrive later are new data. The audit is the complete record of forgotten users: the
-tables' own forget records (`seqlake.tableformat.forgets`) keep recent forgets only.
+events that arrive later are new data (those LSNs include the raw source's: they are the tombstone's
+frontier). The audit is the complete record of forgotten users: the tables' own forget records
+(`seqlake.tableformat.forgets`) keep recent forgets only. It names them by keyed hash only
+(`user_hashes`, `seqlake.core.forget_key`; `users` is empty), so that it can be kept for good.
 """
 
 from __future__ import annotations

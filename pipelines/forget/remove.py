@@ -10,8 +10,10 @@
   their rows by the run writer (same run, same bucket: sorted, footers and checksums as compaction
   writes them), all in one commit that also updates the run registry; the runs keep their windows.
 
-The raw source table (a message log's stand-in, raw payloads, no `user_id` column) is not touched: a
-real log forgets by its own retention.
+The raw source table (a message log's stand-in, raw payloads, no `user_id` column) is not rewritten
+here: the request's tombstone (`seqlake.pipelines.ingest.tombstones`, recorded before any delete)
+keeps every later ingest from landing their records at or below its frontier, and `maintain` rewrites
+the raw files that hold them.
 
 Each Iceberg table's commit also records the request as an epoch of the table's forget record
 (`seqlake.tableformat.forgets`; history last, so an epoch in history's record means every table is clean): a

@@ -128,40 +128,63 @@ class Tombstones:
         hashed only where the keyed bucket holds a forgotten user."""
         if not self:
             return validated
-        assert self.key is not None
-        buckets = ", ".join(str(b) for b in sorted(set(self.rows["user_bucket"].to_pylist())))
-        hashes = ", ".join(f"'{h}'" for h in sorted(set(self.rows["user_hash"].to_pylist())))
-        values = ", ".join(
-            f"('{r['user_hash']}', {int(r['source_partition'])}, {int(r['lsn'])})" for r in self.rows.to_pylist()
+        first = self._named_hash(dialect)
+        valid = (
+            f"CASE WHEN {self._bucket('user_id')} IN ({self._buckets()}) THEN {self._hashed('user_id', dialect)} END"
         )
-        key = self.key
+        # A malformed payload naming several forgotten users is judged by the first it names.
+        tomb_hash = f"CASE WHEN reason IS NULL THEN {valid} ELSE {first} END"
+        return self._anti_join(validated, columns, tomb_hash)
 
-        def hashed(integer: str) -> str:
-            return hash_sql(key, f"CAST({integer} AS {'VARCHAR' if dialect == 'duckdb' else 'STRING'})", dialect)
+    def raw_kept_sql(self, source: str) -> str:
+        """DuckDB: the raw records of `source` (RAW_SCHEMA) no tombstone covers, each judged by the ids
+        its payload names (valid or not), as maintenance rewrites a raw source."""
+        if not self:
+            return f"SELECT * FROM {source}"
+        return self._anti_join(source, list(RAW_SCHEMA.names), self._named_hash("duckdb"))
 
+    def _buckets(self) -> str:
+        return ", ".join(str(b) for b in sorted(set(self.rows["user_bucket"].to_pylist())))
+
+    def _bucket(self, integer: str) -> str:
+        assert self.key is not None
+        return bucket_sql(self.key, integer)
+
+    def _hashed(self, integer: str, dialect: Dialect) -> str:
+        assert self.key is not None
+        return hash_sql(self.key, f"CAST({integer} AS {'VARCHAR' if dialect == 'duckdb' else 'STRING'})", dialect)
+
+    def _named_hash(self, dialect: Dialect) -> str:
+        """The hash of the first forgotten user the record's payload names (forget's rule), or NULL."""
+        buckets = self._buckets()
+        hashes = ", ".join(f"'{h}'" for h in sorted(set(self.rows["user_hash"].to_pylist())))
         if dialect == "duckdb":
             named = (
                 "list_filter(list_transform(flatten(list_transform(regexp_extract_all(payload, "
                 f"{_duck_literal(USER_ID_VALUE)}, 1), v -> regexp_extract_all(v, '{DIGIT_RUN}'))), "
                 "d -> TRY_CAST(d AS BIGINT)), u -> u IS NOT NULL)"
             )
-            candidates = f"list_filter({named}, u -> {bucket_sql(key, 'u')} IN ({buckets}))"
-            first = f"list_filter(list_transform({candidates}, u -> {hashed('u')}), h -> h IN ({hashes}))[1]"
-        else:
-            named = (
-                "filter(transform(flatten(transform(regexp_extract_all(payload, "
-                f"{_spark_literal(USER_ID_VALUE)}, 1), v -> regexp_extract_all(v, '{DIGIT_RUN}', 0))), "
-                "d -> try_cast(d AS BIGINT)), u -> u IS NOT NULL)"
+            candidates = f"list_filter({named}, u -> {self._bucket('u')} IN ({buckets}))"
+            return (
+                f"list_filter(list_transform({candidates}, u -> {self._hashed('u', dialect)}), h -> h IN ({hashes}))[1]"
             )
-            candidates = f"filter({named}, u -> {bucket_sql(key, 'u')} IN ({buckets}))"
-            first = f"get(filter(transform({candidates}, u -> {hashed('u')}), h -> h IN ({hashes})), 0)"
-        valid = f"CASE WHEN {bucket_sql(key, 'user_id')} IN ({buckets}) THEN {hashed('user_id')} END"
-        # A malformed payload naming several forgotten users is judged by the first it names.
-        tomb_hash = f"CASE WHEN reason IS NULL THEN {valid} ELSE {first} END"
+        named = (
+            "filter(transform(flatten(transform(regexp_extract_all(payload, "
+            f"{_spark_literal(USER_ID_VALUE)}, 1), v -> regexp_extract_all(v, '{DIGIT_RUN}', 0))), "
+            "d -> try_cast(d AS BIGINT)), u -> u IS NOT NULL)"
+        )
+        candidates = f"filter({named}, u -> {self._bucket('u')} IN ({buckets}))"
+        return f"get(filter(transform({candidates}, u -> {self._hashed('u', dialect)}), h -> h IN ({hashes})), 0)"
+
+    def _anti_join(self, relation: str, columns: list[str], tomb_hash: str) -> str:
+        values = ", ".join(
+            f"('{r['user_hash']}', {int(r['source_partition'])}, {int(r['lsn'])})" for r in self.rows.to_pylist()
+        )
         selected = ", ".join(f"_v.{c}" for c in columns)
+        source = relation if relation.isidentifier() else f"({relation})"
         return f"""
     SELECT {selected}
-    FROM (SELECT *, {tomb_hash} AS _tomb_hash FROM ({validated}) AS _validated) AS _v
+    FROM (SELECT *, {tomb_hash} AS _tomb_hash FROM {source} AS _validated) AS _v
     WHERE NOT EXISTS (
       SELECT 1 FROM (VALUES {values}) AS _t(user_hash, source_partition, lsn)
       WHERE _t.user_hash = _v._tomb_hash AND _t.source_partition = _v.source_partition AND _v.lsn <= _t.lsn
