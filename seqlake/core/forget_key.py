@@ -62,7 +62,7 @@ def user_bucket(key: bytes, user: int) -> int:
 def bucket_sql(key: bytes, integer: str) -> str:
     """`user_bucket` of the non-negative BIGINT expression `integer` (the same text in both dialects)."""
     a, b = _affine(key)
-    return f"(((({integer}) % {_PRIME}) * {a} + {b}) % {_PRIME} % {BUCKETS})"
+    return f"(((CAST({integer} AS BIGINT) % {_PRIME}) * {a} + {b}) % {_PRIME} % {BUCKETS})"
 
 
 def _pads(key: bytes) -> tuple[str, str]:
