@@ -249,7 +249,14 @@ def command(table: str, quick: bool, repair_plan: bool) -> int:
         plan += [line for name, other in others if other.findings for line in other_table_plan(name, other.findings)]
     if others:
         facts["tables"] = [
-            {"table": name, "ok": not other.findings, "files": other.files, "rows": other.rows, "bytes": other.bytes}
+            {
+                "table": name,
+                "ok": not other.findings,
+                "files": other.files,
+                "rows": other.rows,
+                "bytes": other.bytes,
+                "files_without_page_checksums": len(other.unchecked),
+            }
             for name, other in others
         ]
     found = [*report.findings, *forgotten, *other_found]
@@ -279,9 +286,11 @@ def _report(identifier: str, lines: list[str], findings, plan: list[str], facts:
                 f"{facts['bytes'] / 2**20:,.1f} MiB"
             )
             for other in facts.get("tables", []):
+                unchecked = other["files_without_page_checksums"]
+                caveat = f" ({unchecked} without page checksums: damage there is not seen)" if unchecked else ""
                 print(
                     f"  {other['table']}: OK: {other['files']} files, {other['rows']:,} rows, "
-                    f"{other['bytes'] / 2**20:,.1f} MiB"
+                    f"{other['bytes'] / 2**20:,.1f} MiB{caveat}"
                 )
         elif findings:
             files = len({f.path for f in findings})

@@ -409,7 +409,8 @@ def test_prepared_statements_cannot_overwrite_the_catalog_or_a_history_file(smal
 def test_a_table_whose_metadata_spells_file_colon_is_read_and_only_its_files_open(tmp_path):
     """Spark writes local paths as file:/path (Hadoop's spelling), which DuckDB opens with its own
     local file system, not the read-only one: the session lets that file system open exactly the
-    current snapshot's files of such a table, nothing beside them, and the guard refuses writing them."""
+    current snapshot's metadata files of such a table (its manifests), never a data file (the table's
+    verified view reads those), nothing beside them, and the guard refuses writing them."""
     small = build_small_warehouse(tmp_path / "warehouse")
     catalog = open_catalog(small.config)
     identifier = table_identifier(small.config, "raw_events")
@@ -425,7 +426,9 @@ def test_a_table_whose_metadata_spells_file_colon_is_read_and_only_its_files_ope
     with open_session(small.config, quiet=True) as session:
         assert session.query("SELECT count(*) AS n FROM raw_events")["n"].tolist() == [rows.num_rows]
         data = [t.file.file_path.removeprefix("file:") for t in table.scan().plan_files()]
-        assert set(data) <= set(session.local_files) and len(session.local_files) == len(data) + 2  # + manifests
+        assert not set(data) & set(session.local_files) and len(session.local_files) == 2  # the manifests
+        with pytest.raises(duckdb.Error):  # DuckDB itself reads no data file: only the verified view does
+            session.con.execute(f"SELECT count(*) FROM read_parquet('file:{data[0]}')").fetchall()
         beside = Path(data[0]).with_name("beside.parquet")
         for target in (beside, Path(data[0]).parent.parent / "metadata" / "v9.metadata.json"):
             with pytest.raises(duckdb.Error, match="Permission Error"):
