@@ -5,8 +5,14 @@ Before sql/ is loaded, `seqlake sql` defines, for the tables this warehouse has:
 \b
   history                        view: the current snapshot, every page's checksum and every file's
                                  size and footer verified (seqlake.tableformat.verified_scan)
-  history_detail, raw_events     views: iceberg_scan of each table's current metadata file
-  landing_events, quarantine     views: the landing tier's current version (seqlake.pipelines.landing.tables)
+  history_detail, raw_events,    views: every other Iceberg table of the namespace (training_<tenant>,
+  training_<tenant>, ...         samples_<tenant>, backfill_<tenant>, the quarantines...), the current
+                                 snapshot, every page's checksum and every file's size and row count
+                                 (its manifest's) verified
+  landing_events, quarantine     views: the landing tier's current version, verified the same way
+                                 against the Delta log (seqlake.pipelines.landing.live_files)
+
+A damaged or replaced file is one line naming the table, the file and `seqlake fsck --repair-plan`.
 
 and the variables the SQL files read with getvariable():
 
@@ -38,7 +44,7 @@ rows); at the prompt (no --file or --query), one JSON document per result and li
 
 The session is read-only: only statements known to read run (seqlake.sql_guard); DuckDB reaches
 the warehouse only through a file system that cannot write, reads files only inside the warehouse,
-never reads history data files itself (the history view verifies them), cannot attach databases,
+never reads a table's data files itself (its view verifies them), cannot attach databases,
 install or load extensions, and cannot change these settings. `--allow-writes DIR` lets COPY ... TO
 and EXPORT DATABASE write into DIR (a folder outside the warehouse), and nowhere else.
 """
