@@ -43,5 +43,9 @@ def test_small_bench_answers_agree(tmp_path, measurement):
         # Late events make a replay by event time alone differ from what inference saw.
         assert tenant["time_only_matched"] < tenant["requests"]
         assert tenant["backfill_rows"] == tenant["requests"]  # every request as a label row
+        # The writing jobs are weighed against copies of the fat rows, on each engine.
+        assert tenant["fatrow_copy_seconds"] > 0 and tenant["spark_fatrow_copy_seconds"] > 0
     assert "| ranking | spark |" in report
     assert "ranking: backfill (event time, stream)" in report
+    assert "ranking: samples job / fat-row copy (read and written again)" in report
+    assert "Spark job / Spark fat-row copy" in report
