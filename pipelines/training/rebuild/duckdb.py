@@ -11,7 +11,7 @@ one gather per list column, one vectorized fold for every checksum, no Python pe
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -20,8 +20,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+from pyiceberg.catalog.noop import NoopCatalog
 from pyiceberg.schema import Schema
-from pyiceberg.table import Table
+from pyiceberg.table import FileScanTask, StaticTable, Table
+from pyiceberg.transforms import BucketTransform
 
 from seqlake.core.config import Config
 from seqlake.core.errors import SeqlakeError
@@ -33,7 +35,7 @@ from seqlake.pipelines.training.rebuild.prefetch import PrefetchingIterator, ord
 from seqlake.pipelines.training.sequence import Tenant
 from seqlake.pipelines.training.sequence_digest import checksum_bytes, fold_checksums, row_lanes
 from seqlake.pipelines.training.tables import QUARANTINE_SCHEMA, REQUEST_COLUMNS, SEQUENCE, sequence_table_schema
-from seqlake.tableformat.cache import CachedHistoryReader, HistoryCache
+from seqlake.tableformat.cache import DEFAULT_MAX_BYTES, CachedHistoryReader, HistoryCache
 from seqlake.tableformat.evolution import known_field_ids, projection, with_ids_from
 from seqlake.tableformat.io import PlainFileSystem
 from seqlake.tableformat.lookup_index import micros
@@ -51,37 +53,67 @@ class SampleBatch:
     samples: pa.Table  # sequence_table_schema(tenant): verified sequences only
     quarantined: pa.Table  # QUARANTINE_SCHEMA
     assembled: pa.Table  # every rebuilt sequence, verified or not (to measure a mode against fat rows)
+    # Per row of `assembled`: VERDICT_SCHEMA (ok, reason, checksums in hex, lengths); what Spark's job returns.
+    verdicts: pa.Table | None = None
 
 
+# Each rebuilt sequence's verification, beside its row: the quarantine's columns, and `ok`.
+VERDICT_SCHEMA = pa.schema(
+    [
+        pa.field("ok", pa.bool_(), nullable=False),
+        pa.field("reason", pa.string()),  # null when ok
+        pa.field("actual_checksum", pa.string(), nullable=False),
+        pa.field("expected_checksum", pa.string(), nullable=False),
+        pa.field("actual_length", pa.int32(), nullable=False),
+        pa.field("expected_length", pa.int32(), nullable=False),
+    ]
+)
 SEQUENCE_ROWS_PER_BATCH = 1 << 21  # rows of all sequences a batch may hold: bounds its memory
 
 
-def pointer_batches(
-    training: Table, fs, batch_rows: int, sequence_rows: int = SEQUENCE_ROWS_PER_BATCH
-) -> Iterator[pa.Table]:
-    """The training table's rows, bucket by bucket, in batches that never mix buckets (a batch reads
-    one bucket of history and detail) and hold about `batch_rows` pointers or `sequence_rows` rows
-    of sequences (their lengths), whichever comes first."""
-    tasks = list(training.scan().plan_files())
-    if any(task.delete_files for task in tasks):
-        raise SeqlakeError(f"{training.name()} has row-level deletes; rewrite it before reconstructing")
-    by_bucket: dict[int, list[str]] = {}
-    for task in tasks:
-        by_bucket.setdefault(task.file.partition[0], []).append(task.file.file_path)
-    step = max(1, min(batch_rows, 256))
-    target, loose = table_arrow_schema(training.schema())  # files of older schemas read as the current one
-    known = known_field_ids(training)
-    first: pa.Schema | None = None  # writers differ in Arrow flavour (large strings): one schema for all
-    for bucket in sorted(by_bucket):
+@dataclass(frozen=True)
+class PointerFiles:
+    """The training table's data files by bucket (planned once for a whole job), and the schema
+    they read as: files of older schemas are read as the current one."""
+
+    by_bucket: dict[int, tuple[str, ...]]
+    target: pa.Schema
+    loose: frozenset[str]
+    known: frozenset[tuple[str, int]]
+
+    @classmethod
+    def of(cls, training: Table) -> PointerFiles:
+        tasks = list(training.scan().plan_files())
+        if any(task.delete_files for task in tasks):
+            raise SeqlakeError(f"{training.name()} has row-level deletes; rewrite it before reconstructing")
+        by_bucket: dict[int, list[str]] = {}
+        for task in tasks:
+            by_bucket.setdefault(task.file.partition[0], []).append(task.file.file_path)
+        target, loose = table_arrow_schema(training.schema())
+        files = {b: tuple(sorted(paths)) for b, paths in sorted(by_bucket.items())}
+        return cls(files, target, loose, known_field_ids(training))
+
+    @property
+    def buckets(self) -> list[int]:
+        return sorted(self.by_bucket)
+
+    def batches(
+        self, bucket: int, fs, batch_rows: int, sequence_rows: int = SEQUENCE_ROWS_PER_BATCH
+    ) -> Iterator[pa.Table]:
+        """The bucket's rows in batches of about `batch_rows` pointers or `sequence_rows` rows of
+        sequences (their lengths), whichever comes first."""
+        step = max(1, min(batch_rows, 256))
+        names = self.target.names
+        first: pa.Schema | None = None  # writers differ in Arrow flavour (large strings): one schema for all
         pending: list[pa.RecordBatch] = []
         rows = held = 0
-        for path in sorted(by_bucket[bucket]):
+        for path in self.by_bucket.get(bucket, ()):
             with fs.open_input_file(path) as handle:
                 parquet = pq.ParquetFile(handle)
-                found = projection(parquet.schema_arrow, target, loose, known)
-                for batch in parquet.iter_batches(batch_size=step, columns=found.file_columns(target.names)):
+                found = projection(parquet.schema_arrow, self.target, self.loose, self.known)
+                for batch in parquet.iter_batches(batch_size=step, columns=found.file_columns(names)):
                     if not found.identity:
-                        batch = found.apply(pa.Table.from_batches([batch]), target.names).to_batches()[0]
+                        batch = found.apply(pa.Table.from_batches([batch]), names).to_batches()[0]
                     first = first or batch.schema
                     if batch.schema != first:
                         batch = batch.cast(first)
@@ -93,6 +125,28 @@ def pointer_batches(
                         pending, rows, held = [], 0, 0
         if pending:
             yield pa.Table.from_batches(pending)
+
+
+def pointer_batches(
+    training: Table, fs, batch_rows: int, sequence_rows: int = SEQUENCE_ROWS_PER_BATCH
+) -> Iterator[pa.Table]:
+    """The training table's rows, bucket by bucket, in batches that never mix buckets (a batch reads
+    one bucket of history and detail; see `PointerFiles.batches`)."""
+    yield from _in_buckets(PointerFiles.of(training), None, fs, batch_rows, sequence_rows)
+
+
+def _in_buckets(
+    files: PointerFiles,
+    buckets: Iterable[int] | None,
+    fs,
+    batch_rows: int,
+    sequence_rows: int = SEQUENCE_ROWS_PER_BATCH,
+) -> Iterator[pa.Table]:
+    first: pa.Schema | None = None  # one schema for all buckets' batches too
+    for bucket in files.buckets if buckets is None else buckets:
+        for batch in files.batches(bucket, fs, batch_rows, sequence_rows):
+            first = first or batch.schema
+            yield batch if batch.schema == first else batch.cast(first)
 
 
 def detail_files(detail: Table) -> dict[int, list[str]]:
@@ -184,6 +238,70 @@ def _groups_holding(meta: pq.FileMetaData, low: int, high: int) -> list[int]:
     ]
 
 
+ANY_BUCKET = -1  # history files whose partition does not say the pointers' bucket: every task reads them
+TASK_CACHE_BYTES = 256 * 2**20  # decoded history a task keeps between its bucket's batches
+
+
+@dataclass(frozen=True)
+class RebuildPlan:
+    """A rebuild's reads planned once on the driver, picklable: the pointer files by bucket,
+    history's data files by bucket, detail's files by window, the tables' metadata without a
+    catalog. `Reconstruction.of_bucket` rebuilds one bucket from it."""
+
+    config: Config
+    tenant: Tenant
+    mode: Mode
+    pointers: PointerFiles
+    history: Table  # metadata only
+    history_files: dict[int, tuple[FileScanTask, ...]]
+    detail: Table  # metadata only
+    detail_files: dict[int, list[str]]
+    batch_rows: int
+
+
+class PlannedTable(StaticTable):
+    """A table's snapshot whose scan returns files planned already (one bucket's): the history
+    reader's lookup index plans no scan in a task."""
+
+    def __init__(self, table: Table, tasks: tuple[FileScanTask, ...]) -> None:
+        super().__init__(table.name(), table.metadata, table.metadata_location, table.io, NoopCatalog("planned"))
+        self.tasks = tasks
+
+    def scan(self, *args, **kwargs) -> _PlannedScan:  # type: ignore[override]
+        return _PlannedScan(self.tasks)
+
+
+@dataclass(frozen=True)
+class _PlannedScan:
+    tasks: tuple[FileScanTask, ...]
+
+    def plan_files(self) -> Iterator[FileScanTask]:
+        return iter(self.tasks)
+
+
+def _static(table: Table) -> Table:
+    """The table's metadata and file IO, without its catalog (which does not travel)."""
+    return StaticTable(table.name(), table.metadata, table.metadata_location, table.io, NoopCatalog("static"))
+
+
+def _bucket_count(table: Table) -> int | None:
+    """N of the table's bucket(N, user_id) partition field (its first), None if it has none."""
+    field = table.spec().fields[0] if table.spec().fields else None
+    return field.transform.num_buckets if field is not None and isinstance(field.transform, BucketTransform) else None
+
+
+def _file_bucket(table: Table, task: FileScanTask, count: int | None) -> int:
+    """The bucket of user_id a data file holds, under `count` buckets; ANY_BUCKET if its partition
+    does not say (another spec, another count)."""
+    user_id = table.schema().find_field("user_id").field_id
+    for position, part in enumerate(table.specs()[task.file.spec_id].fields):
+        transform = part.transform
+        if part.source_id == user_id and isinstance(transform, BucketTransform) and transform.num_buckets == count:
+            value = task.file.partition[position]
+            return ANY_BUCKET if value is None else int(value)
+    return ANY_BUCKET
+
+
 class Reconstruction:
     """Rebuilds a tenant's training samples from its pointers, history and detail."""
 
@@ -198,25 +316,70 @@ class Reconstruction:
         filesystem=None,
         batch_rows: int = 2048,
         workers: int = 2,
+        cache_bytes: int = DEFAULT_MAX_BYTES,
     ) -> None:
         self.config, self.tenant, self.mode = config, tenant, mode
         self.training, self.history, self.detail = training, history, detail
         self.fs = filesystem or PlainFileSystem()
         # Neighbours share packed row groups: the cache decodes each column chunk once for all of them.
-        self.reader = CachedHistoryReader(history, filesystem=self.fs)
+        self.reader = CachedHistoryReader(history, filesystem=self.fs, max_bytes=cache_bytes)
         self.batch_rows, self.workers = batch_rows, workers
+        self._pointer_files: PointerFiles | None = None
         self._detail_files: dict[int, list[str]] | None = None
-        self._detail_cache = HistoryCache(DETAIL_CACHE_BYTES)
+        self._detail_cache = HistoryCache(min(DETAIL_CACHE_BYTES, cache_bytes))
         # One in-memory database for all batches (each batch a cursor: its own views, no new instance).
         self.database = connect(extensions=())
         # A batch's queries are small and batches are rebuilt on several threads already.
         self.database.execute("SET threads = 1")
 
-    def batches(self) -> Iterator[SampleBatch]:
-        """The rebuilt batches in pointer order, `workers` rebuilt at a time."""
+    def batches(self, buckets: Iterable[int] | None = None) -> Iterator[SampleBatch]:
+        """The rebuilt batches in pointer order (of `buckets` only, if given), `workers` rebuilt at a time."""
+        if self._pointer_files is None:
+            self._pointer_files = PointerFiles.of(self.training)
         # Pointers are not history: their bytes are not counted in the tenant's reads.
-        pointers = pointer_batches(self.training, PlainFileSystem(), self.batch_rows)
+        pointers = _in_buckets(self._pointer_files, buckets, PlainFileSystem(), self.batch_rows)
         yield from ordered_map(self.rebuild, pointers, self.workers)
+
+    def plan(self) -> RebuildPlan:
+        """What this rebuild reads, planned once, for tasks that each rebuild one bucket elsewhere
+        (Spark's executors): no catalog, no scan planning left to do."""
+        pointers = self._pointer_files or PointerFiles.of(self.training)
+        history: dict[int, list[FileScanTask]] = {}
+        if self.history.current_snapshot() is not None:
+            count = _bucket_count(self.training)
+            for task in self.history.scan().plan_files():
+                history.setdefault(_file_bucket(self.history, task, count), []).append(task)
+        return RebuildPlan(
+            self.config,
+            self.tenant,
+            self.mode,
+            pointers,
+            _static(self.history),
+            {b: tuple(tasks) for b, tasks in history.items()},
+            _static(self.detail),
+            self._files(),
+            self.batch_rows,
+        )
+
+    @classmethod
+    def of_bucket(cls, plan: RebuildPlan, bucket: int, workers: int = 1, cache_bytes: int = TASK_CACHE_BYTES):
+        """The rebuild of one bucket of `plan`, in a task: its history files as planned (those of
+        the bucket, and any without one), detail's files by window."""
+        tasks = (*plan.history_files.get(bucket, ()), *plan.history_files.get(ANY_BUCKET, ()))
+        history = PlannedTable(plan.history, tasks)
+        rebuild = cls(
+            plan.config,
+            plan.tenant,
+            None,  # type: ignore[arg-type]  # the plan holds the pointer files
+            history,
+            plan.detail,
+            plan.mode,
+            batch_rows=plan.batch_rows,
+            workers=workers,
+            cache_bytes=cache_bytes,
+        )
+        rebuild._pointer_files, rebuild._detail_files = plan.pointers, plan.detail_files
+        return rebuild
 
     def rebuild(self, pointers: pa.Table) -> SampleBatch:
         """The batch's sequences, rebuilt and verified set-wise (see `rebuild_batch`)."""
@@ -335,11 +498,19 @@ def rebuild_batch(
     assembled = pa.table(columns).cast(seq)
     failed = pc.invert(ok)
     reason = pc.if_else(
-        length_ok,
-        pa.scalar("checksum mismatch"),
-        pc.binary_join_element_wise(
-            "length ", actual_length.cast(pa.string()), " != captured ", expected_length.cast(pa.string()), ""
+        ok,
+        pa.scalar(None, pa.string()),
+        pc.if_else(
+            length_ok,
+            pa.scalar("checksum mismatch"),
+            pc.binary_join_element_wise(
+                "length ", actual_length.cast(pa.string()), " != captured ", expected_length.cast(pa.string()), ""
+            ),
         ),
+    )
+    checksums = [hex_strings(actual), hex_strings(expected)]
+    verdicts = pa.Table.from_arrays(
+        [ok, reason, *checksums, actual_length, expected_length.cast(pa.int32())], schema=VERDICT_SCHEMA
     )
     quarantined = pa.table(
         {
@@ -347,17 +518,13 @@ def rebuild_batch(
             "request_id": pointers["request_id"],
             "user_id": pointers["user_id"],
             "engine": pa.repeat(pa.scalar(quarantine_engine("duckdb", mode)), len(ok)),
-            "reason": reason,
-            "expected_checksum": hex_strings(expected),
-            "actual_checksum": hex_strings(actual),
-            "expected_length": expected_length,
-            "actual_length": actual_length,
+            **{name: verdicts[name] for name in QUARANTINE_SCHEMA.names if name in verdicts.column_names},
         }
     ).filter(failed)
     quarantined = quarantined.cast(QUARANTINE_SCHEMA)
     # A batch that verifies in full (the usual case) is returned as is, not copied by a filter.
     samples = assembled if quarantined.num_rows == 0 else assembled.filter(ok)
-    return SampleBatch(samples, quarantined, assembled)
+    return SampleBatch(samples, quarantined, assembled, verdicts)
 
 
 def _referenced_lanes(rows: SequenceRows, tenant: Tenant) -> np.ndarray:
