@@ -11,7 +11,7 @@ An event without an id column gets the hash of its content as its id, so an even
 a table keeps the scheme of its first import: a table imported into before schemes were recorded
 keeps scheme 1, whose ids are computed in Python, slower than DuckDB's (scheme 2).
 
-A CSV line that cannot be read (not UTF-8, longer than the mapping's max_line_bytes, the wrong number
+A CSV or .dat line that cannot be read (not UTF-8, longer than the mapping's max_line_bytes, the wrong number
 of fields, a header line given header: false) becomes a record that ingest quarantines as
 unreadable_line, its text kept; the summary names each by its line number and reason, and counts
 every record it knows ingest will quarantine, events without a usable time included. An empty file

@@ -16,9 +16,9 @@ whatever the file's size.
 
 A .dat or CSV line with the wrong number of fields becomes a record whose payload keeps the line's
 text (`payload.unreadable_line_payload`; quarantined as unreadable_line), so nothing is lost without a
-trace. A CSV file is read in blocks of whole lines (`lines`), so a CSV line that is not UTF-8 or is
-longer than the mapping's `max_line_bytes`, and a header line the mapping says is not there
-(`header: false`), are unreadable lines too, kept as far as is safe (`lines.kept_text`); each is named
+trace. A CSV or .dat file is read in blocks of whole lines (`lines`), so a line that is not UTF-8 or is
+longer than the mapping's `max_line_bytes`, and in a CSV file a header line the mapping says is
+not there (`header: false`), are unreadable lines too, kept as far as is safe (`lines.kept_text`); each is named
 with its line number and reason (`ImportStats.unreadable_lines`) and the rest of the file imports.
 
 Events whose time lies outside the configured bounds (`events` in the configuration) are counted with
@@ -54,7 +54,14 @@ from seqlake.core.errors import ConfigError, ImportDataError
 from seqlake.core.events import RAW_SCHEMA
 from seqlake.engines.duckdb_session import connect
 from seqlake.pipelines.importers.ids import CURRENT_SCHEME
-from seqlake.pipelines.importers.lines import DEFAULT_MAX_LINE_BYTES, BadLine, Block, blocks, kept_text
+from seqlake.pipelines.importers.lines import (
+    DEFAULT_MAX_LINE_BYTES,
+    KEPT_BYTES,
+    BadLine,
+    Block,
+    blocks,
+    kept_text,
+)
 from seqlake.pipelines.importers.mapping import ExplodeSpec, ImportMapping
 from seqlake.pipelines.importers.payloads import EventMapper, out_of_range, usable_time
 from seqlake.pipelines.importers.payloads_sql import BatchMapper, MappedBatch
@@ -248,7 +255,9 @@ def _sources(path: Path, mapper: EventMapper, batch_rows: int, stats: ImportStat
     assert kind is not None  # the file import refused a mapping without one
     if kind == "csv":
         return _read_csv(path, mapper, batch_rows, stats)
-    readers = {"parquet": _read_parquet, "jsonl": _read_jsonl, "dat": _read_dat}
+    if kind == "dat":
+        return _read_dat(path, mapper, batch_rows, stats)
+    readers = {"parquet": _read_parquet, "jsonl": _read_jsonl}
     return readers[kind](path, mapper, batch_rows)
 
 
@@ -490,66 +499,54 @@ def _unreadable(names: list[str], lines: list[str]) -> pa.Table:
 _NEWLINE = r"\r\n|\r|\n"  # how Python's text files split lines (universal newlines)
 
 
-def _read_dat(path: Path, mapper: EventMapper, batch_rows: int) -> Iterator[pa.Table]:
+def _read_dat(path: Path, mapper: EventMapper, batch_rows: int, stats: ImportStats) -> Iterator[pa.Table]:
     """Delimited text with any delimiter (pyarrow's CSV reader takes one character), in blocks of
-    whole lines split by Arrow; empty lines are skipped."""
+    whole lines (`lines.blocks`) split by Arrow; empty lines are skipped. Lines that cannot be read
+    are unreadable lines, named in `stats`, as in a CSV file."""
     mapping = mapper.mapping
     delimiter = mapping.delimiter  # ImportMapping requires one for dat files
     assert delimiter is not None
-    block_size = max(1 << 20, batch_rows * 64)
+    block_bytes = max(1 << 20, batch_rows * 64)
     with open(path, "rb") as handle:
-        rest = b""
+        chunks = blocks(handle, block_bytes, mapping.max_line_bytes or DEFAULT_MAX_LINE_BYTES)
+        head = next(chunks, None)
+        if head is None:
+            return
         names = mapping.fields
         if mapping.header:
-            first, rest = _first_line(handle, path)
+            if head.bad and head.bad[0].number == 1:
+                raise ImportDataError(f"{path}: line 1, the header line: {head.bad[0].reason}")
+            first = head.line(1).decode("utf-8")
             if mapping.fields:
                 _refuse_header_of_data(first.split(delimiter), mapper, str(path))
             names = mapping.fields or first.split(delimiter)
+            head = head.after(1)
         assert names is not None
         mapper.check_columns(names, str(path))
         wanted = [(name, names.index(name)) for name in mapper.source_columns()]
-        while True:
-            data = handle.read(block_size)
-            text = rest + data
-            cut = max(text.rfind(b"\n"), text.rfind(b"\r")) + 1 if data else len(text)
-            if data and cut == 0:  # no line ends in this block yet
-                rest = text
-                continue
-            block, rest = text[:cut], text[cut:]
-            if block:
-                table = _dat_lines(_decoded(block, path), delimiter, len(names), wanted)
+        for block in chain([head], chunks):
+            tables = []
+            bad, named = list(block.bad), []
+            if block.data:
+                table, counts = _dat_lines(block.data.decode("utf-8"), delimiter, len(names), wanted)
+                if counts:  # lines with another number of fields (in the rows, in file order): name them
+                    raw = table.column("_raw").is_valid().to_numpy(zero_copy_only=False)
+                    numbers = block.line_numbers()[np.flatnonzero(raw)]
+                    reasons = [f"{count} fields, expected {len(names)}" for count in counts]
+                    named = [BadLine(int(n), r, "") for n, r in zip(numbers, reasons, strict=True)]
                 if table.num_rows:
-                    yield table
-            if not data:
-                return
+                    tables.append(table)
+            if bad:  # the block's lines that are not text follow its rows
+                tables.append(_unreadable([name for name, _ in wanted], [b.text for b in bad]))
+            stats.name_unreadable(sorted(named + bad, key=lambda b: b.number))
+            if tables:
+                yield pa.concat_tables(tables)
 
 
-def _first_line(handle: Any, path: Path) -> tuple[str, bytes]:
-    """The first line's text (without its line end), and what was read after it."""
-    data = b""
-    while True:
-        more = handle.read(1 << 16)
-        data += more
-        ends = [i for i in (data.find(b"\n"), data.find(b"\r")) if i >= 0]
-        if not more or (ends and min(ends) < len(data) - 1):  # a \r is known not to start \r\n
-            break
-    if not ends:
-        return _decoded(data, path), b""
-    end = min(ends)
-    after = end + (2 if data[end : end + 2] == b"\r\n" else 1)
-    return _decoded(data[:end], path), data[after:]
-
-
-def _decoded(data: bytes, path: Path) -> str:
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as error:
-        raise ImportDataError(f"{path}: not UTF-8 text ({error})") from None
-
-
-def _dat_lines(text: str, delimiter: str, fields: int, wanted: list[tuple[str, int]]) -> pa.Table:
+def _dat_lines(text: str, delimiter: str, fields: int, wanted: list[tuple[str, int]]) -> tuple[pa.Table, list[int]]:
     """The non-empty lines of `text` split by the delimiter: a column per wanted field, and the
-    line's text in `_raw` when it has another number of fields."""
+    line's text in `_raw` (what quarantine keeps of it) when it has another number of fields; and
+    those lines' numbers of fields."""
     lines = pc.list_flatten(pc.split_pattern_regex(pa.array([text], pa.string()), _NEWLINE))
     lines = pc.filter(lines, pc.not_equal(pc.binary_length(lines), 0))
     parts = pc.split_pattern(lines, delimiter)
@@ -559,7 +556,11 @@ def _dat_lines(text: str, delimiter: str, fields: int, wanted: list[tuple[str, i
     where = pa.array(positions, pa.int64(), mask=~readable.to_numpy(zero_copy_only=False))
     columns = {name: pc.take(pc.list_element(good, index), where) for name, index in wanted}
     raw = pc.if_else(readable, pa.scalar(None, pa.string()), lines)
-    return _with_raw(columns, len(lines), raw)
+    counts: list[int] = []
+    if raw.null_count < len(raw):
+        raw = pc.utf8_slice_codeunits(raw, 0, KEPT_BYTES)  # a long line's start (`lines.kept_text`)
+        counts = pc.filter(pc.list_value_length(parts), pc.invert(readable)).to_pylist()
+    return _with_raw(columns, len(lines), raw), counts
 
 
 # -- staging and ordering -----------------------------------------------------------------------------------

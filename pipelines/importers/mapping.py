@@ -57,7 +57,7 @@ class ImportMapping(_Frozen):
     delimiter: str | None = None  # csv: one character (default ","); dat: any string, e.g. "::"
     header: bool | None = None  # whether the first line names the columns (csv: yes, dat: no)
     fields: list[str] | None = None  # column names of a file without a header line
-    # csv: a longer line is an unreadable line, its start kept (default `lines.DEFAULT_MAX_LINE_BYTES`)
+    # csv, dat: a longer line is an unreadable line, its start kept (default `lines.DEFAULT_MAX_LINE_BYTES`)
     max_line_bytes: int | None = Field(default=None, ge=1)
     explode: ExplodeSpec | None = None
     user: str | None = None
@@ -112,8 +112,8 @@ class ImportMapping(_Frozen):
             raise ValueError("fields: a csv file without a header line needs its column names")
         if (self.header is not None or self.fields is not None) and self.format not in ("csv", "dat"):
             raise ValueError(f"header and fields apply to csv and dat files, not {self.format}")
-        if self.max_line_bytes is not None and self.format != "csv":
-            raise ValueError(f"max_line_bytes applies to csv files, not {self.format}")
+        if self.max_line_bytes is not None and self.format not in ("csv", "dat"):
+            raise ValueError(f"max_line_bytes applies to csv and dat files, not {self.format}")
         if self.fields is not None and len(set(self.fields)) != len(self.fields):
             raise ValueError(f"fields {self.fields}: names repeat")
         if bool(self.action) != bool(self.action_flags):

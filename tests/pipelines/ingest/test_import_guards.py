@@ -297,3 +297,16 @@ def test_an_empty_file_exits_0_with_one_warning_line(tmp_path: Path) -> None:
     warnings = [line for line in done.stderr.splitlines() if "warning" in line.lower()]
     assert len(warnings) == 1 and f"{header_only}: no events in it" in warnings[0], done.stderr
     assert json.loads(done.stdout)["files"][0]["rows_in"] == 0
+
+
+def test_a_dat_line_that_is_not_utf8_is_named_and_the_rest_imports(tmp_path: Path) -> None:
+    config = warehouse(tmp_path)
+    dat = tmp_path / "ratings.dat"
+    dat.write_bytes(b"7::1303::1537799250\n7::13\xe904::1537799251\n7::1305\n7::1306::1537799252\n")
+    done = seqlake(config, "import", "--mapping", str(write_dat_mapping(tmp_path / "dat.yaml")), "--input", str(dat))
+    assert "2 events read, 4 records (partitions 0..0), 2 unreadable lines" in done.stdout
+    assert "ratings.dat: unreadable: line 2: not UTF-8 text; line 3: 2 fields, expected 3" in done.stdout
+    seqlake(config, "ingest", "--engine", "duckdb")
+    found = sorted(json.loads(payload)["unreadable_line"] for _, payload in quarantine(config))
+    assert found == ["7::1305", "7::13\\xe904::1537799251"]
+    assert landed(config) == 2
