@@ -24,12 +24,10 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-from pyiceberg.expressions import AlwaysTrue
 
 from benchmarks.shapes import RealisticValues, bursty_offsets
 from benchmarks.synthetic import pick_groups, synthetic_rows
 from seqlake.core.config import Config
-from seqlake.engines.catalog import spark_name
 from seqlake.engines.duckdb_session import connect, sql_literal
 from seqlake.pipelines.compaction.duckdb import write_history_run
 from seqlake.pipelines.compaction.plan import history_tables
@@ -37,7 +35,7 @@ from seqlake.pipelines.landing.tables import landing_paths
 from seqlake.pipelines.tables import load_existing_table
 from seqlake.pipelines.training.capture.online_view import ViewSnapshot
 from seqlake.pipelines.training.capture.pointers import Request, capture_batch, request_table
-from seqlake.pipelines.training.rebuild.bucket_files import BucketFiles
+from seqlake.pipelines.training.rebuild.baselines import copy_fatrows, spark_copy_fatrows
 from seqlake.pipelines.training.rebuild.duckdb import Reconstruction, sample_batches
 from seqlake.pipelines.training.rebuild.samples import fatrow_match, read_fatrows_pyarrow, write_arrow_samples
 from seqlake.pipelines.training.sequence import Tenant, tenants
@@ -51,7 +49,6 @@ from seqlake.pipelines.training.tables import (
     training_table_name,
 )
 from seqlake.tableformat.bucketing import bucket_of
-from seqlake.tableformat.forgets import read_point
 from seqlake.tableformat.frontier import FRONTIER_PROPERTY, published_frontier
 from seqlake.tableformat.reader import HistoryReader
 from seqlake.tableformat.registry import RunRecord, commit_runs, live_runs
@@ -384,30 +381,6 @@ def _measure_tenant(config: Config, tenant: Tenant, capture_seconds: float, spar
         spark_differences=samples_differences(config, tenant, in_process, on_spark),
         spark_fatrow_copy_seconds=round(spark_copy_seconds, 3),
     )
-
-
-def copy_fatrows(config: Config, tenant: Tenant) -> float:
-    """Seconds to read the tenant's fat rows and write them again as a bucketed Iceberg table, batch by
-    batch with the samples job's own writer and one commit: what the samples job's writing is weighed
-    against (the fat-row pipeline's copy of the same samples)."""
-    table = load_existing_table(config, fatrow_table_name(tenant))
-    started = time.perf_counter()
-    copy = create_bucketed_table(config, f"{fatrow_table_name(tenant)}_copy", table.schema().as_arrow())
-    with BucketFiles(copy, config.layout.bucket_count) as out:
-        for batch in table.scan().to_arrow_batch_reader():
-            out.write(pa.Table.from_batches([batch]))
-        out.commit(read_point(history_tables(config)[0]), replacing=AlwaysTrue())
-    return time.perf_counter() - started
-
-
-def spark_copy_fatrows(spark, config: Config, tenant: Tenant) -> float:
-    """Seconds for Spark to read the tenant's fat-row table and write it out as a new Iceberg table:
-    the floor a Spark samples job is weighed against."""
-    source = spark_name(config, fatrow_table_name(tenant))
-    target = spark_name(config, f"{fatrow_table_name(tenant)}_spark_copy")
-    started = time.perf_counter()
-    spark.table(source).writeTo(target).using("iceberg").createOrReplace()
-    return time.perf_counter() - started
 
 
 def _stream(config: Config, tenant: Tenant) -> tuple[float, int]:

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 from typing import Any
 
-# The samples job over a scan of the same samples' fat rows, per tenant; other tenants take DEFAULT.
-SAMPLES_TIME_TARGETS = {"ranking": 1.25, "retrieval": 2.0}
-DEFAULT_SAMPLES_TIME_TARGET = 2.0
+# What a trainer reads (the verified stream) over a scan of the same samples' fat rows, per tenant;
+# other tenants take DEFAULT. The samples job, which writes a table, over a copy of the fat rows.
+SAMPLES_TIME_TARGETS = {"ranking": 1.5, "retrieval": 1.5}
+DEFAULT_SAMPLES_TIME_TARGET = 1.5
+SAMPLES_JOB_TARGET = 1.2
 STORAGE_TARGET = 1.0  # (pointers + fragments + history [+ detail]) over the fat rows: less than them
 
 
@@ -45,7 +47,14 @@ def verdict(facts: dict[str, dict[str, Any]], tenants: list[str], retention_wind
         tenant = facts[f"tenant_{name}"]
         target = SAMPLES_TIME_TARGETS.get(name, DEFAULT_SAMPLES_TIME_TARGET)
         lines[f"samples_time_{name}"] = check(
-            tenant["samples_time_vs_fat_row_read"], target, "the samples job over a pyarrow scan of its fat rows"
+            tenant["samples_time_vs_fat_row_read"],
+            target,
+            "the verified samples stream over a pyarrow scan of its fat rows",
+        )
+        lines[f"samples_job_{name}"] = check(
+            tenant["samples_job_vs_fat_row_copy"],
+            SAMPLES_JOB_TARGET,
+            "the samples job (rebuild, verify, write the table) over the fat rows read and written again",
         )
     exact = [facts[f"tenant_{name}"] for name in tenants]
     all_exact = all(

@@ -66,7 +66,7 @@ def test_demo_lands_every_record_and_all_engines_agree(spark, lake_config, tmp_p
     assert served["capture_points"] == landed["commits"] and served["requests"] > 0
     for name in lake_config.tenants:
         tenant = facts[f"tenant_{name}"]
-        assert tenant["samples"] == tenant["spark_samples"] == served["requests"]
+        assert tenant["samples"] == tenant["spark_samples"] == tenant["streamed_samples"] == served["requests"]
         assert tenant["exact_match_lsn"] == tenant["spark_exact_match_lsn"] == 1.0
         assert tenant["checksum_failures_lsn"] == tenant["spark_checksum_failures"] == 0
         assert tenant["exact_match_time_only"] < 1.0 and tenant["checksum_failures_time_only"] > 0
@@ -83,12 +83,14 @@ def test_demo_lands_every_record_and_all_engines_agree(spark, lake_config, tmp_p
         "storage_at_this_horizon",
         "storage_at_steady_state",
         *(f"samples_time_{name}" for name in lake_config.tenants),
+        *(f"samples_job_{name}" for name in lake_config.tenants),
         "exact",
     }
     figures = {
         "storage_at_this_horizon": storage["normalized_plus_history_and_detail_vs_fat_row"],
         "storage_at_steady_state": storage["normalized_plus_history_vs_fat_row"],
         **{f"samples_time_{n}": facts[f"tenant_{n}"]["samples_time_vs_fat_row_read"] for n in lake_config.tenants},
+        **{f"samples_job_{n}": facts[f"tenant_{n}"]["samples_job_vs_fat_row_copy"] for n in lake_config.tenants},
     }
     for name, figure in figures.items():
         line = verdict[name]
