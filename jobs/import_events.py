@@ -222,7 +222,7 @@ def command(
             more = stat.unreadable - min(len(stat.unreadable_lines), SHOWN_LINES)
             lines.append(
                 f"{path.name}: unreadable: {named}"
-                + (f" (and {more:,} more; --output json names them)" if more else "")
+                + (f" (and {more:,} more; --output json names up to 1,000)" if more else "")
             )
         if stat.quarantined or stat.skipped:
             lines.append(

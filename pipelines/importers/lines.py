@@ -14,7 +14,6 @@ Line ends are those of pyarrow's reader and Python's universal newlines: `\\n`, 
 
 from __future__ import annotations
 
-import codecs
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import BinaryIO
@@ -132,33 +131,32 @@ def blocks(handle: BinaryIO, block_bytes: int, max_line_bytes: int) -> Iterator[
 def _block(data: bytes, line: int, max_line_bytes: int, bad: list[BadLine]) -> Block:
     """A block of whole lines from line `line`, its lines that cannot be read taken out."""
     found = list(bad)
+    too_long = len(data) > max_line_bytes  # then a line here can be over the limit
+    not_utf8 = not _is_utf8(data)
+    if not (too_long or not_utf8):
+        return Block(data, line, found)
+    starts, lengths = (column.tolist() for column in _lines(data))
     out: set[int] = set()  # indexes of the lines taken out
-    if len(data) > max_line_bytes:  # a line here can be over the limit
-        starts, lengths = _lines(data)
-        for index in map(int, np.flatnonzero(lengths > max_line_bytes)):
-            length = int(lengths[index])
-            text = kept_text(data[int(starts[index]) : int(starts[index]) + min(length, KEPT_BYTES)])
+    if too_long:
+        for index in np.flatnonzero(np.array(lengths) > max_line_bytes).tolist():
+            start, length = starts[index], lengths[index]
+            text = kept_text(data[start : start + min(length, KEPT_BYTES)])
             found.append(BadLine(line + index, too_long_reason(length, max_line_bytes), text))
             out.add(index)
-    if not _is_utf8(data):
-        starts, lengths = _lines(data)
-        for position in _not_utf8(data):
-            index = int(np.searchsorted(starts, position, side="right")) - 1
+    if not_utf8:
+        for index in _not_utf8(data).tolist():
             if index not in out:
-                start = int(starts[index])
-                found.append(
-                    BadLine(line + index, "not UTF-8 text", kept_text(data[start : start + int(lengths[index])]))
-                )
+                start = starts[index]
+                found.append(BadLine(line + index, "not UTF-8 text", kept_text(data[start : start + lengths[index]])))
                 out.add(index)
     if out:
-        starts, lengths = _lines(data)
         parts, at = [], 0
         for index in sorted(out):
-            parts.append(data[at : int(starts[index])])
-            at = int(starts[index + 1]) if index + 1 < len(starts) else len(data)
+            parts.append(data[at : starts[index]])
+            at = starts[index + 1] if index + 1 < len(starts) else len(data)
             # The line and its end become one empty line: \r\n, which no line end before or after it
             # can join (a lone \r before and an \n after would read as one \r\n, one line fewer).
-            if int(starts[index] + lengths[index]) < len(data):
+            if starts[index] + lengths[index] < len(data):
                 parts.append(b"\r\n")
         parts.append(data[at:])
         data = b"".join(parts)
@@ -175,22 +173,16 @@ def _is_utf8(data: bytes) -> bool:
     return True
 
 
-def _not_utf8(data: bytes) -> Iterator[int]:
-    """Where bytes that are not UTF-8 are, the first of each line that has some: one decode call per
-    such line, each going on after the line."""
-    view = memoryview(data)
-    at = 0
-    while at < len(data):
-        try:
-            codecs.utf_8_decode(view[at:], "strict", True)
-            return
-        except UnicodeDecodeError as error:
-            position = at + error.start
-            yield position
-            end = _first_end(data, position)
-            if end < 0:
-                return
-            at = end + 1
+def _not_utf8(data: bytes) -> np.ndarray:
+    """The indexes of the lines that are not UTF-8, found set-based. Decoded with surrogateescape,
+    each byte that is not UTF-8 becomes a lone surrogate (U+DC80..U+DCFF), which surrogatepass
+    writes as ED B2 xx or ED B3 xx: bytes no UTF-8 text holds, and the line ends stay where they
+    are, so the lines of the result are the block's lines."""
+    marked = data.decode("utf-8", "surrogateescape").encode("utf-8", "surrogatepass")
+    raw = np.frombuffer(marked, np.uint8)
+    escaped = np.flatnonzero((raw[:-1] == 0xED) & ((raw[1:] == 0xB2) | (raw[1:] == 0xB3)))
+    starts, _ = _lines(marked)
+    return np.unique(np.searchsorted(starts, escaped, side="right") - 1)
 
 
 def _first_end(data: bytes, start: int = 0) -> int:

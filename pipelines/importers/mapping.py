@@ -58,7 +58,7 @@ class ImportMapping(_Frozen):
     header: bool | None = None  # whether the first line names the columns (csv: yes, dat: no)
     fields: list[str] | None = None  # column names of a file without a header line
     # csv, dat: a longer line is an unreadable line, its start kept (default `lines.DEFAULT_MAX_LINE_BYTES`)
-    max_line_bytes: int | None = Field(default=None, ge=1)
+    max_line_bytes: int | None = Field(default=None, ge=1, le=1 << 30)  # a block is one Arrow buffer
     explode: ExplodeSpec | None = None
     user: str | None = None
     item: str = Field(min_length=1)
