@@ -279,7 +279,7 @@ class _PlannedScan:
         return iter(self.tasks)
 
 
-def _static(table: Table) -> Table:
+def static_table(table: Table) -> Table:
     """The table's metadata and file IO, without its catalog (which does not travel)."""
     return StaticTable(table.name(), table.metadata, table.metadata_location, table.io, NoopCatalog("static"))
 
@@ -354,9 +354,9 @@ class Reconstruction:
             self.tenant,
             self.mode,
             pointers,
-            _static(self.history),
+            static_table(self.history),
             {b: tuple(tasks) for b, tasks in history.items()},
-            _static(self.detail),
+            static_table(self.detail),
             self._files(),
             self.batch_rows,
         )

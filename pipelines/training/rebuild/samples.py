@@ -104,14 +104,14 @@ def write_arrow_samples(
                 samples_out.commit(point, replacing=AlwaysTrue())
         if mode == "lsn":
             kill_point("samples_committed")
-            _replace_quarantine(config, tenant.name, quarantine_engines("duckdb", mode), failures, point)
+            replace_quarantine(config, tenant.name, quarantine_engines("duckdb", mode), failures, point)
             matched = fatrow_match(config, tenant, samples_table=samples_table_name(tenant)) if compare else 0
         else:
             matched = fatrow_match(config, tenant, parquet_glob=f"{scratch}/*.parquet") if requests else 0
     return ReconstructionResult(tenant.name, mode, requests, samples, quarantined, matched, fs.stats.bytes_read)
 
 
-def _replace_quarantine(
+def replace_quarantine(
     config: Config, tenant: str, engines: list[str], failures: list[pa.Table], point: ReadPoint
 ) -> None:
     """This tenant's rows of the quarantine table written by `engines` (the engine's name and its former

@@ -30,7 +30,12 @@ from seqlake.pipelines.training.rebuild.duckdb import Reconstruction, sample_bat
 from seqlake.pipelines.training.rebuild.plan import Mode
 from seqlake.pipelines.training.rebuild.prefetch import PrefetchingIterator
 from seqlake.pipelines.training.rebuild.samples import write_arrow_samples
-from seqlake.pipelines.training.rebuild.spark import reconstruct_with_spark, write_spark_samples
+from seqlake.pipelines.training.rebuild.spark import (
+    rebuild_plan,
+    reconstruct_with_spark,
+    samples_files,
+    write_spark_samples,
+)
 from seqlake.pipelines.training.sequence import Tenant
 from seqlake.pipelines.training.tables import (
     QUARANTINE,
@@ -178,6 +183,11 @@ def test_out_of_order_arrivals_replay_what_inference_saw(spark, lake_config):
     assert set(nodes) <= {"RangeExec", "MapInArrowExec", "WholeStageCodegenExec", "InputAdapter"}, nodes
     assert {"RangeExec", "MapInArrowExec"} <= set(nodes), nodes
     assert f"BatchScan {spark_name(config, HISTORY)}" not in plan.toString()
+    # The samples job's stage is the same, its tasks writing their bucket's files.
+    samples = create_bucketed_table(config, samples_table_name(tenant), sequence_table_schema(tenant))
+    stage = samples_files(spark, rebuild_plan(config, tenant), samples)._jdf.queryExecution().executedPlan()
+    assert exchanges(stage) == [] and {"RangeExec", "MapInArrowExec"} <= set(plan_nodes(stage))
+    assert set(plan_nodes(stage)) <= {"RangeExec", "MapInArrowExec", "WholeStageCodegenExec", "InputAdapter"}
 
 
 def test_a_value_changed_after_the_bound_is_rebuilt_from_detail(spark, lake_config):
