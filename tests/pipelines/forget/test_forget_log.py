@@ -15,6 +15,9 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pyarrow as pa
@@ -27,7 +30,7 @@ from seqlake.core.forget_key import FORGET_KEY_ENV
 from seqlake.engines.catalog import open_catalog, table_identifier
 from seqlake.pipelines.compaction.plan import history_tables
 from seqlake.pipelines.demo.full import RAW_TABLE
-from seqlake.pipelines.faults import KILL_AT_ENV
+from seqlake.pipelines.faults import KILL_AT_ENV, STOP_AT_ENV
 from seqlake.pipelines.forget.landing import landing_rows
 from seqlake.pipelines.forget.remove import tables_with_users, user_rows
 from seqlake.pipelines.ingest.raw_source import land_raw_records
@@ -111,6 +114,37 @@ def test_an_ingest_racing_a_forget_and_its_rerun_land_none_of_the_users_records(
     again(config, pending.slice(0, 3), shift=2 * 10**9)
     run(config_path, "ingest")
     assert held_anywhere(config, doomed) == {"landing": 3}
+
+
+def test_an_ingest_paused_in_its_gap_while_a_forget_runs_lands_none_of_the_users_records(tmp_path: Path) -> None:
+    """The two commands at once: the ingest stopped (SIGSTOP) after it read and validated a batch
+    holding their pending records, the forget run to its end meanwhile, the ingest resumed; then run
+    again."""
+    config_path = make_warehouse(tmp_path)
+    run(config_path, "demo", "--small")
+    config = load_config(str(config_path))
+    doomed = pick_users(config, 2)
+    again(config, raw_of(config, doomed), shift=10**9)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SEQLAKE_")} | KEY
+    ingest = subprocess.Popen(
+        [sys.executable, "-m", "seqlake.cli", "ingest", "--config", str(config_path)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env | {STOP_AT_ENV: "ingest_quarantined"},
+    )
+    try:
+        _, status = os.waitpid(ingest.pid, os.WUNTRACED)
+        assert os.WIFSTOPPED(status), "the ingest ended before its landing commit"
+        run(config_path, "forget", *[a for u in doomed for a in ("--user", str(u))])
+    finally:
+        os.kill(ingest.pid, signal.SIGCONT)
+    _, err = ingest.communicate(timeout=600)
+    assert "Traceback" not in err, err
+    assert held_anywhere(config, doomed) == {}
+    run(config_path, "ingest")
+    run(config_path, "compact")
+    assert held_anywhere(config, doomed) == {}
 
 
 def _spelled(users: list[int]) -> re.Pattern[bytes]:
