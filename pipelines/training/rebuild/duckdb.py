@@ -253,7 +253,8 @@ class RebuildPlan:
     mode: Mode
     pointers: PointerFiles
     history: Table  # metadata only
-    history_files: dict[int, tuple[FileScanTask, ...]]
+    history_files: tuple[FileScanTask, ...]  # in plan order
+    history_buckets: tuple[int, ...]  # each file's bucket of user_id (ANY_BUCKET: not known)
     detail: Table  # metadata only
     detail_files: dict[int, list[str]]
     batch_rows: int
@@ -344,29 +345,29 @@ class Reconstruction:
         """What this rebuild reads, planned once, for tasks that each rebuild one bucket elsewhere
         (Spark's executors): no catalog, no scan planning left to do."""
         pointers = self._pointer_files or PointerFiles.of(self.training)
-        history: dict[int, list[FileScanTask]] = {}
-        if self.history.current_snapshot() is not None:
-            count = _bucket_count(self.training)
-            for task in self.history.scan().plan_files():
-                history.setdefault(_file_bucket(self.history, task, count), []).append(task)
+        files = tuple(self.history.scan().plan_files()) if self.history.current_snapshot() is not None else ()
+        count = _bucket_count(self.training)
         return RebuildPlan(
             self.config,
             self.tenant,
             self.mode,
             pointers,
             static_table(self.history),
-            {b: tuple(tasks) for b, tasks in history.items()},
+            files,
+            tuple(_file_bucket(self.history, task, count) for task in files),
             static_table(self.detail),
             self._files(),
             self.batch_rows,
         )
 
     @classmethod
-    def of_bucket(cls, plan: RebuildPlan, bucket: int, workers: int = 1, cache_bytes: int = TASK_CACHE_BYTES):
+    def of_bucket(
+        cls, plan: RebuildPlan, bucket: int, workers: int = 1, cache_bytes: int = TASK_CACHE_BYTES
+    ) -> Reconstruction:
         """The rebuild of one bucket of `plan`, in a task: its history files as planned (those of
-        the bucket, and any without one), detail's files by window."""
-        tasks = (*plan.history_files.get(bucket, ()), *plan.history_files.get(ANY_BUCKET, ()))
-        history = PlannedTable(plan.history, tasks)
+        the bucket, and any whose bucket is not known), detail's files by window."""
+        held = zip(plan.history_files, plan.history_buckets, strict=True)
+        history = PlannedTable(plan.history, tuple(t for t, b in held if b in (bucket, ANY_BUCKET)))
         rebuild = cls(
             plan.config,
             plan.tenant,
