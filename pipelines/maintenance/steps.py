@@ -603,8 +603,11 @@ def run_maintenance(
         for table in raw:
             done(expire_raw_snapshots(config, table, older_than, landing.paths))
     safety = timedelta(hours=spec.orphan_safety_hours)
+    # The metadata files this run's own commits left out of a log are older than the safety interval
+    # measured from now, not from the run's start.
+    orphans_now = max(now, datetime.now(UTC))
     for table in [*tables, *(raw if landing is not None else [])]:
-        done(remove_orphan_files(table, safety, now=now))
+        done(remove_orphan_files(table, safety, now=orphans_now))
     if landing is not None:
         done(*remove_landing_leftovers(landing.paths, safety, now=now))
         if vacuum:
