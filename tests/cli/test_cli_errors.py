@@ -191,7 +191,7 @@ CASES = {  # name -> (arguments, what the one line says, exit status: 1 a failur
         2,
     ),
     "storage: no bucket": (["storage", "list"], "Missing argument 'BUCKET'", 2),
-    "forget: no user": (["forget", "--skip-landing"], "Missing option '--user'", 2),
+    "forget: no user": (["forget", "--skip-landing"], "give --user (repeat for more) or --check USER", 2),
     "migrate: a narrowed column": (
         [
             "migrate",
