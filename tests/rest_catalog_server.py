@@ -52,6 +52,23 @@ class RestCatalogServer:
         return {"type": "rest", "uri": self.uri}
 
 
+def forward(request: http.server.BaseHTTPRequestHandler, upstream: str, body: bytes) -> tuple[int, bytes, str | None]:
+    """`request` sent on to the server at `upstream`: its status, body and content type."""
+    forwarded = urllib.request.Request(
+        upstream + request.path,
+        data=body if body or request.command in ("POST", "PUT") else None,
+        method=request.command,
+        headers={
+            k: v for k, v in request.headers.items() if k.lower() not in ("host", "content-length", "accept-encoding")
+        },
+    )
+    try:
+        with urllib.request.urlopen(forwarded, timeout=60) as answer:
+            return answer.status, answer.read(), answer.headers.get("Content-Type")
+    except urllib.error.HTTPError as refused:
+        return refused.code, refused.read(), refused.headers.get("Content-Type")
+
+
 def _answers(uri: str) -> bool:
     try:
         with urllib.request.urlopen(f"{uri}/v1/config", timeout=2) as answer:
@@ -133,21 +150,7 @@ class AuthenticatingFront:
                 if self.headers.get("Authorization") != f"Bearer {front.token}":
                     error = {"message": "not authorized", "type": "NotAuthorizedException", "code": 401}
                     return self._answer(401, json.dumps({"error": error}).encode())
-                forwarded = urllib.request.Request(
-                    front.upstream + self.path,
-                    data=body if body or self.command in ("POST", "PUT") else None,
-                    method=self.command,
-                    headers={
-                        k: v
-                        for k, v in self.headers.items()
-                        if k.lower() not in ("host", "content-length", "accept-encoding")
-                    },
-                )
-                try:
-                    with urllib.request.urlopen(forwarded, timeout=60) as answer:
-                        status, payload, kind = answer.status, answer.read(), answer.headers.get("Content-Type")
-                except urllib.error.HTTPError as refused:
-                    status, payload, kind = refused.code, refused.read(), refused.headers.get("Content-Type")
+                status, payload, kind = forward(self, front.upstream, body)
                 self._answer(status, payload, kind or "application/json")
 
             do_GET = do_POST = do_PUT = do_DELETE = do_HEAD = _handle
@@ -201,21 +204,7 @@ class CommitCutter:
                     return
                 if cutting and commit and not front.after_applied:
                     return self._cut()
-                forwarded = urllib.request.Request(
-                    upstream + self.path,
-                    data=body if body or self.command in ("POST", "PUT") else None,
-                    method=self.command,
-                    headers={
-                        k: v
-                        for k, v in self.headers.items()
-                        if k.lower() not in ("host", "content-length", "accept-encoding")
-                    },
-                )
-                try:
-                    with urllib.request.urlopen(forwarded, timeout=60) as answer:
-                        status, payload, kind = answer.status, answer.read(), answer.headers.get("Content-Type")
-                except urllib.error.HTTPError as refused:
-                    status, payload, kind = refused.code, refused.read(), refused.headers.get("Content-Type")
+                status, payload, kind = forward(self, upstream, body)
                 if cutting and commit:
                     return self._cut()  # applied by the server; its answer is lost with it
                 self.send_response(status)
