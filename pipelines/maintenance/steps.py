@@ -157,16 +157,22 @@ def expire_snapshots(table: Table, older_than: datetime, keep_last: int = 1) -> 
     forgotten_through = forgets_of(table.metadata).sequence
     after_forgets = [s for s in snapshots if sequence_number(s) > forgotten_through]
     kept = {s.snapshot_id for s in after_forgets[-max(keep_last, 1) :]}
+    report.removed = _expire_older(table, snapshots, kept, older_than)
+    return report
+
+
+def _expire_older(table: Table, candidates: list, kept: set[int], older_than: datetime) -> int:
+    """Expire the `candidates` committed before `older_than`, except `kept` and the current snapshot:
+    how many were expired."""
     current = table.current_snapshot()
     if current is not None:
-        kept.add(current.snapshot_id)
+        kept = kept | {current.snapshot_id}
     cutoff = older_than.timestamp() * 1000
-    old = [s.snapshot_id for s in snapshots if s.timestamp_ms < cutoff and s.snapshot_id not in kept]
+    old = [s.snapshot_id for s in candidates if s.timestamp_ms < cutoff and s.snapshot_id not in kept]
     if old:
         table.maintenance.expire_snapshots().by_ids(old).commit()
         table.refresh()
-    report.removed = len(old)
-    return report
+    return len(old)
 
 
 # -- orphan files ------------------------------------------------------------------------------------
@@ -379,14 +385,7 @@ def expire_raw_snapshots(config: Config, table: Table, older_than: datetime, pat
     # incremental read of the first pending one starts from its parent.
     pending = [s for s in snapshots if sequence_number(s) > done and _operation(s) == Operation.APPEND]
     kept = {pending[0].parent_snapshot_id} if pending and pending[0].parent_snapshot_id is not None else set()
-    current = table.current_snapshot()
-    if current is not None:
-        kept.add(current.snapshot_id)
-    cutoff = older_than.timestamp() * 1000
-    old = [s.snapshot_id for s in consumed if s.timestamp_ms < cutoff and s.snapshot_id not in kept]
-    if old:
-        table.maintenance.expire_snapshots().by_ids(old).commit()
-    report.removed = len(old)
+    report.removed = _expire_older(table, consumed, kept, older_than)
     if pending:
         report.notes.append(f"{len(pending)} not ingested yet: kept")
     return report
