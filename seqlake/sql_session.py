@@ -103,7 +103,7 @@ class SqlSession:
 
     def query(self, text: str, **params: object):
         """The last statement's result as a pandas DataFrame, with `$name` parameters bound (for notebooks)."""
-        return self._last(text, params).df()
+        return self._fetched(text, params, lambda result: result.df())
 
     def table(self, name: str, columns: list[str] | None = None):
         """Every row of the warehouse table `name` (its verified view) as an Arrow table; SqlError if the
@@ -113,7 +113,21 @@ class SqlSession:
             why = self.missing.get(name, f"no table {name} in this warehouse (tables: {known})")
             raise SqlError(f"table {name}: {why}" if not why.startswith("table ") else why)
         chosen = ", ".join(_quoted(c) for c in columns) if columns is not None else "*"
-        return self._last(f"SELECT {chosen} FROM {_quoted(name)}", {}).fetch_arrow_table()
+        return self._fetched(
+            f"SELECT {chosen} FROM {_quoted(name)}", {}, lambda result: result.to_arrow_table(), head=f"table {name}"
+        )
+
+    def _fetched(self, text: str, params: dict[str, object], fetch, head: str | None = None):
+        """`fetch` of the last statement's result: a damaged page can surface only while the rows are
+        fetched (DuckDB streams them), and is then the same one line as at execution."""
+        result = self._last(text, params)
+        try:
+            return fetch(result)
+        except duckdb.Error as error:
+            explained = self._explained(error, text)
+            if head is not None and explained.startswith(f"{head}:"):
+                raise SqlError(explained) from None  # the damage line names the table already
+            raise SqlError(f"{head or _first_line(text)}: {explained}") from None
 
     def _last(self, text: str, params: dict[str, object]) -> duckdb.DuckDBPyConnection:
         """Run every statement of `text`; the connection holding the last one's result."""
@@ -135,9 +149,12 @@ class SqlSession:
         except ReadOnlyError as error:
             raise SqlError(f"{head}: {error}") from None
         except duckdb.Error as error:
-            damage = self.damage(error, text)
-            explained = damage if damage is not None else engine_error(error, self.config.warehouse_uri())
-            raise SqlError(f"{head}: {explained}") from None
+            raise SqlError(f"{head}: {self._explained(error, text)}") from None
+
+    def _explained(self, error: duckdb.Error, text: str) -> str:
+        """What a failed statement of `text` met: the damaged file it read, or the engine's error."""
+        damage = self.damage(error, text)
+        return damage if damage is not None else engine_error(error, self.config.warehouse_uri())
 
     def judge(self, text: str, statements: list[duckdb.Statement]) -> None:
         """Refuse the whole text unless every statement may run in a read-only session (writes,
